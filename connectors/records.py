@@ -1,0 +1,204 @@
+"""Decoded input records and the columnar batches the service consumes.
+
+A source decodes raw records into :class:`Update` s (one tuple of one relation, inserted or
+deleted) and hands them on in :class:`UpdateBatch` es: per relation, one numpy column per tuple
+position plus the diffs and the stream sequence numbers, so that the index can apply a whole batch
+with array operations. Stream order matters only between updates of the same tuple, and ``seq``
+keeps it.
+
+Vertex ids are Python ``int`` (64-bit signed) or ``str``. A column is an ``int64`` array when every
+id in it is an integer and an ``object`` array otherwise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+VertexId = int | str
+
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+
+
+@dataclass(frozen=True)
+class Update:
+    """One decoded record: ``diff`` is +1 (insert) or -1 (delete) of ``values`` in ``relation``."""
+
+    relation: str
+    values: tuple[VertexId, ...]
+    diff: int
+    position: str = ""
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """A record that could not be decoded: where it was, why, and its raw bytes."""
+
+    position: str
+    reason: str
+    raw: bytes
+
+
+@dataclass
+class RelationUpdates:
+    """The updates of one relation inside a batch, in stream order.
+
+    ``columns[k][i]`` is position ``k`` of the i-th tuple; ``diff[i]`` is +1 or -1; ``seq[i]`` is
+    the update's sequence number in the stream (strictly increasing within a batch).
+    """
+
+    columns: list[npt.NDArray[np.generic]]
+    diff: npt.NDArray[np.int8]
+    seq: npt.NDArray[np.int64]
+
+    @property
+    def arity(self) -> int:
+        return len(self.columns)
+
+    def __len__(self) -> int:
+        return int(self.diff.shape[0])
+
+    def take(self, mask: npt.NDArray[np.bool_]) -> RelationUpdates:
+        return RelationUpdates([c[mask] for c in self.columns], self.diff[mask], self.seq[mask])
+
+
+@dataclass
+class UpdateBatch:
+    """A run of consecutive updates of the stream, grouped by relation.
+
+    ``first_seq`` is the sequence number of the first update of the run and ``count`` the number
+    of updates in it (so the next run starts at ``first_seq + count``).
+    """
+
+    parts: dict[str, RelationUpdates] = field(default_factory=dict)
+    first_seq: int = 0
+    count: int = 0
+
+    def __len__(self) -> int:
+        return self.count
+
+    @classmethod
+    def from_updates(cls, updates: Sequence[Update], first_seq: int = 0) -> UpdateBatch:
+        """Columnar batch of ``updates``, numbered from ``first_seq`` in the given order."""
+        grouped: dict[str, list[int]] = {}
+        for i, update in enumerate(updates):
+            grouped.setdefault(update.relation, []).append(i)
+        parts: dict[str, RelationUpdates] = {}
+        for relation, indices in grouped.items():
+            arity = len(updates[indices[0]].values)
+            columns = [id_column([updates[i].values[k] for i in indices]) for k in range(arity)]
+            diff = np.fromiter(
+                (updates[i].diff for i in indices), dtype=np.int8, count=len(indices)
+            )
+            seq = np.asarray(indices, dtype=np.int64) + first_seq
+            parts[relation] = RelationUpdates(columns, diff, seq)
+        return cls(parts, first_seq, len(updates))
+
+    def split(self, n: int) -> tuple[UpdateBatch, UpdateBatch]:
+        """The first ``n`` updates of the run, and the rest."""
+        n = max(0, min(n, self.count))
+        boundary = self.first_seq + n
+        head: dict[str, RelationUpdates] = {}
+        tail: dict[str, RelationUpdates] = {}
+        for relation, part in self.parts.items():
+            before = part.seq < boundary
+            if before.any():
+                head[relation] = part.take(before)
+            if not before.all():
+                tail[relation] = part.take(~before)
+        return (
+            UpdateBatch(head, self.first_seq, n),
+            UpdateBatch(tail, boundary, self.count - n),
+        )
+
+    @classmethod
+    def concat(cls, batches: Sequence[UpdateBatch]) -> UpdateBatch:
+        """Consecutive runs joined into one (they must follow each other in the stream)."""
+        batches = [b for b in batches if b.count]
+        if not batches:
+            return cls()
+        merged: dict[str, list[RelationUpdates]] = {}
+        for batch in batches:
+            for relation, part in batch.parts.items():
+                merged.setdefault(relation, []).append(part)
+        parts: dict[str, RelationUpdates] = {}
+        for relation, pieces in merged.items():
+            arity = pieces[0].arity
+            columns = [concat_ids([p.columns[k] for p in pieces]) for k in range(arity)]
+            parts[relation] = RelationUpdates(
+                columns,
+                np.concatenate([p.diff for p in pieces]),
+                np.concatenate([p.seq for p in pieces]),
+            )
+        return cls(parts, batches[0].first_seq, sum(b.count for b in batches))
+
+
+def id_column(values: Iterable[VertexId]) -> npt.NDArray[np.generic]:
+    """A column of vertex ids: ``int64`` if every id is an int, else ``object``."""
+    items = list(values)
+    if all(type(v) is int for v in items):
+        return np.asarray(items, dtype=np.int64)
+    column = np.empty(len(items), dtype=object)
+    column[:] = items
+    return column
+
+
+def concat_ids(columns: Sequence[npt.NDArray[np.generic]]) -> npt.NDArray[np.generic]:
+    """Concatenate id columns, falling back to ``object`` when any of them is not ``int64``."""
+    if all(c.dtype == np.int64 for c in columns):
+        return np.concatenate(columns)
+    return np.concatenate([c.astype(object) for c in columns])
+
+
+def mirrored(batch: UpdateBatch, relations: set[str] | None = None) -> UpdateBatch:
+    """The batch with every binary tuple ``(u, v)``, ``u != v``, also updated as ``(v, u)``.
+
+    This is how an undirected source is read: every edge is inserted or deleted in both
+    directions, with the same sequence number (the two tuples are different, so their relative
+    order does not matter). ``relations`` limits the mirroring to those relations (all if None).
+    """
+    parts: dict[str, RelationUpdates] = {}
+    for name, part in batch.parts.items():
+        if part.arity != 2 or (relations is not None and name not in relations):
+            parts[name] = part
+            continue
+        src, dst = part.columns
+        if src.dtype == np.int64 and dst.dtype == np.int64:
+            distinct = src != dst
+        else:
+            distinct = np.fromiter(
+                (type(a) is not type(b) or a != b for a, b in zip(src, dst, strict=True)),
+                np.bool_,
+                len(part),
+            )
+        back = part.take(distinct)
+        parts[name] = RelationUpdates(
+            [concat_ids([src, back.columns[1]]), concat_ids([dst, back.columns[0]])],
+            np.concatenate([part.diff, back.diff]),
+            np.concatenate([part.seq, back.seq]),
+        )
+    return UpdateBatch(parts, batch.first_seq, batch.count)
+
+
+def exact_batches(batches: Iterable[UpdateBatch], size: int) -> Iterator[UpdateBatch]:
+    """Re-cut consecutive batches into runs of exactly ``size`` updates (the last may be short).
+
+    Epochs cut this way depend only on the update count, so a resumed run cuts the same epochs
+    as an uninterrupted one.
+    """
+    pending: list[UpdateBatch] = []
+    held = 0
+    for batch in batches:
+        while batch.count:
+            take, batch = batch.split(size - held)
+            pending.append(take)
+            held += take.count
+            if held == size:
+                yield UpdateBatch.concat(pending)
+                pending, held = [], 0
+    if held:
+        yield UpdateBatch.concat(pending)

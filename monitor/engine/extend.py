@@ -1,0 +1,128 @@
+"""Prefix extension: one stage of a plan, applied to a whole batch of prefixes.
+
+The paper's three operations on every extender of the stage's variable: each extender *counts*
+the values it would propose for every prefix; each prefix goes to the extender with the smallest
+count, which *proposes* them; every other extender *intersects* (keeps the proposals it holds).
+Checks and comparisons then drop the prefixes that fail them. All of it is array work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from monitor.engine.prefixes import Prefixes
+from monitor.index.adjacency import AdjacencyView, Cut
+from monitor.index.graph import Direction
+from monitor.index.levels import I32, I64
+from monitor.plan.plan import Check, Comparison, Extender, Stage
+
+
+class IndexReader(Protocol):
+    """What evaluation needs of an index."""
+
+    def view(self, relation: str, direction: Direction, cut: Cut) -> AdjacencyView: ...
+
+    def tuples(self, relation: str, cut: Cut = ...) -> list[I32]: ...
+
+    def order_keys(self) -> I64: ...
+
+
+def _keys(extender: Extender, prefixes: Prefixes) -> npt.NDArray[np.integer]:
+    if extender.key is None:
+        return np.zeros(len(prefixes), np.int64)
+    return prefixes.columns[extender.key]
+
+
+class StageRunner:
+    """A :class:`~monitor.plan.plan.Stage` bound to the index views its extenders read."""
+
+    def __init__(self, stage: Stage, index: IndexReader) -> None:
+        self.stage = stage
+        self.views = [index.view(e.relation, e.direction, e.cut) for e in stage.extenders]
+        self.filter = Filters(stage.checks, stage.comparisons, index)
+
+    def counts(self, prefixes: Prefixes) -> tuple[npt.NDArray[np.intp], I64]:
+        """For every prefix, the extender with the fewest values, and that number."""
+        extenders = self.stage.extenders
+        if len(extenders) == 1:
+            return (
+                np.zeros(len(prefixes), np.intp),
+                self.views[0].count(_keys(extenders[0], prefixes)),
+            )
+        counts = np.stack(
+            [v.count(_keys(e, prefixes)) for e, v in zip(extenders, self.views, strict=True)]
+        )
+        winner = np.argmin(counts, axis=0)
+        return winner, counts[winner, np.arange(len(prefixes))]
+
+    def extend(self, prefixes: Prefixes, winner: npt.NDArray[np.intp]) -> Prefixes:
+        """Every extension of every prefix by the stage's variable that passes the stage."""
+        extenders = self.stage.extenders
+        all_rows: list[npt.NDArray[np.int64]] = []
+        all_values: list[I32] = []
+        for e, (extender, view) in enumerate(zip(extenders, self.views, strict=True)):
+            rows = np.flatnonzero(winner == e) if len(extenders) > 1 else np.arange(len(prefixes))
+            if not rows.shape[0]:
+                continue
+            owner, values = view.propose(_keys(extender, prefixes)[rows])
+            rows = rows[owner]
+            for f, (other, other_view) in enumerate(zip(extenders, self.views, strict=True)):
+                if f == e or not rows.shape[0]:
+                    continue
+                keep = other_view.contains(_keys(other, prefixes)[rows], values)
+                rows, values = rows[keep], values[keep]
+            all_rows.append(rows)
+            all_values.append(values)
+        if not all_rows:
+            return Prefixes.empty(prefixes.width + 1)
+        rows = all_rows[0] if len(all_rows) == 1 else np.concatenate(all_rows)
+        values = all_values[0] if len(all_values) == 1 else np.concatenate(all_values)
+        return self.filter(prefixes.extended(rows, values))
+
+
+class Filters:
+    """Checks (membership of fully bound atoms) and comparisons, applied to whole batches."""
+
+    def __init__(
+        self, checks: Sequence[Check], comparisons: Sequence[Comparison], index: IndexReader
+    ) -> None:
+        self.checks = [(c, index.view(c.relation, Direction.FORWARD, c.cut)) for c in checks]
+        self.comparisons = list(comparisons)
+        self._index = index
+
+    def __call__(self, prefixes: Prefixes) -> Prefixes:
+        if not len(prefixes) or not (self.checks or self.comparisons):
+            return prefixes
+        keep = np.ones(len(prefixes), np.bool_)
+        order: I64 | None = None
+        for comparison in self.comparisons:
+            left = prefixes.columns[comparison.left]
+            right = prefixes.columns[comparison.right]
+            if comparison.op == "!=":
+                keep &= left != right
+                continue
+            if order is None:
+                order = self._index.order_keys()
+            keep &= _compare(order[left], comparison.op, order[right])
+        for check, view in self.checks:
+            cols = [prefixes.columns[c] for c in check.columns]
+            key = cols[0] if len(cols) == 2 else np.zeros(len(prefixes), np.int64)
+            rows = np.flatnonzero(keep)
+            keep[rows] = view.contains(key[rows], cols[-1][rows])
+        return prefixes if keep.all() else prefixes.take(keep)
+
+
+def _compare(left: I64, op: str, right: I64) -> npt.NDArray[np.bool_]:
+    if op == "<":
+        return left < right
+    if op == "<=":
+        return left <= right
+    if op == ">":
+        return left > right
+    if op == ">=":
+        return left >= right
+    raise ValueError(f"unknown comparison {op!r}")

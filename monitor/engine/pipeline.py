@@ -1,0 +1,69 @@
+"""Running a plan's stages over seed prefixes, depth first, within a prefix budget.
+
+Prefixes are extended stage by stage. Before a stage, each prefix's smallest count bounds the
+extensions it can produce, so the batch is cut into chunks whose counts add up to at most the
+per-stage budget, and each chunk is carried to the end before the next one starts (the paper's
+batching of B prefixes). At most ``max_prefixes`` prefixes are alive at once over all stages,
+unless a single prefix alone proposes more than a stage's share of the budget.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from monitor.engine.extend import StageRunner
+from monitor.engine.prefixes import Prefixes
+from monitor.index.levels import I64
+
+Emit = Callable[[Prefixes], None]
+
+
+class Pipeline:
+    """The stages of one plan, bound to an index, with a prefix budget."""
+
+    def __init__(self, runners: Sequence[StageRunner], max_prefixes: int) -> None:
+        self.runners = list(runners)
+        self.budget = max(1, max_prefixes // (len(self.runners) + 1))
+        self.peak_prefixes = 0
+
+    def run(self, seeds: Prefixes, emit: Emit) -> None:
+        """Extend ``seeds`` through every stage and pass each batch of full bindings to ``emit``."""
+        for lo, hi in _chunks(np.ones(len(seeds), np.int64), self.budget):
+            self._descend(0, seeds.slice(lo, hi), emit, 0)
+
+    def _descend(self, level: int, prefixes: Prefixes, emit: Emit, alive: int) -> None:
+        alive += len(prefixes)
+        self.peak_prefixes = max(self.peak_prefixes, alive)
+        if level == len(self.runners):
+            emit(prefixes)
+            return
+        runner = self.runners[level]
+        winner, counts = runner.counts(prefixes)
+        live = counts > 0
+        if not live.all():
+            prefixes, winner, counts = prefixes.take(live), winner[live], counts[live]
+        for lo, hi in _chunks(counts, self.budget):
+            extended = runner.extend(prefixes.slice(lo, hi), winner[lo:hi])
+            if len(extended):
+                self._descend(level + 1, extended, emit, alive)
+
+
+def _chunks(counts: I64, budget: int) -> list[tuple[int, int]]:
+    """Consecutive ranges of rows whose counts sum to at most ``budget`` (at least one row each)."""
+    n = int(counts.shape[0])
+    if n == 0:
+        return []
+    total = np.cumsum(counts)
+    if int(total[-1]) <= budget:
+        return [(0, n)]
+    bounds = []
+    lo = 0
+    while lo < n:
+        base = int(total[lo - 1]) if lo else 0
+        hi = int(np.searchsorted(total, base + budget, side="right"))
+        hi = max(hi, lo + 1)
+        bounds.append((lo, hi))
+        lo = hi
+    return bounds

@@ -1,0 +1,57 @@
+"""Static evaluation (BiGJoin): every current match of a query, by the same prefix extension.
+
+Seeded by every tuple of one atom's relation, the static plan extends prefixes exactly as delta
+queries do; each binding is produced once, so no consolidation is needed and matches can be
+counted or streamed out chunk by chunk within the prefix budget.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from monitor.engine.extend import IndexReader, StageRunner
+from monitor.engine.pipeline import Pipeline
+from monitor.engine.prefixes import Prefixes
+from monitor.engine.seeds import seed_prefixes
+from monitor.index.adjacency import Cut
+from monitor.index.levels import I32
+from monitor.plan.planner import static_plan
+from monitor.query.ast import Query
+
+
+def enumerate_matches(
+    query: Query,
+    index: IndexReader,
+    emit: Callable[[list[I32]], None],
+    *,
+    max_prefixes: int = 1 << 20,
+    cut: Cut = Cut.NEW,
+) -> None:
+    """Pass every current match to ``emit``, in batches of binding columns in head order."""
+    plan = static_plan(query)
+    columns = index.tuples(plan.seed.relation, cut)
+    if not columns or not columns[0].shape[0]:
+        return
+    seeds = seed_prefixes(plan, columns, np.ones(columns[0].shape[0], np.int64), index)
+    pipeline = Pipeline([StageRunner(s, index) for s in plan.stages], max_prefixes)
+
+    def in_head_order(p: Prefixes) -> None:
+        emit([p.columns[c] for c in plan.output])
+
+    pipeline.run(seeds, in_head_order)
+
+
+def count_matches(
+    query: Query, index: IndexReader, *, max_prefixes: int = 1 << 20, cut: Cut = Cut.NEW
+) -> int:
+    """The number of current matches of ``query``."""
+    total = 0
+
+    def add(columns: list[I32]) -> None:
+        nonlocal total
+        total += int(columns[0].shape[0]) if columns else 0
+
+    enumerate_matches(query, index, add, max_prefixes=max_prefixes, cut=cut)
+    return total

@@ -1,0 +1,221 @@
+"""A multi-version adjacency: one relation in one direction, ``key -> sorted values``.
+
+Three levels, as the paper's multi-version index:
+
+- *compacted*: CSR over dense keys (``offsets``, and ``targets`` sorted within each key), 4 bytes
+  per stored pair plus 8 per key;
+- *committed*: a :class:`~monitor.index.levels.Level` of the changes since the last compaction,
+  merged into the compacted level when it grows past ``compaction_ratio`` of it (amortized, as the
+  per-vertex LSM lists of the paper);
+- *uncommitted*: the changes of the epoch in flight, relative to the committed state.
+
+A :class:`Cut` chooses what a reader sees: ``OLD`` (compacted + committed, the state before the
+epoch) or ``NEW`` (also the epoch's changes). :meth:`Adjacency.view` returns an
+:class:`AdjacencyView` whose ``count``, ``propose`` and ``contains`` take whole arrays of keys.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+import numpy as np
+import numpy.typing as npt
+
+from monitor.index.levels import I8, I32, I64, Level, gather_ranges, merge, pack, unpack
+
+
+class Cut(Enum):
+    """Which version of a relation an atom reads: before the epoch, or including it."""
+
+    OLD = "old"
+    NEW = "new"
+
+
+class AdjacencyView:
+    """The adjacency as one cut sees it: a compacted CSR plus one delta level on top of it.
+
+    Every ``+1`` pair of ``delta`` is absent from the CSR and every ``-1`` pair is present in it.
+    """
+
+    __slots__ = ("delta", "offsets", "targets")
+
+    def __init__(self, offsets: I64, targets: I32, delta: Level) -> None:
+        self.offsets = offsets
+        self.targets = targets
+        self.delta = delta
+
+    def count(self, keys: npt.NDArray[np.integer]) -> I64:
+        """Number of values of each key."""
+        counts = self.offsets[keys + 1] - self.offsets[keys]
+        if len(self.delta):
+            counts = counts + self.delta.net(keys)
+        return counts
+
+    def propose(self, keys: npt.NDArray[np.integer]) -> tuple[I64, I32]:
+        """All values of every key: ``(owner, value)`` with ``owner`` indexing ``keys``."""
+        owner, positions = gather_ranges(self.offsets[keys], self.offsets[keys + 1])
+        values = self.targets[positions]
+        if not len(self.delta):
+            return owner, values
+        removed = self.delta.lookup(pack(keys[owner], values)) < 0
+        if removed.any():
+            owner, values = owner[~removed], values[~removed]
+        lo, hi = self.delta.key_ranges(keys)
+        d_owner, d_pos = gather_ranges(lo, hi)
+        added = self.delta.diff[d_pos] > 0
+        if added.any():
+            _, d_values = unpack(self.delta.pairs[d_pos[added]])
+            owner = np.concatenate([owner, d_owner[added]])
+            values = np.concatenate([values, d_values])
+        return owner, values
+
+    def contains(
+        self, keys: npt.NDArray[np.integer], values: npt.NDArray[np.integer]
+    ) -> npt.NDArray[np.bool_]:
+        """For each ``(keys[i], values[i])``, whether the pair is present."""
+        found = segment_contains(self.offsets, self.targets, keys, values)
+        if len(self.delta):
+            diff = self.delta.lookup(pack(keys, values))
+            found = np.where(diff != 0, diff > 0, found)
+        return found
+
+
+def segment_contains(
+    offsets: I64, targets: I32, keys: npt.NDArray[np.integer], values: npt.NDArray[np.integer]
+) -> npt.NDArray[np.bool_]:
+    """Binary search of each value in its key's sorted segment of a CSR, all searches at once."""
+    lo = offsets[keys]
+    hi = offsets[keys + 1]
+    end = hi
+    values = values.astype(np.int32, copy=False)
+    while True:
+        active = lo < hi
+        if not active.any():
+            break
+        mid = (lo + hi) >> 1
+        below = np.zeros(lo.shape[0], np.bool_)
+        below[active] = targets[mid[active]] < values[active]
+        lo = np.where(active & below, mid + 1, lo)
+        hi = np.where(active & ~below, mid, hi)
+    inside = lo < end
+    found = np.zeros(lo.shape[0], np.bool_)
+    found[inside] = targets[lo[inside]] == values[inside]
+    return found
+
+
+class Adjacency:
+    """One relation in one direction, with its compacted, committed and uncommitted levels."""
+
+    def __init__(self, compaction_ratio: float = 0.125, compaction_min: int = 65536) -> None:
+        self.compaction_ratio = compaction_ratio
+        self.compaction_min = compaction_min
+        self._offsets = np.zeros(2, np.int64)
+        self._keys = 1
+        self.targets: I32 = np.empty(0, np.int32)
+        self.committed = Level.empty()
+        self.uncommitted = Level.empty()
+        self._new_delta: Level | None = None
+        self.compactions = 0
+
+    # -- shape -------------------------------------------------------------------------------
+
+    @property
+    def offsets(self) -> I64:
+        """CSR offsets of the compacted level: ``keys + 1`` entries."""
+        return self._offsets[: self._keys + 1]
+
+    def ensure_keys(self, n: int) -> None:
+        """Make keys ``0 .. n-1`` addressable (new keys have no values). Amortized O(1)."""
+        if n <= self._keys:
+            return
+        if n + 1 > self._offsets.shape[0]:
+            grown = np.empty(max(n + 1, 2 * self._offsets.shape[0]), np.int64)
+            grown[: self._keys + 1] = self._offsets[: self._keys + 1]
+            self._offsets = grown
+        self._offsets[self._keys + 1 : n + 1] = self._offsets[self._keys]
+        self._keys = n
+
+    @property
+    def key_count(self) -> int:
+        return self._keys
+
+    def __len__(self) -> int:
+        """Number of pairs in the committed state."""
+        return int(self.targets.shape[0]) + int(self.committed.running[-1])
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the compacted and committed levels."""
+        return (
+            8 * (self._keys + 1)
+            + self.targets.nbytes
+            + self.committed.pairs.nbytes
+            + self.committed.diff.nbytes
+            + self.committed.running.nbytes
+        )
+
+    # -- versions ----------------------------------------------------------------------------
+
+    def view(self, cut: Cut) -> AdjacencyView:
+        """The adjacency as read by an atom with this cut."""
+        if cut is Cut.OLD or not len(self.uncommitted):
+            return AdjacencyView(self.offsets, self.targets, self.committed)
+        if self._new_delta is None:
+            self._new_delta = merge(self.committed, self.uncommitted)
+        return AdjacencyView(self.offsets, self.targets, self._new_delta)
+
+    def stage(self, pairs: I64, diff: I8) -> None:
+        """Set the epoch's changes: unique sorted packed pairs, +1 absent before, -1 present."""
+        self.uncommitted = Level.of(pairs, diff)
+        self._new_delta = None
+
+    def commit(self) -> None:
+        """Move the epoch's changes into the committed level; compact when it has grown."""
+        if len(self.uncommitted):
+            self.committed = self.view(Cut.NEW).delta
+            self.uncommitted = Level.empty()
+            self._new_delta = None
+        threshold = max(self.compaction_min, self.compaction_ratio * self.targets.shape[0])
+        if len(self.committed) > threshold:
+            self.compact()
+
+    def abort(self) -> None:
+        """Forget the epoch's changes."""
+        self.uncommitted = Level.empty()
+        self._new_delta = None
+
+    def compact(self) -> None:
+        """Merge the committed level into the CSR. Linear in the number of stored pairs."""
+        if not len(self.committed):
+            return
+        current = self.pairs(Cut.OLD)
+        new_keys, self.targets = unpack(current)
+        counts = np.bincount(new_keys, minlength=self._keys)
+        self._offsets = np.zeros(self._keys + 1, np.int64)
+        np.cumsum(counts, out=self._offsets[1:])
+        self.committed = Level.empty()
+        self.compactions += 1
+
+    def load(self, pairs: I64) -> None:
+        """Replace everything by the unique sorted packed ``pairs`` (bulk load)."""
+        keys, self.targets = unpack(pairs)
+        n = max(self._keys, int(keys[-1]) + 1 if keys.shape[0] else 0)
+        counts = np.bincount(keys, minlength=n)
+        self._offsets = np.zeros(n + 1, np.int64)
+        np.cumsum(counts, out=self._offsets[1:])
+        self._keys = n
+        self.committed = Level.empty()
+        self.uncommitted = Level.empty()
+        self._new_delta = None
+
+    def pairs(self, cut: Cut = Cut.OLD) -> I64:
+        """Every stored pair under ``cut``, packed and sorted."""
+        view = self.view(cut)
+        keys = np.repeat(np.arange(self._keys, dtype=np.int64), np.diff(self.offsets))
+        current = pack(keys, self.targets)
+        if not len(view.delta):
+            return current
+        removed = view.delta.pairs[view.delta.diff < 0]
+        current = current[~np.isin(current, removed, assume_unique=True)]
+        added = view.delta.pairs[view.delta.diff > 0]
+        return np.insert(current, np.searchsorted(current, added), added)

@@ -1,0 +1,163 @@
+"""The vertex dictionary: external vertex ids (``int`` or ``str``) <-> dense ``int32`` ids.
+
+Dense ids are handed out in order of first appearance and never reused, so every index can be
+addressed by them. Integer ids are mapped with array operations (two sorted runs: a large one and
+a small recent one merged into it when it grows, so a batch costs a binary search); string ids go
+through a Python dict, one lookup per distinct string of a batch.
+
+The *order* of vertices, used by filters such as ``a < b``, is that of the external ids: integers
+by value, strings lexicographically, every integer before every string.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from monitor.errors import InputError
+from monitor.index.levels import I32, I64
+
+#: Dense ids are int32; one less than 2**31 keeps ``key << 32 | value`` packing positive.
+MAX_VERTICES = 2**31 - 1
+
+
+class _SortedRun:
+    __slots__ = ("ids", "keys")
+
+    def __init__(self) -> None:
+        self.keys: I64 = np.empty(0, np.int64)
+        self.ids: I32 = np.empty(0, np.int32)
+
+    def find(self, values: I64) -> I32:
+        if not self.keys.shape[0]:
+            return np.full(values.shape[0], -1, np.int32)
+        pos = np.minimum(np.searchsorted(self.keys, values), self.keys.shape[0] - 1)
+        return np.where(self.keys[pos] == values, self.ids[pos], np.int32(-1)).astype(np.int32)
+
+    def add(self, keys: I64, ids: I32) -> None:
+        """Insert keys (sorted, absent) with their ids."""
+        pos = np.searchsorted(self.keys, keys)
+        self.keys = np.insert(self.keys, pos, keys)
+        self.ids = np.insert(self.ids, pos, ids)
+
+
+class VertexDictionary:
+    """External vertex ids <-> dense ids."""
+
+    def __init__(self) -> None:
+        self._big = _SortedRun()
+        self._recent = _SortedRun()
+        self._strings: dict[str, int] = {}
+        self._int_value: I64 = np.empty(0, np.int64)
+        self._is_string: npt.NDArray[np.bool_] = np.empty(0, np.bool_)
+        self._string_of: dict[int, str] = {}
+        self._size = 0
+        self._order: I64 | None = None
+
+    def __len__(self) -> int:
+        return self._size
+
+    @property
+    def nbytes(self) -> int:
+        """Approximate bytes held (arrays exactly; strings by their length plus dict overhead)."""
+        arrays = (
+            self._big.keys.nbytes
+            + self._big.ids.nbytes
+            + self._recent.keys.nbytes
+            + self._recent.ids.nbytes
+            + self._int_value.nbytes
+            + self._is_string.nbytes
+        )
+        return arrays + sum(len(s) + 120 for s in self._strings)
+
+    def encode(self, column: npt.NDArray[np.generic], add: bool = True) -> I32:
+        """Dense ids of a column of external ids; unknown ids get new ones, or -1 if not ``add``."""
+        if column.dtype == np.int64:
+            return self._encode_ints(column.astype(np.int64, copy=False), add)
+        out = np.empty(column.shape[0], np.int32)
+        is_int = np.fromiter((type(v) is int for v in column), np.bool_, column.shape[0])
+        if is_int.any():
+            try:
+                ints = column[is_int].astype(np.int64)
+            except OverflowError as exc:
+                raise InputError(f"vertex id out of the 64-bit integer range: {exc}") from exc
+            out[is_int] = self._encode_ints(ints, add)
+        if not is_int.all():
+            out[~is_int] = self._encode_strings(column[~is_int], add)
+        return out
+
+    def _encode_ints(self, values: I64, add: bool) -> I32:
+        unique, inverse = np.unique(values, return_inverse=True)
+        ids = self._big.find(unique)
+        missing = ids < 0
+        if missing.any() and self._recent.keys.shape[0]:
+            ids[missing] = self._recent.find(unique[missing])
+            missing = ids < 0
+        if missing.any() and add:
+            fresh = unique[missing]
+            new_ids = self._grow(fresh.shape[0])
+            ids[missing] = new_ids
+            self._int_value[new_ids] = fresh
+            self._recent.add(fresh, new_ids)
+            if self._recent.keys.shape[0] * 8 > self._big.keys.shape[0]:
+                self._big.add(self._recent.keys, self._recent.ids)
+                self._recent = _SortedRun()
+        return ids[inverse.reshape(-1)]
+
+    def _encode_strings(self, values: npt.NDArray[np.generic], add: bool) -> I32:
+        unique, inverse = np.unique(values.astype(str), return_inverse=True)
+        ids = np.empty(unique.shape[0], np.int32)
+        for i, name in enumerate(unique.tolist()):
+            known = self._strings.get(name)
+            if known is None and add:
+                (known,) = self._grow(1).tolist()
+                self._strings[name] = known
+                self._string_of[known] = name
+                self._is_string[known] = True
+            ids[i] = -1 if known is None else known
+        return ids[inverse.reshape(-1)]
+
+    def _grow(self, n: int) -> I32:
+        start = self._size
+        if start + n > MAX_VERTICES:
+            raise InputError(f"more than {MAX_VERTICES} distinct vertices")
+        if start + n > self._int_value.shape[0]:
+            capacity = max(start + n, 2 * self._int_value.shape[0], 1024)
+            self._int_value = np.resize(self._int_value, capacity)
+            self._is_string = np.resize(self._is_string, capacity)
+        self._int_value[start : start + n] = 0
+        self._is_string[start : start + n] = False
+        self._size += n
+        self._order = None
+        return np.arange(start, start + n, dtype=np.int32)
+
+    def decode(self, dense: npt.NDArray[np.integer]) -> npt.NDArray[np.generic]:
+        """External ids of dense ids: ``int64`` when all are integers, else ``object``."""
+        if not self._string_of:
+            return self._int_value[dense]
+        strings = self._is_string[dense]
+        if not strings.any():
+            return self._int_value[dense]
+        out = self._int_value[dense].astype(object)
+        out[strings] = [self._string_of[int(i)] for i in dense[strings]]
+        return out
+
+    def order_keys(self) -> I64:
+        """Per dense id, an ``int64`` that orders vertices as their external ids are ordered."""
+        if not self._string_of:
+            return self._int_value[: self._size]
+        if self._order is None:
+            n = self._size
+            strings = self._is_string[:n]
+            int_ids = np.flatnonzero(~strings)
+            str_ids = np.flatnonzero(strings)
+            ranked = np.concatenate(
+                [
+                    int_ids[np.argsort(self._int_value[int_ids], kind="stable")],
+                    str_ids[np.argsort(np.array([self._string_of[int(i)] for i in str_ids]))],
+                ]
+            )
+            order = np.empty(n, np.int64)
+            order[ranked] = np.arange(n, dtype=np.int64)
+            self._order = order
+        return self._order

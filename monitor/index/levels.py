@@ -1,0 +1,119 @@
+"""Sorted delta levels: sets of signed changes to a compacted adjacency, and their merging.
+
+A level holds *pairs* ``(key, value)`` packed into one ``int64`` as ``key << 32 | value`` (both
+are dense ids below 2**31, so the packed form sorts by key, then value) and, for each pair, a
+``diff`` of +1 (pair added relative to the level below) or -1 (pair removed). Pairs are unique and
+sorted. Every operation takes and returns whole arrays.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+I64 = npt.NDArray[np.int64]
+I32 = npt.NDArray[np.int32]
+I8 = npt.NDArray[np.int8]
+
+VALUE_BITS = 32
+VALUE_MASK = (1 << VALUE_BITS) - 1
+
+
+def pack(keys: npt.NDArray[np.integer], values: npt.NDArray[np.integer]) -> I64:
+    """Pairs packed into sortable ``int64``: ``key << 32 | value``."""
+    return (keys.astype(np.int64) << VALUE_BITS) | values.astype(np.int64)
+
+
+def unpack(packed: I64) -> tuple[I64, I32]:
+    """The keys and values of packed pairs."""
+    return packed >> VALUE_BITS, (packed & VALUE_MASK).astype(np.int32)
+
+
+@dataclass(frozen=True)
+class Level:
+    """Unique sorted packed pairs with their diffs, and the running sum of diffs.
+
+    ``running[i]`` is the sum of ``diff[:i]``, so the net change of the pairs of key ``k`` is
+    ``running[hi] - running[lo]`` for the range ``[lo, hi)`` of ``k``.
+    """
+
+    pairs: I64
+    diff: I8
+    running: I64
+
+    @classmethod
+    def empty(cls) -> Level:
+        return cls(np.empty(0, np.int64), np.empty(0, np.int8), np.zeros(1, np.int64))
+
+    @classmethod
+    def of(cls, pairs: I64, diff: I8) -> Level:
+        """A level from unique sorted pairs and their (non-zero) diffs."""
+        running = np.zeros(pairs.shape[0] + 1, np.int64)
+        np.cumsum(diff, out=running[1:])
+        return cls(pairs, diff, running)
+
+    def __len__(self) -> int:
+        return int(self.pairs.shape[0])
+
+    def key_ranges(self, keys: npt.NDArray[np.integer]) -> tuple[I64, I64]:
+        """For each key, the range ``[lo, hi)`` of its pairs."""
+        k = keys.astype(np.int64) << VALUE_BITS
+        lo = np.searchsorted(self.pairs, k, side="left")
+        hi = np.searchsorted(self.pairs, k + (1 << VALUE_BITS), side="left")
+        return lo.astype(np.int64), hi.astype(np.int64)
+
+    def net(self, keys: npt.NDArray[np.integer]) -> I64:
+        """For each key, the sum of the diffs of its pairs."""
+        lo, hi = self.key_ranges(keys)
+        return self.running[hi] - self.running[lo]
+
+    def lookup(self, packed: I64) -> I8:
+        """For each packed pair, its diff in this level, or 0 where the level does not hold it."""
+        if not len(self):
+            return np.zeros(packed.shape[0], np.int8)
+        pos = np.searchsorted(self.pairs, packed)
+        pos_c = np.minimum(pos, len(self) - 1)
+        hit = self.pairs[pos_c] == packed
+        return np.where(hit, self.diff[pos_c], np.int8(0)).astype(np.int8)
+
+
+def gather_ranges(lo: I64, hi: I64) -> tuple[I64, I64]:
+    """Flatten ranges: for each position inside ``[lo[i], hi[i])``, the owner ``i`` and position.
+
+    This is the vectorized form of ``for i: for p in range(lo[i], hi[i])``.
+    """
+    lengths = hi - lo
+    total = int(lengths.sum())
+    owner = np.repeat(np.arange(lengths.shape[0], dtype=np.int64), lengths)
+    if total == 0:
+        return owner, np.empty(0, np.int64)
+    starts = np.zeros(lengths.shape[0], np.int64)
+    np.cumsum(lengths[:-1], out=starts[1:])
+    positions = np.arange(total, dtype=np.int64) + np.repeat(lo - starts, lengths)
+    return owner, positions
+
+
+def merge(lower: Level, upper: Level) -> Level:
+    """The level equal to applying ``upper`` on top of ``lower``: diffs summed, zeros dropped.
+
+    Linear in ``len(lower)`` plus ``len(upper) log len(lower)``: matches are found by binary
+    search and new pairs inserted, so a small upper level merges cheaply into a large lower one.
+    """
+    if not len(upper):
+        return lower
+    if not len(lower):
+        return upper
+    pos = np.searchsorted(lower.pairs, upper.pairs)
+    pos_c = np.minimum(pos, len(lower) - 1)
+    hit = lower.pairs[pos_c] == upper.pairs
+    diff = lower.diff.copy()
+    np.add.at(diff, pos_c[hit], upper.diff[hit])
+    fresh = ~hit
+    pairs = np.insert(lower.pairs, pos[fresh], upper.pairs[fresh])
+    diff = np.insert(diff, pos[fresh], upper.diff[fresh])
+    keep = diff != 0
+    if not keep.all():
+        pairs, diff = pairs[keep], diff[keep]
+    return Level.of(pairs, diff)

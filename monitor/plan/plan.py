@@ -1,0 +1,147 @@
+"""Plans: frozen, printable data saying how a query is evaluated, stage by stage.
+
+A :class:`DeltaQuery` ``dQ/dR#i`` evaluates the change of a query caused by the changes of its
+i-th atom: it is *seeded* by those changes, binds variables in its :attr:`~DeltaQuery.order`
+(an attribute order starting with the seed atom's variables) one :class:`Stage` at a time, and
+reads every other atom under the :class:`~monitor.index.adjacency.Cut` given by :func:`cut_of`.
+A static plan (BiGJoin) has the same shape, seeded by every tuple of one atom's relation.
+
+Within a stage, every :class:`Extender` can count, propose and intersect values for the stage's
+variable (prefix-extension in the paper); a :class:`Check` is an atom whose variables are all
+bound already (a membership test); a :class:`Comparison` is a filter, placed at the first stage
+where both its variables are bound.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from monitor.index.adjacency import Cut
+from monitor.index.graph import Direction
+
+
+def cut_of(atom: int, seed: int | None) -> Cut:
+    """The cut atom ``atom`` reads in the delta query seeded by atom ``seed``.
+
+    Atoms before the seed read ``NEW``, atoms after it ``OLD`` (so that summing the delta queries
+    over all atoms telescopes to ``Q(new) - Q(old)``). A static plan (``seed`` None) reads
+    ``NEW`` everywhere.
+    """
+    if seed is None or atom < seed:
+        return Cut.NEW
+    return Cut.OLD
+
+
+@dataclass(frozen=True)
+class Extender:
+    """One atom seen from a prefix: the values of ``variable`` that extend it in that atom.
+
+    ``key`` is the prefix column holding the atom's other (bound) variable, or None for a unary
+    atom (whose values do not depend on the prefix).
+    """
+
+    atom: int
+    relation: str
+    direction: Direction
+    key: int | None
+    cut: Cut
+
+    def describe(self, order: tuple[str, ...]) -> str:
+        keyed = "-" if self.key is None else order[self.key]
+        return f"{self.relation}#{self.atom + 1}[{self.direction.value} {keyed}, {self.cut.name}]"
+
+
+@dataclass(frozen=True)
+class Check:
+    """An atom whose variables are all bound: keep the prefixes whose tuple is present."""
+
+    atom: int
+    relation: str
+    columns: tuple[int, ...]
+    cut: Cut
+
+    def describe(self, order: tuple[str, ...]) -> str:
+        args = ", ".join(order[c] for c in self.columns)
+        return f"{self.relation}#{self.atom + 1}({args})[{self.cut.name}]"
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A filter between two prefix columns, by vertex order (``<`` ...) or identity (``!=``)."""
+
+    left: int
+    op: str
+    right: int
+
+    def describe(self, order: tuple[str, ...]) -> str:
+        return f"{order[self.left]} {self.op} {order[self.right]}"
+
+
+@dataclass(frozen=True)
+class Stage:
+    """Bind ``variable`` (a new prefix column), then apply the checks and comparisons."""
+
+    variable: str
+    extenders: tuple[Extender, ...]
+    checks: tuple[Check, ...]
+    comparisons: tuple[Comparison, ...]
+
+    def describe(self, order: tuple[str, ...]) -> str:
+        parts = [f"extend {self.variable}: " + ", ".join(e.describe(order) for e in self.extenders)]
+        if self.checks:
+            parts.append("check " + ", ".join(c.describe(order) for c in self.checks))
+        if self.comparisons:
+            parts.append("filter " + ", ".join(c.describe(order) for c in self.comparisons))
+        return "; ".join(parts)
+
+
+@dataclass(frozen=True)
+class Seed:
+    """Where a plan's first prefixes come from: the tuples (or changes) of one atom.
+
+    ``columns[p]`` is the prefix column of the atom's p-th variable; a variable repeated in the
+    atom (``e(a, a)``) maps several positions to one column, and only tuples equal at those
+    positions seed.
+    """
+
+    atom: int
+    relation: str
+    columns: tuple[int, ...]
+    delta: bool
+
+    @property
+    def width(self) -> int:
+        return max(self.columns) + 1
+
+
+@dataclass(frozen=True)
+class DeltaQuery:
+    """The plan of one query seeded by one atom (``delta``) or by all tuples (static)."""
+
+    query: str
+    rule: str
+    order: tuple[str, ...]
+    seed: Seed
+    checks: tuple[Check, ...]
+    comparisons: tuple[Comparison, ...]
+    stages: tuple[Stage, ...]
+    output: tuple[int, ...]
+
+    def describe(self) -> str:
+        """The plan as text, as ``subgraph-monitor explain`` prints it."""
+        order = self.order
+        seed_args = ", ".join(order[c] for c in self.seed.columns)
+        kind = "changes" if self.seed.delta else "all tuples"
+        lines = [
+            self.rule,
+            f"  order: {', '.join(order)}",
+            f"  seed:  {kind} of {self.seed.relation}#{self.seed.atom + 1}({seed_args})",
+        ]
+        if self.checks:
+            lines.append("         check " + ", ".join(c.describe(order) for c in self.checks))
+        if self.comparisons:
+            lines.append(
+                "         filter " + ", ".join(c.describe(order) for c in self.comparisons)
+            )
+        lines.extend(f"  stage {i + 1}: {s.describe(order)}" for i, s in enumerate(self.stages))
+        return "\n".join(lines)

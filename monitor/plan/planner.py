@@ -1,0 +1,182 @@
+"""From a :class:`~monitor.query.ast.Query` to its plans.
+
+``delta_queries(q)`` builds one :class:`~monitor.plan.plan.DeltaQuery` per atom (the paper's
+``dQ_i``); ``static_plan(q)`` one plan that enumerates all current matches (BiGJoin). Both use
+:func:`attribute_order` and :func:`build`, so the two evaluations share every stage rule; cuts come
+from :func:`~monitor.plan.plan.cut_of` only.
+"""
+
+from __future__ import annotations
+
+from itertools import combinations
+
+from monitor.errors import PlanError
+from monitor.index.adjacency import Cut
+from monitor.index.graph import SUPPORTED_ARITIES, Direction
+from monitor.plan.plan import Check, Comparison, DeltaQuery, Extender, Seed, Stage, cut_of
+from monitor.query.ast import Atom, Query
+
+
+def delta_queries(query: Query) -> tuple[DeltaQuery, ...]:
+    """One delta query per atom of ``query``, in atom order."""
+    _check_supported(query)
+    return tuple(build(query, i, delta=True) for i in range(len(query.atoms)))
+
+
+def static_plan(query: Query) -> DeltaQuery:
+    """The plan that enumerates every current match, seeded by the first binary atom."""
+    _check_supported(query)
+    seed = next((i for i, a in enumerate(query.atoms) if len(a.variables) == 2), 0)
+    return build(query, seed, delta=False)
+
+
+def attribute_order(query: Query, seed: int) -> tuple[str, ...]:
+    """The seed atom's variables, then, greedily, the variable most constrained by bound ones.
+
+    A variable can come next when some atom holds it and otherwise only bound variables; among
+    those, the one with the most such atoms wins (ties go to head order).
+    """
+    order = list(dict.fromkeys(query.atoms[seed].variables))
+    while len(order) < len(query.head):
+        bound = set(order)
+        best: tuple[int, int, str] | None = None
+        for rank, var in enumerate(query.head):
+            if var in bound:
+                continue
+            links = [a for a in query.atoms if var in a.variables and _binds(a, var, bound)]
+            connected = any(set(a.variables) - {var} for a in links)
+            if not connected:
+                continue
+            score = (-len(links), rank, var)
+            if best is None or score < best:
+                best = score
+        if best is None:
+            missing = [v for v in query.head if v not in bound]
+            raise PlanError(
+                f"query {query.name!r}: variable {missing[0]} is not connected to the seed atom "
+                f"{query.atoms[seed]}"
+            )
+        order.append(best[2])
+    return tuple(order)
+
+
+def build(query: Query, seed: int, *, delta: bool) -> DeltaQuery:
+    """The plan of ``query`` seeded by atom ``seed`` (its changes if ``delta``, else its tuples)."""
+    order = attribute_order(query, seed)
+    column = {var: i for i, var in enumerate(order)}
+    seed_cut = seed if delta else None
+    seed_atom = query.atoms[seed]
+    used = {seed}
+    comparisons = _comparisons(query, column)
+    placed: set[Comparison] = set()
+
+    def comparisons_until(width: int) -> tuple[Comparison, ...]:
+        ready = tuple(c for c in comparisons if max(c.left, c.right) < width and c not in placed)
+        placed.update(ready)
+        return ready
+
+    def checks_until(width: int) -> tuple[Check, ...]:
+        ready = []
+        for i, atom in enumerate(query.atoms):
+            if i not in used and all(column[v] < width for v in atom.variables):
+                ready.append(
+                    Check(
+                        i,
+                        atom.relation,
+                        tuple(column[v] for v in atom.variables),
+                        cut_of(i, seed_cut),
+                    )
+                )
+                used.add(i)
+        return tuple(ready)
+
+    width = len(set(seed_atom.variables))
+    seed_plan = Seed(seed, seed_atom.relation, tuple(column[v] for v in seed_atom.variables), delta)
+    first_checks = checks_until(width)
+    first_comparisons = comparisons_until(width)
+    stages = []
+    for var in order[width:]:
+        extenders = []
+        for i, atom in enumerate(query.atoms):
+            if i in used or var not in atom.variables:
+                continue
+            others = [v for v in atom.variables if v != var]
+            if (
+                not all(column[v] < column[var] for v in others)
+                or len(atom.variables) - len(others) != 1
+            ):
+                continue
+            extenders.append(_extender(i, atom, var, column, cut_of(i, seed_cut)))
+            used.add(i)
+        stages.append(
+            Stage(
+                var,
+                tuple(extenders),
+                checks_until(column[var] + 1),
+                comparisons_until(column[var] + 1),
+            )
+        )
+    rule = _rule(query, seed, delta, comparisons)
+    return DeltaQuery(
+        query.name,
+        rule,
+        order,
+        seed_plan,
+        first_checks,
+        first_comparisons,
+        tuple(stages),
+        tuple(column[v] for v in query.head),
+    )
+
+
+def _binds(atom: Atom, var: str, bound: set[str]) -> bool:
+    """Whether ``atom`` holds ``var`` once and otherwise only ``bound`` variables."""
+    return atom.variables.count(var) == 1 and all(v in bound for v in atom.variables if v != var)
+
+
+def _extender(index: int, atom: Atom, var: str, column: dict[str, int], cut: Cut) -> Extender:
+    if len(atom.variables) == 1:
+        return Extender(index, atom.relation, Direction.FORWARD, None, cut)
+    src, dst = atom.variables
+    if var == dst:
+        return Extender(index, atom.relation, Direction.FORWARD, column[src], cut)
+    return Extender(index, atom.relation, Direction.REVERSE, column[dst], cut)
+
+
+def _comparisons(query: Query, column: dict[str, int]) -> list[Comparison]:
+    found: dict[tuple[int, str, int], Comparison] = {}
+    for f in query.filters:
+        c = Comparison(column[f.left], f.op, column[f.right])
+        found.setdefault((c.left, c.op, c.right), c)
+    if query.distinct:
+        for x, y in combinations(query.head, 2):
+            lo, hi = sorted((column[x], column[y]))
+            found.setdefault((lo, "!=", hi), Comparison(lo, "!=", hi))
+    return list(found.values())
+
+
+def _rule(query: Query, seed: int, delta: bool, comparisons: list[Comparison]) -> str:
+    """``dQ/de#2 := e'(a, b), de(b, c), e(a, c)``: primes read NEW, ``d`` is the seed's change."""
+    parts = []
+    for i, atom in enumerate(query.atoms):
+        args = ", ".join(atom.variables)
+        if delta and i == seed:
+            parts.append(f"d{atom.relation}({args})")
+        elif not delta or cut_of(i, seed) is Cut.NEW:
+            parts.append(f"{atom.relation}'({args})")
+        else:
+            parts.append(f"{atom.relation}({args})")
+    parts.extend(str(f) for f in query.filters)
+    if query.distinct:
+        parts.append("distinct")
+    head = f"d{query.name}/d{query.atoms[seed].relation}#{seed + 1}" if delta else query.name
+    return f"{head} := {', '.join(parts)}"
+
+
+def _check_supported(query: Query) -> None:
+    for atom in query.atoms:
+        if len(atom.variables) not in SUPPORTED_ARITIES:
+            raise PlanError(
+                f"query {query.name!r}: atom {atom} has arity {len(atom.variables)}; the index "
+                f"supports arities {', '.join(map(str, SUPPORTED_ARITIES))}"
+            )
