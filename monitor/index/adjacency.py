@@ -46,7 +46,7 @@ class AdjacencyView:
 
     def count(self, keys: npt.NDArray[np.integer]) -> I64:
         """Number of values of each key."""
-        counts = self.offsets[keys + 1] - self.offsets[keys]
+        counts: I64 = self.offsets[keys + 1] - self.offsets[keys]
         if len(self.delta):
             counts = counts + self.delta.net(keys)
         return counts
@@ -83,23 +83,27 @@ class AdjacencyView:
 def segment_contains(
     offsets: I64, targets: I32, keys: npt.NDArray[np.integer], values: npt.NDArray[np.integer]
 ) -> npt.NDArray[np.bool_]:
-    """Binary search of each value in its key's sorted segment of a CSR, all searches at once."""
+    """Whether each value is in its key's sorted CSR segment: all binary searches at once.
+
+    Binary lifting: ``pos`` starts at the segment's first position and moves forward by
+    decreasing powers of two while the target there is still ``<= value``; after
+    ``log2(longest segment)`` whole-array steps it rests on the last target ``<= value``.
+    """
     lo = offsets[keys]
-    hi = offsets[keys + 1]
-    end = hi
+    end = offsets[keys + 1]
+    if not lo.shape[0]:
+        return np.zeros(0, np.bool_)
     values = values.astype(np.int32, copy=False)
-    while True:
-        active = lo < hi
-        if not active.any():
-            break
-        mid = (lo + hi) >> 1
-        below = np.zeros(lo.shape[0], np.bool_)
-        below[active] = targets[mid[active]] < values[active]
-        lo = np.where(active & below, mid + 1, lo)
-        hi = np.where(active & ~below, mid, hi)
+    top = max(int(targets.shape[0]) - 1, 0)
+    pos = lo.copy()
+    for shift in range(int((end - lo).max()).bit_length() - 1, -1, -1):
+        candidate = pos + (1 << shift)
+        ok = candidate < end
+        ok &= targets[np.minimum(candidate, top)] <= values
+        pos = np.where(ok, candidate, pos)
     inside = lo < end
-    found = np.zeros(lo.shape[0], np.bool_)
-    found[inside] = targets[lo[inside]] == values[inside]
+    found = np.zeros(pos.shape[0], np.bool_)
+    found[inside] = targets[pos[inside]] == values[inside]
     return found
 
 

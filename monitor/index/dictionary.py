@@ -133,12 +133,13 @@ class VertexDictionary:
 
     def decode(self, dense: npt.NDArray[np.integer]) -> npt.NDArray[np.generic]:
         """External ids of dense ids: ``int64`` when all are integers, else ``object``."""
+        ints: I64 = self._int_value[dense]
         if not self._string_of:
-            return self._int_value[dense]
+            return ints
         strings = self._is_string[dense]
         if not strings.any():
-            return self._int_value[dense]
-        out = self._int_value[dense].astype(object)
+            return ints
+        out: npt.NDArray[np.generic] = ints.astype(object)
         out[strings] = [self._string_of[int(i)] for i in dense[strings]]
         return out
 

@@ -1,0 +1,39 @@
+# Everything a fresh machine needs, from a clone: `make run` (the main job on the shipped
+# example), `make test` (lint, types and the whole test suite). Both create .venv on first use.
+
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+
+.PHONY: run test lint unit bench clean
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
+		{ echo "subgraph-monitor needs Python 3.11 or newer (found $$($(PYTHON) --version))"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	@touch $@
+
+## run: the embedded main job on the shipped example (no Kafka needed)
+run: $(STAMP)
+	$(BIN)/subgraph-monitor run --query examples/fraud.q --edges examples/transfers.txt --batch-size 25
+
+## test: ruff, mypy and every test (the same command CI runs)
+test: lint unit
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+unit: $(STAMP)
+	$(BIN)/pytest
+
+## bench: the benchmark harness; writes BENCHMARKS.md
+bench: $(STAMP)
+	$(BIN)/python -m bench.run
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
