@@ -1,0 +1,111 @@
+"""Plans: golden files of ``explain`` output, and the structural rules every plan obeys."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from monitor.errors import PlanError
+from monitor.index.adjacency import Cut
+from monitor.plan.plan import DeltaQuery, cut_of
+from monitor.plan.planner import attribute_order, delta_queries, static_plan
+from monitor.query.ast import Query
+from monitor.query.builtins import BUILTIN_QUERIES, builtin
+from monitor.query.load import load_queries
+from monitor.query.parser import parse_queries
+
+GOLDEN = Path(__file__).parent / "golden"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+QUERIES: dict[str, Query] = {name: builtin(name) for name in BUILTIN_QUERIES}
+QUERIES.update({q.name: q for q in load_queries(str(EXAMPLES / "fraud.q"))})
+QUERIES.update(
+    {
+        q.name: q
+        for q in parse_queries(
+            """
+            sym(a, b, c) := e(a, b), e(b, c), e(a, c), a < b, b < c.
+            loops(a, b) := e(a, a), f(a, b), e(b, a), distinct.
+            """
+        )
+    }
+)
+
+
+def explain(query: Query) -> str:
+    plans = [p.describe() for p in delta_queries(query)] + [static_plan(query).describe()]
+    return f"# {query}\n" + "\n".join(plans) + "\n"
+
+
+@pytest.mark.parametrize("name", sorted(QUERIES))
+def test_explain_matches_golden_file(name: str) -> None:
+    path = GOLDEN / f"{name}.txt"
+    text = explain(QUERIES[name])
+    if os.environ.get("UPDATE_GOLDEN"):
+        path.write_text(text)
+    assert path.exists(), f"no golden file {path}; run with UPDATE_GOLDEN=1 to create it"
+    assert text == path.read_text()
+
+
+def test_cut_of_reads_new_before_the_seed_and_old_after() -> None:
+    assert [cut_of(i, 2) for i in range(5)] == [Cut.NEW, Cut.NEW, Cut.OLD, Cut.OLD, Cut.OLD]
+    assert {cut_of(i, None) for i in range(5)} == {Cut.NEW}
+
+
+def atoms_used(plan: DeltaQuery) -> list[int]:
+    used = [plan.seed.atom] + [c.atom for c in plan.checks]
+    for stage in plan.stages:
+        used += [e.atom for e in stage.extenders] + [c.atom for c in stage.checks]
+    return used
+
+
+@pytest.mark.parametrize("name", sorted(QUERIES))
+def test_every_plan_uses_each_atom_once_with_its_cut(name: str) -> None:
+    query = QUERIES[name]
+    for seed, plan in enumerate(delta_queries(query)):
+        assert plan.seed.atom == seed and plan.seed.delta
+        assert sorted(atoms_used(plan)) == list(range(len(query.atoms)))
+        assert plan.order[: len(set(query.atoms[seed].variables))] == tuple(
+            dict.fromkeys(query.atoms[seed].variables)
+        )
+        for stage in plan.stages:
+            assert stage.extenders, f"stage {stage.variable} has nothing to propose"
+            for e in stage.extenders:
+                assert e.cut is cut_of(e.atom, seed)
+                assert e.key is None or e.key < plan.order.index(stage.variable)
+            for c in stage.checks:
+                assert c.cut is cut_of(c.atom, seed)
+        assert sorted(plan.order) == sorted(query.head)
+        assert [plan.order[c] for c in plan.output] == list(query.head)
+
+
+@pytest.mark.parametrize("name", sorted(QUERIES))
+def test_filters_are_placed_at_the_first_stage_binding_both_variables(name: str) -> None:
+    query = QUERIES[name]
+    for plan in (*delta_queries(query), static_plan(query)):
+        width = plan.seed.width
+        for c in plan.comparisons:
+            assert max(c.left, c.right) < width
+        for i, stage in enumerate(plan.stages):
+            column = width + i
+            for c in stage.comparisons:
+                assert max(c.left, c.right) == column
+
+
+def test_order_prefers_the_most_constrained_variable() -> None:
+    (query,) = parse_queries("q(a, b, c, d) := e(a, b), e(b, d), e(a, c), e(b, c).")
+    # After a, b: c is joined to both bound variables, d to one.
+    assert attribute_order(query, 0) == ("a", "b", "c", "d")
+
+
+def test_rule_marks_new_old_and_delta_atoms() -> None:
+    plans = delta_queries(builtin("triangle"))
+    assert plans[1].rule == "dtriangle/de#2 := e'(a1, a2), de(a1, a3), e(a2, a3)"
+
+
+def test_unsupported_arity_is_a_plan_error() -> None:
+    (query,) = parse_queries("q(a, b, c) := r(a, b, c).")
+    with pytest.raises(PlanError, match="arity 3"):
+        delta_queries(query)
