@@ -16,7 +16,6 @@ import numpy.typing as npt
 
 from monitor.engine.prefixes import Prefixes
 from monitor.index.adjacency import AdjacencyView, Cut
-from monitor.index.graph import Direction
 from monitor.index.levels import I32, I64
 from monitor.plan.plan import Check, Comparison, Extender, Stage
 
@@ -24,17 +23,23 @@ from monitor.plan.plan import Check, Comparison, Extender, Stage
 class IndexReader(Protocol):
     """What evaluation needs of an index."""
 
-    def view(self, relation: str, direction: Direction, cut: Cut) -> AdjacencyView: ...
+    def view(self, relation: str, position: int, cut: Cut) -> AdjacencyView: ...
+
+    def keys(self, relation: str, position: int, columns: Sequence[I32]) -> I64: ...
 
     def tuples(self, relation: str, cut: Cut = ...) -> list[I32]: ...
 
     def order_keys(self) -> I64: ...
 
 
-def _keys(extender: Extender, prefixes: Prefixes) -> npt.NDArray[np.integer]:
-    if extender.key is None:
+def _keys(extender: Extender, prefixes: Prefixes, index: IndexReader) -> npt.NDArray[np.integer]:
+    """The adjacency key of every prefix for an extender (its other positions' values)."""
+    if extender.arity == 2:
+        return prefixes.columns[extender.key[0]]
+    columns = [prefixes.columns[c] for c in extender.key]
+    if not columns:
         return np.zeros(len(prefixes), np.int64)
-    return prefixes.columns[extender.key]
+    return index.keys(extender.relation, extender.position, columns)
 
 
 class StageRunner:
@@ -42,7 +47,8 @@ class StageRunner:
 
     def __init__(self, stage: Stage, index: IndexReader) -> None:
         self.stage = stage
-        self.views = [index.view(e.relation, e.direction, e.cut) for e in stage.extenders]
+        self.index = index
+        self.views = [index.view(e.relation, e.position, e.cut) for e in stage.extenders]
         self.filter = Filters(stage.checks, stage.comparisons, index)
 
     def counts(self, prefixes: Prefixes) -> tuple[npt.NDArray[np.intp], I64]:
@@ -51,10 +57,13 @@ class StageRunner:
         if len(extenders) == 1:
             return (
                 np.zeros(len(prefixes), np.intp),
-                self.views[0].count(_keys(extenders[0], prefixes)),
+                self.views[0].count(_keys(extenders[0], prefixes, self.index)),
             )
         counts = np.stack(
-            [v.count(_keys(e, prefixes)) for e, v in zip(extenders, self.views, strict=True)]
+            [
+                v.count(_keys(e, prefixes, self.index))
+                for e, v in zip(extenders, self.views, strict=True)
+            ]
         )
         winner = np.argmin(counts, axis=0)
         return winner, counts[winner, np.arange(len(prefixes))]
@@ -68,12 +77,12 @@ class StageRunner:
             rows = np.flatnonzero(winner == e) if len(extenders) > 1 else np.arange(len(prefixes))
             if not rows.shape[0]:
                 continue
-            owner, values = view.propose(_keys(extender, prefixes)[rows])
+            owner, values = view.propose(_keys(extender, prefixes, self.index)[rows])
             rows = rows[owner]
             for f, (other, other_view) in enumerate(zip(extenders, self.views, strict=True)):
                 if f == e or not rows.shape[0]:
                     continue
-                keep = other_view.contains(_keys(other, prefixes)[rows], values)
+                keep = other_view.contains(_keys(other, prefixes, self.index)[rows], values)
                 rows, values = rows[keep], values[keep]
             all_rows.append(rows)
             all_values.append(values)
@@ -90,7 +99,7 @@ class Filters:
     def __init__(
         self, checks: Sequence[Check], comparisons: Sequence[Comparison], index: IndexReader
     ) -> None:
-        self.checks = [(c, index.view(c.relation, Direction.FORWARD, c.cut)) for c in checks]
+        self.checks = [(c, index.view(c.relation, len(c.columns) - 1, c.cut)) for c in checks]
         self.comparisons = list(comparisons)
         self._index = index
 
@@ -109,10 +118,16 @@ class Filters:
                 order = self._index.order_keys()
             keep &= _compare(order[left], comparison.op, order[right])
         for check, view in self.checks:
-            cols = [prefixes.columns[c] for c in check.columns]
-            key = cols[0] if len(cols) == 2 else np.zeros(len(prefixes), np.int64)
             rows = np.flatnonzero(keep)
-            keep[rows] = view.contains(key[rows], cols[-1][rows])
+            cols = [prefixes.columns[c][rows] for c in check.columns]
+            last = len(cols) - 1
+            if last == 0:
+                key: npt.NDArray[np.integer] = np.zeros(rows.shape[0], np.int64)
+            elif last == 1:
+                key = cols[0]
+            else:
+                key = self._index.keys(check.relation, last, cols[:-1])
+            keep[rows] = view.contains(key, cols[-1])
         return prefixes if keep.all() else prefixes.take(keep)
 
 

@@ -1,8 +1,8 @@
 """The vertex dictionary: external vertex ids (``int`` or ``str``) <-> dense ``int32`` ids.
 
 Dense ids are handed out in order of first appearance and never reused, so every index can be
-addressed by them. Integer ids are mapped with array operations (two sorted runs: a large one and
-a small recent one merged into it when it grows, so a batch costs a binary search); string ids go
+addressed by them. Integer ids are mapped with array operations (an
+:class:`~monitor.index.intmap.IntMap`); string ids go
 through a Python dict, one lookup per distinct string of a batch.
 
 The *order* of vertices, used by filters such as ``a < b``, is that of the external ids: integers
@@ -15,38 +15,18 @@ import numpy as np
 import numpy.typing as npt
 
 from monitor.errors import InputError
+from monitor.index.intmap import IntMap
 from monitor.index.levels import I32, I64
 
 #: Dense ids are int32; one less than 2**31 keeps ``key << 32 | value`` packing positive.
 MAX_VERTICES = 2**31 - 1
 
 
-class _SortedRun:
-    __slots__ = ("ids", "keys")
-
-    def __init__(self) -> None:
-        self.keys: I64 = np.empty(0, np.int64)
-        self.ids: I32 = np.empty(0, np.int32)
-
-    def find(self, values: I64) -> I32:
-        if not self.keys.shape[0]:
-            return np.full(values.shape[0], -1, np.int32)
-        pos = np.minimum(np.searchsorted(self.keys, values), self.keys.shape[0] - 1)
-        return np.where(self.keys[pos] == values, self.ids[pos], np.int32(-1)).astype(np.int32)
-
-    def add(self, keys: I64, ids: I32) -> None:
-        """Insert keys (sorted, absent) with their ids."""
-        pos = np.searchsorted(self.keys, keys)
-        self.keys = np.insert(self.keys, pos, keys)
-        self.ids = np.insert(self.ids, pos, ids)
-
-
 class VertexDictionary:
     """External vertex ids <-> dense ids."""
 
     def __init__(self) -> None:
-        self._big = _SortedRun()
-        self._recent = _SortedRun()
+        self._ints = IntMap()
         self._strings: dict[str, int] = {}
         self._int_value: I64 = np.empty(0, np.int64)
         self._is_string: npt.NDArray[np.bool_] = np.empty(0, np.bool_)
@@ -60,14 +40,7 @@ class VertexDictionary:
     @property
     def nbytes(self) -> int:
         """Approximate bytes held (arrays exactly; strings by their length plus dict overhead)."""
-        arrays = (
-            self._big.keys.nbytes
-            + self._big.ids.nbytes
-            + self._recent.keys.nbytes
-            + self._recent.ids.nbytes
-            + self._int_value.nbytes
-            + self._is_string.nbytes
-        )
+        arrays = self._ints.nbytes + int(self._int_value.nbytes + self._is_string.nbytes)
         return arrays + sum(len(s) + 120 for s in self._strings)
 
     def encode(self, column: npt.NDArray[np.generic], add: bool = True) -> I32:
@@ -88,20 +61,14 @@ class VertexDictionary:
 
     def _encode_ints(self, values: I64, add: bool) -> I32:
         unique, inverse = np.unique(values, return_inverse=True)
-        ids = self._big.find(unique)
+        ids = self._ints.find(unique)
         missing = ids < 0
-        if missing.any() and self._recent.keys.shape[0]:
-            ids[missing] = self._recent.find(unique[missing])
-            missing = ids < 0
         if missing.any() and add:
             fresh = unique[missing]
             new_ids = self._grow(fresh.shape[0])
             ids[missing] = new_ids
             self._int_value[new_ids] = fresh
-            self._recent.add(fresh, new_ids)
-            if self._recent.keys.shape[0] * 8 > self._big.keys.shape[0]:
-                self._big.add(self._recent.keys, self._recent.ids)
-                self._recent = _SortedRun()
+            self._ints.add(fresh, new_ids)
         return ids[inverse.reshape(-1)]
 
     def _encode_strings(self, values: npt.NDArray[np.generic], add: bool) -> I32:

@@ -1,10 +1,15 @@
 """The graph index: every relation's adjacencies over one vertex dictionary.
 
-A binary relation ``r(src, dst)`` is held twice, ``forward`` (``src -> dst``) and ``reverse``
-(``dst -> src``); a unary relation ``r(v)`` once, as the values of the single key 0. Relations are
-sets (see :meth:`GraphIndex.stage` for how an epoch's updates are applied).
+A relation of arity ``k`` has one :class:`~monitor.index.adjacency.Adjacency` per *position*
+``q``: it proposes the value at ``q`` keyed by the values at the other positions. For a binary
+relation ``r(src, dst)`` position 1 is the forward adjacency (``src -> dst``) and position 0 the
+reverse one (``dst -> src``), both keyed by dense vertex ids; a unary relation has one adjacency
+whose only key is 0; for ``k >= 3`` the other positions' tuple is mapped to a key id by
+:class:`~monitor.index.keys.TupleKeys`. The last position's adjacency is the relation's
+*primary* copy: membership and the list of tuples are read from it.
 
-The epoch protocol: :meth:`GraphIndex.stage` an epoch's updates (they become the uncommitted level
+Relations are sets (see :meth:`GraphIndex.stage` for how an epoch's updates are applied). The
+epoch protocol: :meth:`GraphIndex.stage` an epoch's updates (they become the uncommitted level
 and the effective changes are returned), evaluate the delta queries against ``OLD`` and ``NEW``
 views, then :meth:`GraphIndex.commit` (or :meth:`GraphIndex.abort`).
 """
@@ -12,8 +17,8 @@ views, then :meth:`GraphIndex.commit` (or :meth:`GraphIndex.abort`).
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from enum import Enum
 
 import numpy as np
 import numpy.typing as npt
@@ -22,33 +27,55 @@ from connectors.records import RelationUpdates, UpdateBatch
 from monitor.errors import InputError
 from monitor.index.adjacency import Adjacency, AdjacencyView, Cut
 from monitor.index.dictionary import VertexDictionary
+from monitor.index.keys import TupleKeys
 from monitor.index.levels import I8, I32, I64, pack, unpack
 
-#: Arities the index stores.
-SUPPORTED_ARITIES = (1, 2)
+#: The largest arity a relation may have.
+MAX_ARITY = 8
 
 
-class Direction(Enum):
-    """Which adjacency of a relation: keyed by the first column, or by the second."""
-
-    FORWARD = "fwd"
-    REVERSE = "rev"
-
-
-@dataclass
 class Relation:
-    """One relation: its arity and its adjacencies."""
+    """One relation: its arity, and an adjacency (with its key map) per position."""
 
-    name: str
-    arity: int
-    forward: Adjacency
-    reverse: Adjacency | None
+    def __init__(self, name: str, arity: int, compaction: tuple[float, int]) -> None:
+        self.name = name
+        self.arity = arity
+        self.by_position = [Adjacency(*compaction) for _ in range(arity)]
+        self.tuple_keys = [TupleKeys(arity - 1) if arity >= 3 else None for _ in range(arity)]
 
-    def adjacencies(self) -> list[Adjacency]:
-        return [self.forward] if self.reverse is None else [self.forward, self.reverse]
+    @property
+    def primary(self) -> Adjacency:
+        return self.by_position[-1]
 
     def __len__(self) -> int:
-        return len(self.forward)
+        return len(self.primary)
+
+    @property
+    def nbytes(self) -> int:
+        keys = sum(k.nbytes for k in self.tuple_keys if k is not None)
+        return keys + sum(a.nbytes for a in self.by_position)
+
+    def keys(
+        self, position: int, columns: Sequence[npt.NDArray[np.integer]], n: int, add: bool
+    ) -> I64:
+        """Adjacency keys of ``position`` for ``n`` tuples whose other positions hold ``columns``.
+
+        Unknown tuples of arity >= 3 map to key 0, which has no values (when not ``add``).
+        """
+        if self.arity == 1:
+            return np.zeros(n, np.int64)
+        if self.arity == 2:
+            return columns[0].astype(np.int64, copy=False)
+        tuple_keys = self.tuple_keys[position]
+        assert tuple_keys is not None
+        keys = tuple_keys.encode([c.astype(np.int32, copy=False) for c in columns], add=add)
+        if add:
+            self.by_position[position].ensure_keys(tuple_keys.size)
+        return keys.astype(np.int64)
+
+    def others(self, position: int, columns: Sequence[I32]) -> list[I32]:
+        """The columns of every position but ``position``."""
+        return [c for p, c in enumerate(columns) if p != position]
 
 
 @dataclass
@@ -91,35 +118,35 @@ class GraphIndex:
             if existing.arity != arity:
                 raise InputError(f"relation {name!r} has arity {existing.arity}, not {arity}")
             return existing
-        if arity not in SUPPORTED_ARITIES:
-            raise InputError(
-                f"relation {name!r} has arity {arity}; supported arities are "
-                f"{', '.join(map(str, SUPPORTED_ARITIES))}"
-            )
-        ratio, minimum = self._compaction
-        forward = Adjacency(ratio, minimum)
-        reverse = Adjacency(ratio, minimum) if arity == 2 else None
-        created = Relation(name, arity, forward, reverse)
+        if not 1 <= arity <= MAX_ARITY:
+            raise InputError(f"relation {name!r} has arity {arity}; allowed are 1 to {MAX_ARITY}")
+        created = Relation(name, arity, self._compaction)
         self.relations[name] = created
         self._ensure_keys()
         return created
 
-    def view(self, relation: str, direction: Direction, cut: Cut) -> AdjacencyView:
-        """The adjacency of ``relation`` in ``direction`` as read under ``cut``."""
-        rel = self.relations[relation]
-        adjacency = rel.forward if direction is Direction.FORWARD else rel.reverse
-        assert adjacency is not None, f"unary relation {relation!r} has no reverse adjacency"
-        return adjacency.view(cut)
+    def view(self, relation: str, position: int, cut: Cut) -> AdjacencyView:
+        """The adjacency proposing ``position`` of ``relation``, as read under ``cut``."""
+        return self.relations[relation].by_position[position].view(cut)
+
+    def keys(self, relation: str, position: int, columns: Sequence[I32]) -> I64:
+        """Keys of ``position``'s adjacency for the other positions' values (0 if unknown)."""
+        n = columns[0].shape[0] if columns else 0
+        return self.relations[relation].keys(position, columns, n, add=False)
 
     def tuples(self, relation: str, cut: Cut = Cut.OLD) -> list[I32]:
         """Every tuple of ``relation`` under ``cut``, as dense columns sorted by tuple."""
         rel = self.relations.get(relation)
         if rel is None:
             return []
-        keys, values = unpack(rel.forward.pairs(cut))
+        keys, values = unpack(rel.primary.pairs(cut))
         if rel.arity == 1:
             return [values]
-        return [keys.astype(np.int32), values]
+        if rel.arity == 2:
+            return [keys.astype(np.int32), values]
+        tuple_keys = rel.tuple_keys[-1]
+        assert tuple_keys is not None
+        return [*tuple_keys.decode(keys), values]
 
     def order_keys(self) -> I64:
         """Per dense id, a key ordering vertices as their external ids."""
@@ -128,17 +155,17 @@ class GraphIndex:
     @property
     def nbytes(self) -> int:
         """Bytes held by every adjacency (compacted and committed levels) and the dictionary."""
-        adjacency = sum(a.nbytes for r in self.relations.values() for a in r.adjacencies())
-        return adjacency + self.dictionary.nbytes
+        return sum(r.nbytes for r in self.relations.values()) + self.dictionary.nbytes
 
     def edge_count(self) -> int:
+        """Tuples stored, over all relations."""
         return sum(len(r) for r in self.relations.values())
 
     def _ensure_keys(self) -> None:
         n = len(self.dictionary)
         for rel in self.relations.values():
             if rel.arity == 2:
-                for adjacency in rel.adjacencies():
+                for adjacency in rel.by_position:
                     adjacency.ensure_keys(n)
 
     # -- the epoch protocol ------------------------------------------------------------------
@@ -169,35 +196,29 @@ class GraphIndex:
         self, rel: Relation, part: RelationUpdates, ignored: Counter[str]
     ) -> Change:
         insert = part.diff > 0
-        dense = (
-            [self.dictionary.encode(c, add=True) for c in part.columns]
-            if insert.all()
-            else [_encode_mixed(self.dictionary, c, insert) for c in part.columns]
-        )
+        dense = [_encode(self.dictionary, c, insert) for c in part.columns]
         self._ensure_keys()
         known = np.logical_and.reduce([d >= 0 for d in dense])
-        unknown = int((~known).sum())
-        if unknown:
-            ignored["absent_delete"] += unknown
+        seq = part.seq
+        if not known.all():
+            ignored["absent_delete"] += int((~known).sum())
             dense = [d[known] for d in dense]
-            insert, seq = insert[known], part.seq[known]
-        else:
-            seq = part.seq
-        keys: npt.NDArray[np.integer] = dense[0] if rel.arity == 2 else np.zeros_like(dense[0])
-        values = dense[-1]
-        packed = pack(keys, values)
+            insert, seq = insert[known], seq[known]
+        last_position = rel.arity - 1
+        keys = rel.keys(last_position, dense[:-1], insert.shape[0], add=bool(insert.any()))
+        packed = pack(keys, dense[-1])
         order = np.lexsort((seq, packed))
         packed, insert = packed[order], insert[order]
         n = packed.shape[0]
         if n == 0:
-            return Change([np.empty(0, np.int32)] * rel.arity, np.empty(0, np.int8))
+            return Change([np.empty(0, np.int32) for _ in range(rel.arity)], np.empty(0, np.int8))
         first = np.ones(n, np.bool_)
         first[1:] = packed[1:] != packed[:-1]
         last = np.ones(n, np.bool_)
         last[:-1] = first[1:]
         starts = np.flatnonzero(first)
         k, v = unpack(packed[starts])
-        present = rel.forward.view(Cut.OLD).contains(k, v)
+        present = rel.primary.view(Cut.OLD).contains(k, v)
         before = np.empty(n, np.bool_)
         before[1:] = insert[:-1]
         before[starts] = present
@@ -206,27 +227,27 @@ class GraphIndex:
         ignored["absent_delete"] += int((noop & ~insert).sum())
         final = insert[last]
         effective = final != present
-        pairs = packed[starts][effective]
+        rows = order[starts[effective]]
+        columns = [d[rows] for d in dense]
         diff = np.where(final[effective], np.int8(1), np.int8(-1)).astype(np.int8)
-        rel.forward.stage(pairs, diff)
-        src, dst = unpack(pairs)
-        if rel.reverse is not None:
-            rev = pack(dst, src)
-            rev_order = np.argsort(rev, kind="stable")
-            rel.reverse.stage(rev[rev_order], diff[rev_order])
-            return Change([src.astype(np.int32), dst], diff)
-        return Change([dst], diff)
+        for position, adjacency in enumerate(rel.by_position):
+            others = rel.others(position, columns)
+            keys = rel.keys(position, others, diff.shape[0], add=True)
+            pairs = pack(keys, columns[position])
+            by_pair = np.argsort(pairs, kind="stable")
+            adjacency.stage(pairs[by_pair], diff[by_pair])
+        return Change(columns, diff)
 
     def commit(self) -> None:
         """Make the staged epoch part of the committed state."""
         for rel in self.relations.values():
-            for adjacency in rel.adjacencies():
+            for adjacency in rel.by_position:
                 adjacency.commit()
 
     def abort(self) -> None:
         """Forget the staged epoch."""
         for rel in self.relations.values():
-            for adjacency in rel.adjacencies():
+            for adjacency in rel.by_position:
                 adjacency.abort()
 
     def apply(self, batch: UpdateBatch) -> StagedEpoch:
@@ -236,10 +257,12 @@ class GraphIndex:
         return staged
 
 
-def _encode_mixed(
+def _encode(
     dictionary: VertexDictionary, column: npt.NDArray[np.generic], insert: npt.NDArray[np.bool_]
 ) -> I32:
     """Dense ids; inserted tuples' vertices are added, deleted tuples' vertices only looked up."""
+    if insert.all():
+        return dictionary.encode(column, add=True)
     out = np.empty(column.shape[0], np.int32)
     out[insert] = dictionary.encode(column[insert], add=True)
     out[~insert] = dictionary.encode(column[~insert], add=False)

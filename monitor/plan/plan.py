@@ -17,7 +17,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from monitor.index.adjacency import Cut
-from monitor.index.graph import Direction
 
 
 def cut_of(atom: int, seed: int | None) -> Cut:
@@ -34,21 +33,28 @@ def cut_of(atom: int, seed: int | None) -> Cut:
 
 @dataclass(frozen=True)
 class Extender:
-    """One atom seen from a prefix: the values of ``variable`` that extend it in that atom.
+    """One atom seen from a prefix: the values of one of its positions that extend the prefix.
 
-    ``key`` is the prefix column holding the atom's other (bound) variable, or None for a unary
-    atom (whose values do not depend on the prefix).
+    ``position`` is the atom position the stage's variable is at; ``key`` lists the prefix
+    columns holding the atom's other positions, in position order (empty for a unary atom, whose
+    values do not depend on the prefix). For a binary atom, position 1 reads the forward
+    adjacency (``src -> dst``) and position 0 the reverse one.
     """
 
     atom: int
     relation: str
-    direction: Direction
-    key: int | None
+    arity: int
+    position: int
+    key: tuple[int, ...]
     cut: Cut
 
     def describe(self, order: tuple[str, ...]) -> str:
-        keyed = "-" if self.key is None else order[self.key]
-        return f"{self.relation}#{self.atom + 1}[{self.direction.value} {keyed}, {self.cut.name}]"
+        by = ", ".join(order[c] for c in self.key) or "-"
+        if self.arity == 2:
+            way = "fwd" if self.position == 1 else "rev"
+        else:
+            way = f"pos {self.position + 1} by"
+        return f"{self.relation}#{self.atom + 1}[{way} {by}, {self.cut.name}]"
 
 
 @dataclass(frozen=True)

@@ -12,20 +12,17 @@ from itertools import combinations
 
 from monitor.errors import PlanError
 from monitor.index.adjacency import Cut
-from monitor.index.graph import SUPPORTED_ARITIES, Direction
 from monitor.plan.plan import Check, Comparison, DeltaQuery, Extender, Seed, Stage, cut_of
 from monitor.query.ast import Atom, Query
 
 
 def delta_queries(query: Query) -> tuple[DeltaQuery, ...]:
     """One delta query per atom of ``query``, in atom order."""
-    _check_supported(query)
     return tuple(build(query, i, delta=True) for i in range(len(query.atoms)))
 
 
 def static_plan(query: Query) -> DeltaQuery:
     """The plan that enumerates every current match, seeded by the first binary atom."""
-    _check_supported(query)
     seed = next((i for i, a in enumerate(query.atoms) if len(a.variables) == 2), 0)
     return build(query, seed, delta=False)
 
@@ -54,7 +51,9 @@ def attribute_order(query: Query, seed: int) -> tuple[str, ...]:
             missing = [v for v in query.head if v not in bound]
             raise PlanError(
                 f"query {query.name!r}: variable {missing[0]} is not connected to the seed atom "
-                f"{query.atoms[seed]}"
+                f"{query.atoms[seed]} (bound so far: {', '.join(order)}); a variable is bound "
+                f"through an atom whose other variables are all bound already, so an atom of "
+                f"arity 3 or more needs all but one of its variables bound by other atoms first"
             )
         order.append(best[2])
     return tuple(order)
@@ -135,12 +134,9 @@ def _binds(atom: Atom, var: str, bound: set[str]) -> bool:
 
 
 def _extender(index: int, atom: Atom, var: str, column: dict[str, int], cut: Cut) -> Extender:
-    if len(atom.variables) == 1:
-        return Extender(index, atom.relation, Direction.FORWARD, None, cut)
-    src, dst = atom.variables
-    if var == dst:
-        return Extender(index, atom.relation, Direction.FORWARD, column[src], cut)
-    return Extender(index, atom.relation, Direction.REVERSE, column[dst], cut)
+    position = atom.variables.index(var)
+    key = tuple(column[v] for p, v in enumerate(atom.variables) if p != position)
+    return Extender(index, atom.relation, len(atom.variables), position, key, cut)
 
 
 def _comparisons(query: Query, column: dict[str, int]) -> list[Comparison]:
@@ -171,12 +167,3 @@ def _rule(query: Query, seed: int, delta: bool, comparisons: list[Comparison]) -
         parts.append("distinct")
     head = f"d{query.name}/d{query.atoms[seed].relation}#{seed + 1}" if delta else query.name
     return f"{head} := {', '.join(parts)}"
-
-
-def _check_supported(query: Query) -> None:
-    for atom in query.atoms:
-        if len(atom.variables) not in SUPPORTED_ARITIES:
-            raise PlanError(
-                f"query {query.name!r}: atom {atom} has arity {len(atom.variables)}; the index "
-                f"supports arities {', '.join(map(str, SUPPORTED_ARITIES))}"
-            )

@@ -29,6 +29,10 @@ LABELLED = parse_queries(
     back(a, b)        := e(a, b), e(b, a), a <= b.
     mixed(a, b, c)    := f(a, b), e(b, c), f(c, a), flag(b), b > c.
     fan(a, b, c, d)   := e(a, b), e(a, c), e(a, d), f(b, c), distinct.
+    tern(a, b, c)     := r(a, b, c), e(a, b).
+    tern2(a, b, c)    := r(a, b, c), r(b, c, a), f(c, a).
+    rep(a, b)         := r(a, b, a), e(b, a).
+    tri3(a, b, c, d)  := r(a, b, c), r(c, d, a), e(a, c), flag(a), a < c.
     """
 )
 PAPER = tuple(builtin(name) for name in ("triangle", "4-clique", "diamond", "house", "5-clique"))
@@ -40,7 +44,10 @@ def updates(n_vertices: int) -> st.SearchStrategy[list[Update]]:
     vertex = st.sampled_from(VERTICES[:n_vertices])
     binary = st.tuples(st.sampled_from(["e", "f"]), st.tuples(vertex, vertex))
     unary = st.tuples(st.sampled_from(["flag", "mark"]), st.tuples(vertex))
-    one = st.tuples(st.one_of(binary, binary, binary, unary), st.sampled_from([1, 1, -1]))
+    ternary = st.tuples(st.just("r"), st.tuples(vertex, vertex, vertex))
+    one = st.tuples(
+        st.one_of(binary, binary, binary, unary, ternary), st.sampled_from([1, 1, -1])
+    )
     return st.lists(one, max_size=60).map(
         lambda items: [Update(rel, values, diff) for (rel, values), diff in items]
     )

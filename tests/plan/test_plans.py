@@ -11,7 +11,7 @@ from monitor.errors import PlanError
 from monitor.index.adjacency import Cut
 from monitor.plan.plan import DeltaQuery, cut_of
 from monitor.plan.planner import attribute_order, delta_queries, static_plan
-from monitor.query.ast import Query
+from monitor.query.ast import Atom, Query
 from monitor.query.builtins import BUILTIN_QUERIES, builtin
 from monitor.query.load import load_queries
 from monitor.query.parser import parse_queries
@@ -74,7 +74,7 @@ def test_every_plan_uses_each_atom_once_with_its_cut(name: str) -> None:
             assert stage.extenders, f"stage {stage.variable} has nothing to propose"
             for e in stage.extenders:
                 assert e.cut is cut_of(e.atom, seed)
-                assert e.key is None or e.key < plan.order.index(stage.variable)
+                assert all(k < plan.order.index(stage.variable) for k in e.key)
             for c in stage.checks:
                 assert c.cut is cut_of(c.atom, seed)
         assert sorted(plan.order) == sorted(query.head)
@@ -105,7 +105,14 @@ def test_rule_marks_new_old_and_delta_atoms() -> None:
     assert plans[1].rule == "dtriangle/de#2 := e'(a1, a2), de(a1, a3), e(a2, a3)"
 
 
-def test_unsupported_arity_is_a_plan_error() -> None:
-    (query,) = parse_queries("q(a, b, c) := r(a, b, c).")
-    with pytest.raises(PlanError, match="arity 3"):
+def test_ternary_atoms_are_keyed_by_their_two_other_positions() -> None:
+    (query,) = parse_queries("q(a, b, c) := e(a, b), r(a, c, b).")
+    plan = delta_queries(query)[0]
+    (extender,) = plan.stages[0].extenders
+    assert (extender.position, extender.key) == (1, (0, 1))
+
+
+def test_a_variable_unreachable_from_the_seed_is_a_plan_error() -> None:
+    query = Query("q", ("a", "b", "c"), (Atom("e", ("a", "b")), Atom("e", ("c", "c"))))
+    with pytest.raises(PlanError, match="c is not connected"):
         delta_queries(query)
