@@ -45,7 +45,18 @@ class Relation:
 
     @property
     def primary(self) -> Adjacency:
+        """The last position's adjacency: membership and the list of tuples come from it."""
         return self.by_position[-1]
+
+    @property
+    def forward(self) -> Adjacency:
+        """``src -> dst`` of a binary relation (the values of a unary one)."""
+        return self.by_position[-1]
+
+    @property
+    def reverse(self) -> Adjacency | None:
+        """``dst -> src`` of a binary relation; None for other arities."""
+        return self.by_position[0] if self.arity == 2 else None
 
     def __len__(self) -> int:
         return len(self.primary)
