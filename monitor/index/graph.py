@@ -188,8 +188,9 @@ class GraphIndex:
         present tuple or deleting an absent one changes nothing and is counted in ``ignored``
         (``duplicate_insert``, ``absent_delete``). The epoch's change of a tuple is therefore
         its state after its last update minus its state before the epoch, whatever the epoch
-        boundaries. Updates whose arity does not fit their relation are counted as
-        ``wrong_arity``.
+        boundaries; updates that changed the set but were undone by a later update of the same
+        epoch are counted as ``netted``. Updates whose arity does not fit their relation are
+        counted as ``wrong_arity``. So every tuple update is either applied or counted once.
         """
         staged = StagedEpoch()
         for name, part in batch.parts.items():
@@ -238,6 +239,8 @@ class GraphIndex:
         ignored["absent_delete"] += int((noop & ~insert).sum())
         final = insert[last]
         effective = final != present
+        changes = np.add.reduceat((~noop).astype(np.int64), starts)
+        ignored["netted"] += int(changes.sum()) - int(effective.sum())
         rows = order[starts[effective]]
         columns = [d[rows] for d in dense]
         diff = np.where(final[effective], np.int8(1), np.int8(-1)).astype(np.int8)

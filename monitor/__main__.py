@@ -1,0 +1,5 @@
+"""``python -m monitor`` is ``subgraph-monitor``."""
+
+from monitor.cli import main
+
+main()

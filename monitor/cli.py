@@ -1,0 +1,298 @@
+"""``subgraph-monitor``: the command line.
+
+Commands: ``run`` (the embedded main job: edges from a file or stdin, match deltas on stdout),
+``count`` (current matches of each query), ``explain`` (print every plan of a query).
+
+Exit codes: 0 success; 2 bad usage or an invalid query; 3 bad input under ``--strict``; 4 bad
+stored state; 1 any other error.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, NoReturn
+
+import click
+
+from connectors.files import EdgeFileSource
+from connectors.records import DeadLetter, UpdateBatch
+from connectors.sinks import JsonLinesSink
+from monitor.errors import (
+    ConfigError,
+    InputError,
+    MonitorError,
+    PlanError,
+    QueryError,
+    StateError,
+)
+from monitor.plan.planner import delta_queries, static_plan
+from monitor.query.ast import Query
+from monitor.query.load import load_queries_many
+from monitor.service.epochs import EpochProcessor, RunTotals
+from monitor.service.filejob import Progress, run_file_job
+from monitor.service.settings import Settings
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_INPUT = 3
+EXIT_STATE = 4
+
+_EXIT_CODES: tuple[tuple[type[MonitorError], int], ...] = (
+    (QueryError, EXIT_USAGE),
+    (PlanError, EXIT_USAGE),
+    (ConfigError, EXIT_USAGE),
+    (InputError, EXIT_INPUT),
+    (StateError, EXIT_STATE),
+)
+
+
+def _fail(error: MonitorError) -> NoReturn:
+    click.echo(f"subgraph-monitor: error: {error}", err=True)
+    code = next((c for kind, c in _EXIT_CODES if isinstance(error, kind)), EXIT_ERROR)
+    sys.exit(code)
+
+
+def _queries(specs: tuple[str, ...]) -> tuple[Query, ...]:
+    queries = load_queries_many(specs)
+    for query in queries:
+        delta_queries(query)
+        static_plan(query)
+    return queries
+
+
+def _settings(**flags: Any) -> Settings:
+    try:
+        return Settings(**{k: v for k, v in flags.items() if v is not None})
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+
+
+def _dead_letter_reporter(quiet: bool) -> Callable[[DeadLetter], None]:
+    shown = 0
+
+    def report(letter: DeadLetter) -> None:
+        nonlocal shown
+        shown += 1
+        if quiet:
+            return
+        if shown <= 20:
+            click.echo(f"subgraph-monitor: skipped {letter.position}: {letter.reason}", err=True)
+        elif shown == 21:
+            click.echo("subgraph-monitor: further bad lines are counted, not shown", err=True)
+
+    return report
+
+
+def _source(path: str, settings: Settings, fmt: str, strict: bool, quiet: bool) -> EdgeFileSource:
+    return EdgeFileSource(
+        path,
+        default_relation=settings.default_relation,
+        format=fmt,
+        strict=strict,
+        on_dead_letter=_dead_letter_reporter(quiet),
+    )
+
+
+def _batches(source: EdgeFileSource, size: int) -> Iterator[UpdateBatch]:
+    yield from source.batches(size)
+
+
+query_option = click.option(
+    "--query",
+    "-q",
+    "query_specs",
+    multiple=True,
+    required=True,
+    help="A built-in query name, a query file, or inline query text (repeatable).",
+)
+edges_option = click.option(
+    "--edges",
+    "-e",
+    "edges",
+    required=True,
+    help="Edge updates: a file (.gz read transparently) or '-' for stdin.",
+)
+undirected_option = click.option(
+    "--undirected",
+    is_flag=True,
+    default=None,
+    help="Every binary edge is inserted/deleted in both directions.",
+)
+format_option = click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["auto", "text", "json"]),
+    default="auto",
+    show_default=True,
+    help="Input format (auto: JSON if the first record starts with '{').",
+)
+relation_option = click.option(
+    "--relation",
+    "default_relation",
+    default=None,
+    help="Relation of records that name none [default: e].",
+)
+strict_option = click.option(
+    "--strict",
+    is_flag=True,
+    help="Stop at the first bad input line (exit 3) instead of skipping it.",
+)
+prefixes_option = click.option(
+    "--max-prefixes",
+    type=int,
+    default=None,
+    help="Prefixes alive at once during evaluation (bounds memory) [default: 1048576].",
+)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="subgraph-monitor")
+def main() -> None:
+    """Continuously maintained subgraph-pattern queries over a stream of edge changes."""
+
+
+@main.command()
+@query_option
+@edges_option
+@undirected_option
+@click.option(
+    "--batch-size", "-b", type=int, default=None, help="Updates per epoch [default: 10000]."
+)
+@click.option("--preload", type=str, default=None, help="Load this edge file first (no deltas).")
+@click.option(
+    "--initial", is_flag=True, help="First emit the matches present after --preload (epoch 0)."
+)
+@format_option
+@relation_option
+@strict_option
+@prefixes_option
+@click.option("--quiet", is_flag=True, help="No progress and no summary on stderr.")
+def run(
+    query_specs: tuple[str, ...],
+    edges: str,
+    undirected: bool | None,
+    batch_size: int | None,
+    preload: str | None,
+    initial: bool,
+    fmt: str,
+    default_relation: str | None,
+    strict: bool,
+    max_prefixes: int | None,
+    quiet: bool,
+) -> None:
+    """Stream edge updates and print one JSON line per match delta, epochs in order."""
+    try:
+        settings = _settings(
+            undirected=undirected,
+            batch_size=batch_size,
+            default_relation=default_relation,
+            max_prefixes=max_prefixes,
+        )
+        queries = _queries(query_specs)
+        processor = EpochProcessor(queries, settings)
+        source = _source(edges, settings, fmt, strict, quiet)
+        preload_source = _source(preload, settings, fmt, strict, quiet) if preload else None
+        sink = JsonLinesSink(sys.stdout.buffer)
+        started = time.perf_counter()
+
+        def fraction() -> float | None:
+            total = source.total_bytes
+            return source.bytes_read / total if total else None
+
+        totals = run_file_job(
+            processor,
+            _batches(source, settings.batch_size),
+            sink,
+            preload=_batches(preload_source, 1 << 20) if preload_source else None,
+            initial=initial,
+            progress=None if quiet else _print_progress,
+            fraction=fraction,
+            progress_seconds=settings.progress_seconds,
+        )
+        sink.flush()
+        if not quiet:
+            bad = source.dead_letters + (preload_source.dead_letters if preload_source else 0)
+            _print_summary(totals, bad, time.perf_counter() - started)
+    except MonitorError as error:
+        _fail(error)
+    except BrokenPipeError:
+        sys.stderr.close()
+        sys.exit(EXIT_OK)
+
+
+def _print_progress(p: Progress) -> None:
+    share = f" ({100 * p.fraction:.0f}%)" if p.fraction is not None else ""
+    rate = p.updates / p.seconds if p.seconds else 0.0
+    click.echo(
+        f"subgraph-monitor: {p.updates:,} updates read{share}, {p.epochs:,} epochs, "
+        f"{p.deltas:,} match deltas, {rate:,.0f} updates/s",
+        err=True,
+    )
+
+
+def _print_summary(totals: RunTotals, bad_lines: int, seconds: float) -> None:
+    ignored = ", ".join(f"{k} {v:,}" for k, v in sorted(totals.ignored.items()) if v) or "none"
+    lines = [
+        f"updates read {totals.updates:,}, applied {totals.applied:,}, ignored: {ignored}",
+        f"bad input lines skipped {bad_lines:,}",
+        f"epochs {totals.epochs:,}",
+    ]
+    for query in sorted({q for q, _ in totals.deltas}):
+        plus, minus = totals.deltas[(query, 1)], totals.deltas[(query, -1)]
+        lines.append(f"query {query}: +{plus:,} -{minus:,} match deltas")
+    deltas = sum(totals.deltas.values())
+    rate_u = totals.updates / seconds if seconds else 0.0
+    rate_d = deltas / seconds if seconds else 0.0
+    lines.append(f"elapsed {seconds:.2f} s: {rate_u:,.0f} updates/s, {rate_d:,.0f} match deltas/s")
+    for line in lines:
+        click.echo(f"subgraph-monitor: {line}", err=True)
+
+
+@main.command()
+@query_option
+@edges_option
+@undirected_option
+@format_option
+@relation_option
+@strict_option
+@prefixes_option
+def count(
+    query_specs: tuple[str, ...],
+    edges: str,
+    undirected: bool | None,
+    fmt: str,
+    default_relation: str | None,
+    strict: bool,
+    max_prefixes: int | None,
+) -> None:
+    """Load the edges and print ``name<TAB>count`` for every query."""
+    try:
+        settings = _settings(
+            undirected=undirected, default_relation=default_relation, max_prefixes=max_prefixes
+        )
+        processor = EpochProcessor(_queries(query_specs), settings)
+        source = _source(edges, settings, fmt, strict, quiet=False)
+        for batch in _batches(source, 1 << 20):
+            processor.preload(batch)
+        for name, matches in processor.counts().items():
+            click.echo(f"{name}\t{matches}")
+    except MonitorError as error:
+        _fail(error)
+
+
+@main.command()
+@click.argument("query_specs", nargs=-1, required=True)
+def explain(query_specs: tuple[str, ...]) -> None:
+    """Print every plan of the queries: the delta queries, then the static plan."""
+    try:
+        for query in _queries(query_specs):
+            click.echo(f"# {query}")
+            for plan in delta_queries(query):
+                click.echo(plan.describe())
+            click.echo(static_plan(query).describe())
+            click.echo()
+    except MonitorError as error:
+        _fail(error)
