@@ -39,6 +39,7 @@ from connectors.formats import (
     parse_text_line,
 )
 from connectors.records import (
+    Checkpoint,
     DeadLetter,
     RelationUpdates,
     UpdateBatch,
@@ -84,6 +85,8 @@ class EdgeFileSource:
         on_dead_letter: Callable[[DeadLetter], None] | None = None,
         block_size: int = BLOCK_SIZE,
         fast_path: bool = True,
+        start: Checkpoint | None = None,
+        skip_to: int = 0,
     ) -> None:
         if format not in FORMATS:
             raise ConfigError(f"format must be one of {', '.join(FORMATS)}; got {format!r}")
@@ -102,6 +105,10 @@ class EdgeFileSource:
         self.on_dead_letter = on_dead_letter
         self.block_size = block_size
         self.fast_path = fast_path
+        self.start = start
+        self.skip_to = skip_to
+        if start is not None:
+            self.format = start.format
         self.total_bytes: int | None = None
         if path != "-":
             try:
@@ -128,16 +135,29 @@ class EdgeFileSource:
 
     def _batches(self, max_updates: int) -> Iterator[UpdateBatch]:
         self.lines_read = self.updates_read = self.dead_letters = self.bytes_read = 0
+        offset = 0
+        if self.start is not None:
+            self.lines_read, self.updates_read = self.start.line, self.start.seq
+            offset = self.start.offset
         self._arity = {}
         pending: deque[UpdateBatch] = deque()
         pending_count = 0
         failure: InputError | None = None
-        with _Input(self.path) as (counter, stream):
-            for block in _blocks(stream, self.block_size):
+        with _Input(self.path, offset) as (counter, stream):
+            for block, length in _blocks(stream, self.block_size, at_start=offset == 0):
                 self.bytes_read = counter.count
+                checkpoint = Checkpoint(offset, self.lines_read, self.updates_read, self.format)
+                offset += length
                 pieces, failure = self._decode_block(block)
+                if checkpoint.format == "auto":
+                    checkpoint = Checkpoint(
+                        checkpoint.offset, checkpoint.line, checkpoint.seq, self.format
+                    )
                 for piece in pieces:
-                    if piece.count:
+                    if piece.count and piece.first_seq + piece.count > self.skip_to:
+                        if piece.first_seq < self.skip_to:
+                            _, piece = _split_front(piece, self.skip_to - piece.first_seq)
+                        piece.resume = checkpoint
                         pending.append(piece)
                         pending_count += piece.count
                 while pending_count >= max_updates:
@@ -352,8 +372,9 @@ class _CountingReader:
 class _Input:
     """The opened input: the raw stream's byte counter and the (decompressed) stream."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, offset: int = 0) -> None:
         self._path = path
+        self._offset = offset
         self._file: IO[bytes] | None = None
         self._gzip: gzip.GzipFile | None = None
 
@@ -370,7 +391,21 @@ class _Input:
         counter = _CountingReader(raw)
         if _starts_with_gzip_magic(raw):
             self._gzip = gzip.GzipFile(fileobj=counter, mode="rb")
-            return counter, _GzipStream(self._gzip, self._path)
+            stream: _ByteStream = _GzipStream(self._gzip, self._path)
+            _discard(stream, self._offset)
+            return counter, stream
+        if self._offset and raw.seekable():
+            size = os.fstat(raw.fileno()).st_size
+            if self._offset > size:
+                raise InputError(
+                    f"the input ends before the restart position ({self._offset - size} bytes "
+                    "short); is it the same input as before?",
+                    position=self._path,
+                )
+            raw.seek(self._offset)
+            counter.count = self._offset
+        else:
+            _discard(counter, self._offset)
         return counter, counter
 
     def __exit__(self, *exc: object) -> None:
@@ -397,6 +432,18 @@ class _GzipStream:
             ) from None
 
 
+def _discard(stream: _ByteStream, n: int) -> None:
+    """Read and drop ``n`` bytes (restarting inside a stream that cannot seek)."""
+    while n > 0:
+        data = stream.read(min(n, BLOCK_SIZE))
+        if not data:
+            raise InputError(
+                f"the input ends before the restart position ({n} bytes short); is it the "
+                "same input as before?"
+            )
+        n -= len(data)
+
+
 def _starts_with_gzip_magic(raw: IO[bytes]) -> bool:
     peek = getattr(raw, "peek", None)
     if peek is not None:
@@ -420,10 +467,14 @@ def _split_lines(block: bytes) -> list[bytes]:
     return lines
 
 
-def _blocks(stream: _ByteStream, block_size: int) -> Iterator[bytes]:
-    """Whole lines, about ``block_size`` bytes at a time, each block ending with ``\\n``.
+def _blocks(
+    stream: _ByteStream, block_size: int, at_start: bool = True
+) -> Iterator[tuple[bytes, int]]:
+    """Whole lines, about ``block_size`` bytes at a time, each block ending with ``\\n``, with
+    the number of stream bytes each block stands for.
 
-    A UTF-8 byte order mark at the start of the stream is dropped.
+    A UTF-8 byte order mark at the start of the stream is dropped (and counted in the first
+    block's length, so that offsets stay those of the stream).
     """
     data = stream.read(block_size)
     while 0 < len(data) < len(_UTF8_BOM):
@@ -431,7 +482,8 @@ def _blocks(stream: _ByteStream, block_size: int) -> Iterator[bytes]:
         if not more:
             break
         data += more
-    chunk = data.removeprefix(_UTF8_BOM)
+    chunk = data.removeprefix(_UTF8_BOM) if at_start else data
+    extra = len(data) - len(chunk)
     carry: list[bytes] = []
     while data:
         cut = chunk.rfind(b"\n")
@@ -439,12 +491,14 @@ def _blocks(stream: _ByteStream, block_size: int) -> Iterator[bytes]:
             carry.append(chunk)
         else:
             carry.append(chunk[: cut + 1])
-            yield b"".join(carry)
+            block = b"".join(carry)
+            yield block, len(block) + extra
+            extra = 0
             carry = [chunk[cut + 1 :]]
         data = chunk = stream.read(block_size)
     tail = b"".join(carry)
     if tail:
-        yield tail + b"\n"
+        yield tail + b"\n", len(tail) + extra
 
 
 def _comment_prefix(block: bytes) -> int:
@@ -503,8 +557,8 @@ def _split_front(batch: UpdateBatch, n: int) -> tuple[UpdateBatch, UpdateBatch]:
                 [c[cut:] for c in part.columns], part.diff[cut:], part.seq[cut:]
             )
     return (
-        UpdateBatch(head, batch.first_seq, n),
-        UpdateBatch(tail, boundary, batch.count - n),
+        UpdateBatch(head, batch.first_seq, n, batch.resume),
+        UpdateBatch(tail, boundary, batch.count - n, batch.resume),
     )
 
 

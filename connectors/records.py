@@ -66,17 +66,42 @@ class RelationUpdates:
         return RelationUpdates([c[mask] for c in self.columns], self.diff[mask], self.seq[mask])
 
 
+@dataclass(frozen=True)
+class Checkpoint:
+    """A place in an input stream a source can restart from.
+
+    ``offset`` is a byte offset in the (decompressed) stream where whole lines start, ``line``
+    the number of lines before it, ``seq`` the number of updates before it, and ``format`` the
+    stream's detected format. A source restarted there reads on from ``offset``.
+    """
+
+    offset: int
+    line: int
+    seq: int
+    format: str
+
+    def to_dict(self) -> dict[str, int | str]:
+        return {"offset": self.offset, "line": self.line, "seq": self.seq, "format": self.format}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, int | str]) -> Checkpoint:
+        return cls(int(data["offset"]), int(data["line"]), int(data["seq"]), str(data["format"]))
+
+
 @dataclass
 class UpdateBatch:
     """A run of consecutive updates of the stream, grouped by relation.
 
     ``first_seq`` is the sequence number of the first update of the run and ``count`` the number
-    of updates in it (so the next run starts at ``first_seq + count``).
+    of updates in it (so the next run starts at ``first_seq + count``). ``resume``, when the
+    source knows it, is a :class:`Checkpoint` at or before the end of the run: a source
+    restarted there and told to skip to ``first_seq + count`` continues right after this run.
     """
 
     parts: dict[str, RelationUpdates] = field(default_factory=dict)
     first_seq: int = 0
     count: int = 0
+    resume: Checkpoint | None = None
 
     def __len__(self) -> int:
         return self.count
@@ -111,8 +136,8 @@ class UpdateBatch:
             if not before.all():
                 tail[relation] = part.take(~before)
         return (
-            UpdateBatch(head, self.first_seq, n),
-            UpdateBatch(tail, boundary, self.count - n),
+            UpdateBatch(head, self.first_seq, n, self.resume),
+            UpdateBatch(tail, boundary, self.count - n, self.resume),
         )
 
     @classmethod
@@ -134,7 +159,7 @@ class UpdateBatch:
                 np.concatenate([p.diff for p in pieces]),
                 np.concatenate([p.seq for p in pieces]),
             )
-        return cls(parts, batches[0].first_seq, sum(b.count for b in batches))
+        return cls(parts, batches[0].first_seq, sum(b.count for b in batches), batches[-1].resume)
 
 
 def id_column(values: Iterable[VertexId]) -> npt.NDArray[np.generic]:
@@ -181,7 +206,7 @@ def mirrored(batch: UpdateBatch, relations: set[str] | None = None) -> UpdateBat
             np.concatenate([part.diff, back.diff]),
             np.concatenate([part.seq, back.seq]),
         )
-    return UpdateBatch(parts, batch.first_seq, batch.count)
+    return UpdateBatch(parts, batch.first_seq, batch.count, batch.resume)
 
 
 def exact_batches(batches: Iterable[UpdateBatch], size: int) -> Iterator[UpdateBatch]:

@@ -110,6 +110,53 @@ class VertexDictionary:
         out[strings] = [self._string_of[int(i)] for i in dense[strings]]
         return out
 
+    def export(self, start: int = 0) -> bytes:
+        """The entries of dense ids ``start ..`` as bytes, for :meth:`restore`.
+
+        Layout (little-endian): ``n`` (u32); per entry a kind byte (0 int, 1 str); per entry the
+        int64 value (0 for strings); per string its UTF-8 length (u32); the UTF-8 bytes.
+        """
+        end = self._size
+        n = max(0, end - start)
+        kinds = self._is_string[start:end].astype(np.uint8)
+        ints = self._int_value[start:end].astype("<i8")
+        strings = [self._string_of[start + i].encode() for i in np.flatnonzero(kinds).tolist()]
+        lengths = np.asarray([len(b) for b in strings], dtype="<u4")
+        return b"".join(
+            [
+                np.uint32(n).astype("<u4").tobytes(),
+                kinds.tobytes(),
+                ints.tobytes(),
+                lengths.tobytes(),
+                *strings,
+            ]
+        )
+
+    def restore(self, blob: bytes) -> None:
+        """Append the entries of an :meth:`export` blob; they get the next dense ids, in order."""
+        n = int(np.frombuffer(blob, "<u4", 1)[0])
+        kinds = np.frombuffer(blob, np.uint8, n, 4).astype(np.bool_)
+        ints = np.frombuffer(blob, "<i8", n, 4 + n).astype(np.int64)
+        strings_at = np.flatnonzero(kinds)
+        lengths = np.frombuffer(blob, "<u4", strings_at.shape[0], 4 + 9 * n).astype(np.int64)
+        offset = 4 + 9 * n + 4 * strings_at.shape[0]
+        if offset + int(lengths.sum()) != len(blob):
+            raise ValueError(f"vertex blob of {len(blob)} bytes does not hold {n} entries")
+        ids = self._grow(n)
+        self._int_value[ids] = ints
+        self._is_string[ids] = kinds
+        int_ids = ids[~kinds]
+        if int_ids.shape[0]:
+            order = np.argsort(ints[~kinds], kind="stable")
+            self._ints.add(ints[~kinds][order], int_ids[order])
+        ends = np.cumsum(lengths) + offset
+        for dense, stop, length in zip(
+            ids[kinds].tolist(), ends.tolist(), lengths.tolist(), strict=True
+        ):
+            name = blob[stop - length : stop].decode()
+            self._strings[name] = dense
+            self._string_of[dense] = name
+
     def order_keys(self) -> I64:
         """Per dense id, an ``int64`` that orders vertices as their external ids are ordered."""
         if not self._string_of:

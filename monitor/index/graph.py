@@ -264,6 +264,17 @@ class GraphIndex:
             for adjacency in rel.by_position:
                 adjacency.abort()
 
+    def load_relation(self, name: str, arity: int, columns: Sequence[I32]) -> Relation:
+        """Bulk-load a relation from its unique tuples (dense ids), as committed state."""
+        rel = self.relation(name, arity)
+        n = columns[0].shape[0] if columns else 0
+        for position, adjacency in enumerate(rel.by_position):
+            keys = rel.keys(position, rel.others(position, list(columns)), n, add=True)
+            pairs = np.sort(pack(keys, columns[position]))
+            adjacency.load(pairs)
+        self._ensure_keys()
+        return rel
+
     def apply(self, batch: UpdateBatch) -> StagedEpoch:
         """Stage and commit a batch at once (loading a graph; no queries are evaluated)."""
         staged = self.stage(batch)

@@ -1,0 +1,384 @@
+"""The durable copy of the index in RocksDB (rocksdict): written per epoch, loaded on start.
+
+What is stored is what a relation *is* — its set of tuples, in dense vertex ids — plus the vertex
+dictionary and the epoch's metadata; the in-memory adjacencies (every position of every relation)
+are rebuilt from it on load. Like the in-memory index, the store is an LSM of its own:
+
+- a *snapshot*: every relation's tuples as of ``snapshot_epoch``, in blocks of sorted tuples;
+- a *log*: one record per epoch since the snapshot with that epoch's effective changes;
+- the *dictionary*: blobs of vertex entries, appended per epoch, rewritten at each snapshot.
+
+When the log has grown past ``snapshot_ratio`` of the snapshot, the next epoch's write batch
+replaces snapshot and log by a new snapshot. Every epoch is one synced ``WriteBatch``: its log
+record (or the new snapshot), its dictionary entries and the metadata (epoch number, the input
+position the state includes, the output length), so the store always holds the state after some
+whole epoch.
+
+Key layout (big-endian numbers, so keys sort by them)::
+
+    b"\\x00meta"                      JSON: format version, epoch, position, queries, settings
+    b"S" rel:u16 block:u32          snapshot block: arity:u8 n:u32, then arity int32[n] columns
+    b"L" epoch:u64                  log record: relations:u16, then per relation
+                                    rel:u16 arity:u8 n:u32 int32[n] x arity, int8[n] diffs
+    b"V" first_dense_id:u32         dictionary entries (VertexDictionary.export)
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import orjson
+import rocksdict
+
+from monitor.errors import StateError
+from monitor.index.graph import Change, GraphIndex
+from monitor.index.levels import I8, I32
+
+#: Bumped whenever the layout above changes; a store of another version is refused.
+FORMAT_VERSION = 1
+META_KEY = b"\x00meta"
+SNAPSHOT_BLOCK = 1 << 20
+
+
+@dataclass(frozen=True)
+class StoredMeta:
+    """The metadata of the last committed epoch."""
+
+    epoch: int = 0
+    position: dict[str, Any] = field(default_factory=dict)
+    output_bytes: int | None = None
+    queries: tuple[str, ...] = ()
+    settings: dict[str, Any] = field(default_factory=dict)
+    relations: dict[str, tuple[int, int]] = field(default_factory=dict)
+    vertices: int = 0
+    snapshot_epoch: int = 0
+    snapshot_bytes: int = 0
+    log_bytes: int = 0
+    format_version: int = FORMAT_VERSION
+
+    def to_json(self) -> bytes:
+        body = {
+            "format_version": self.format_version,
+            "epoch": self.epoch,
+            "position": self.position,
+            "output_bytes": self.output_bytes,
+            "queries": list(self.queries),
+            "settings": self.settings,
+            "relations": {k: list(v) for k, v in self.relations.items()},
+            "vertices": self.vertices,
+            "snapshot_epoch": self.snapshot_epoch,
+            "snapshot_bytes": self.snapshot_bytes,
+            "log_bytes": self.log_bytes,
+        }
+        return orjson.dumps(body)
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> StoredMeta:
+        body = orjson.loads(raw)
+        return cls(
+            epoch=int(body["epoch"]),
+            position=dict(body["position"]),
+            output_bytes=body["output_bytes"],
+            queries=tuple(body["queries"]),
+            settings=dict(body["settings"]),
+            relations={k: (int(v[0]), int(v[1])) for k, v in body["relations"].items()},
+            vertices=int(body["vertices"]),
+            snapshot_epoch=int(body["snapshot_epoch"]),
+            snapshot_bytes=int(body["snapshot_bytes"]),
+            log_bytes=int(body["log_bytes"]),
+            format_version=int(body["format_version"]),
+        )
+
+
+class StateStore:
+    """One state directory: a RocksDB database holding the index and its metadata.
+
+    Open it with :meth:`open`; :attr:`meta` is None for a new directory. Call :meth:`load` once
+    to fill an empty index, then :meth:`commit_epoch` after every epoch, and :meth:`close`.
+    """
+
+    def __init__(self, path: Path, db: rocksdict.Rdict, meta: StoredMeta | None, cache: Any):
+        self.path = path
+        self._db = db
+        self._cache = cache
+        self.meta = meta
+        self._write = rocksdict.WriteOptions()
+        self._write.sync = True
+        self.snapshot_ratio = 1.0
+        self.snapshot_min_bytes = 1 << 20
+
+    # -- opening -----------------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str], *, cache_bytes: int = 64 << 20) -> StateStore:
+        """Open (or create) the state directory ``path``.
+
+        Raises :class:`StateError` when the directory is used by another process, holds a store
+        of another format version or something that is not a store, or is corrupted.
+        """
+        directory = Path(path)
+        if directory.exists() and not directory.is_dir():
+            raise StateError(f"state directory {directory} is a file; give a directory")
+        fresh = not directory.exists() or not any(directory.iterdir())
+        if not fresh and not (directory / "CURRENT").exists():
+            raise StateError(
+                f"{directory} is not empty and holds no subgraph-monitor state; give an empty "
+                f"or new directory as the state directory"
+            )
+        options, cache = _options(cache_bytes)
+        try:
+            db = rocksdict.Rdict(str(directory), options)
+        except Exception as error:  # rocksdict raises plain Exception with RocksDB's status
+            raise _open_error(directory, error) from error
+        try:
+            raw = db.get(META_KEY)
+            meta = None if raw is None else StoredMeta.from_json(bytes(raw))
+        except (ValueError, KeyError, TypeError) as error:
+            db.close()
+            raise StateError(
+                f"state in {directory} is corrupted (unreadable metadata: {error}); restore the "
+                f"directory from a backup, or delete it to rebuild the state from the input"
+            ) from error
+        if meta is not None and meta.format_version != FORMAT_VERSION:
+            db.close()
+            raise StateError(
+                f"state in {directory} has format version {meta.format_version}, this "
+                f"subgraph-monitor reads version {FORMAT_VERSION}; run the version that wrote "
+                f"it, or delete the directory to rebuild the state from the input"
+            )
+        return cls(directory, db, meta, cache)
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> StateStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- loading -----------------------------------------------------------------------------
+
+    def load(self, index: GraphIndex) -> None:
+        """Fill an empty index with the stored state (dictionary, then every relation)."""
+        meta = self.meta
+        if meta is None:
+            return
+        try:
+            self._load(index, meta)
+        except (ValueError, struct.error, IndexError) as error:
+            raise StateError(
+                f"state in {self.path} is corrupted ({error}); restore the directory from a "
+                f"backup, or delete it to rebuild the state from the input"
+            ) from error
+
+    def _load(self, index: GraphIndex, meta: StoredMeta) -> None:
+        for key, blob in self._scan(b"V"):
+            (first,) = struct.unpack(">I", key[1:5])
+            if first != len(index.dictionary):
+                raise ValueError(
+                    f"dictionary entries from {first}, expected {len(index.dictionary)}"
+                )
+            index.dictionary.restore(blob)
+        if len(index.dictionary) != meta.vertices:
+            raise ValueError(
+                f"{len(index.dictionary)} vertices stored, metadata says {meta.vertices}"
+            )
+        names = {rel_id: name for name, (rel_id, _) in meta.relations.items()}
+        tuples: dict[int, list[list[I32]]] = {rel_id: [] for rel_id in names}
+        diffs: dict[int, list[I8]] = {rel_id: [] for rel_id in names}
+        for key, blob in self._scan(b"S"):
+            (rel_id,) = struct.unpack(">H", key[1:3])
+            columns = _read_block(blob)
+            tuples[rel_id].append(columns)
+            diffs[rel_id].append(np.ones(columns[0].shape[0], np.int8))
+        for _, blob in self._scan(b"L"):
+            for rel_id, columns, diff in _read_log(blob):
+                tuples[rel_id].append(columns)
+                diffs[rel_id].append(diff)
+        for rel_id, name in sorted(names.items()):
+            arity = meta.relations[name][1]
+            parts = tuples[rel_id]
+            if parts:
+                cols = [np.concatenate([p[k] for p in parts]) for k in range(arity)]
+                final = _last_wins(cols, np.concatenate(diffs[rel_id]))
+            else:
+                final = [np.empty(0, np.int32) for _ in range(arity)]
+            index.load_relation(name, arity, final)
+
+    def _scan(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        for raw_key, raw_value in self._db.items(from_key=prefix):
+            key = bytes(raw_key)  # type: ignore[arg-type]  # raw mode: keys and values are bytes
+            if not key.startswith(prefix):
+                break
+            yield key, bytes(raw_value)
+
+    # -- committing --------------------------------------------------------------------------
+
+    def commit_epoch(
+        self,
+        index: GraphIndex,
+        meta: StoredMeta,
+        changes: dict[str, Change],
+        vertices_before: int,
+    ) -> StoredMeta:
+        """Durably record a committed epoch: its changes, new vertices and ``meta``.
+
+        ``index`` must already hold the epoch as committed; ``vertices_before`` is the size of
+        the dictionary before the epoch. Returns the metadata as stored (with the relation ids,
+        vertex count and log or snapshot sizes filled in).
+        """
+        relations = dict(self.meta.relations if self.meta else {})
+        for name, rel in index.relations.items():
+            if name not in relations:
+                relations[name] = (len(relations), rel.arity)
+        batch = rocksdict.WriteBatch(raw_mode=True)
+        previous = self.meta or StoredMeta()
+        log = _write_log(changes, relations)
+        grown = previous.log_bytes + len(log)
+        if grown > max(self.snapshot_min_bytes, self.snapshot_ratio * previous.snapshot_bytes):
+            snapshot_bytes = self._write_snapshot(batch, index, relations)
+            meta = replace(
+                meta, snapshot_epoch=meta.epoch, snapshot_bytes=snapshot_bytes, log_bytes=0
+            )
+        else:
+            if log:
+                batch.put(b"L" + struct.pack(">Q", meta.epoch), log)
+            if len(index.dictionary) > vertices_before:
+                batch.put(
+                    b"V" + struct.pack(">I", vertices_before),
+                    index.dictionary.export(vertices_before),
+                )
+            meta = replace(
+                meta,
+                snapshot_epoch=previous.snapshot_epoch,
+                snapshot_bytes=previous.snapshot_bytes,
+                log_bytes=grown,
+            )
+        meta = replace(meta, relations=relations, vertices=len(index.dictionary))
+        batch.put(META_KEY, meta.to_json())
+        self._db.write(batch, self._write)
+        self.meta = meta
+        return meta
+
+    def _write_snapshot(
+        self,
+        batch: rocksdict.WriteBatch,
+        index: GraphIndex,
+        relations: dict[str, tuple[int, int]],
+    ) -> int:
+        batch.delete_range(b"L", b"M")
+        batch.delete_range(b"S", b"T")
+        batch.delete_range(b"V", b"W")
+        written = 0
+        for name, (rel_id, _) in relations.items():
+            columns = index.tuples(name)
+            n = columns[0].shape[0] if columns else 0
+            for block, lo in enumerate(range(0, n, SNAPSHOT_BLOCK)):
+                blob = _block_bytes([c[lo : lo + SNAPSHOT_BLOCK] for c in columns])
+                batch.put(b"S" + struct.pack(">HI", rel_id, block), blob)
+                written += len(blob)
+        dictionary = index.dictionary.export(0)
+        batch.put(b"V" + struct.pack(">I", 0), dictionary)
+        return written + len(dictionary)
+
+    # -- inspection --------------------------------------------------------------------------
+
+    def disk_bytes(self) -> int:
+        """Bytes the directory takes on disk."""
+        return sum(f.stat().st_size for f in self.path.rglob("*") if f.is_file())
+
+
+def _options(cache_bytes: int) -> tuple[rocksdict.Options, Any]:
+    options = rocksdict.Options(raw_mode=True)
+    options.create_if_missing(True)
+    options.set_paranoid_checks(True)
+    options.set_compression_type(rocksdict.DBCompressionType.lz4())
+    options.set_bottommost_compression_type(rocksdict.DBCompressionType.zstd())
+    options.set_write_buffer_size(16 << 20)
+    options.set_max_write_buffer_number(2)
+    options.set_keep_log_file_num(3)
+    table = rocksdict.BlockBasedOptions()
+    cache = rocksdict.Cache(cache_bytes)
+    table.set_block_cache(cache)
+    table.set_cache_index_and_filter_blocks(True)
+    options.set_block_based_table_factory(table)
+    return options, cache
+
+
+def _open_error(directory: Path, error: Exception) -> StateError:
+    text = str(error)
+    if "lock" in text.lower() or "Resource temporarily unavailable" in text:
+        return StateError(
+            f"state directory {directory} is in use by another subgraph-monitor process; stop "
+            f"it first, or give this run its own --state-dir"
+        )
+    if "Corruption" in text or "corrupt" in text.lower():
+        return StateError(
+            f"state in {directory} is corrupted ({text}); restore the directory from a backup, "
+            f"or delete it to rebuild the state from the input"
+        )
+    if isinstance(error, OSError) and error.errno == errno.EACCES:
+        return StateError(f"cannot open state directory {directory}: permission denied")
+    return StateError(f"cannot open state directory {directory}: {text}")
+
+
+def _block_bytes(columns: list[I32]) -> bytes:
+    n = columns[0].shape[0]
+    head = struct.pack("<BI", len(columns), n)
+    return head + b"".join(c.astype("<i4").tobytes() for c in columns)
+
+
+def _read_block(blob: bytes) -> list[I32]:
+    arity, n = struct.unpack_from("<BI", blob)
+    if len(blob) != 5 + 4 * arity * n:
+        raise ValueError(f"snapshot block of {len(blob)} bytes does not hold {n} tuples")
+    return [np.frombuffer(blob, "<i4", n, 5 + 4 * n * k).astype(np.int32) for k in range(arity)]
+
+
+def _write_log(changes: dict[str, Change], relations: dict[str, tuple[int, int]]) -> bytes:
+    parts = [struct.pack("<H", len(changes))]
+    for name, change in changes.items():
+        rel_id, arity = relations[name]
+        parts.append(struct.pack("<HBI", rel_id, arity, len(change)))
+        parts.extend(c.astype("<i4").tobytes() for c in change.columns)
+        parts.append(change.diff.astype(np.int8).tobytes())
+    return b"".join(parts) if changes else b""
+
+
+def _read_log(blob: bytes) -> Iterator[tuple[int, list[I32], I8]]:
+    (count,) = struct.unpack_from("<H", blob)
+    at = 2
+    for _ in range(count):
+        rel_id, arity, n = struct.unpack_from("<HBI", blob, at)
+        at += 7
+        columns = []
+        for _ in range(arity):
+            columns.append(np.frombuffer(blob, "<i4", n, at).astype(np.int32))
+            at += 4 * n
+        diff = np.frombuffer(blob, np.int8, n, at).copy()
+        at += n
+        yield rel_id, columns, diff
+    if at != len(blob):
+        raise ValueError(f"log record of {len(blob)} bytes has {len(blob) - at} bytes left over")
+
+
+def _last_wins(columns: list[I32], diff: I8) -> list[I32]:
+    """The tuples whose last diff (in the given order) is +1: replaying changes onto a set."""
+    n = diff.shape[0]
+    keys: list[npt.NDArray[np.integer]] = [np.arange(n), *reversed(columns)]
+    order = np.lexsort(keys)
+    cols = [c[order] for c in columns]
+    last = np.ones(n, np.bool_)
+    if n > 1:
+        last[:-1] = np.logical_or.reduce([c[1:] != c[:-1] for c in cols])
+    keep = last & (diff[order] > 0)
+    return [c[keep] for c in cols]
