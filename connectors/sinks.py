@@ -12,6 +12,7 @@ with the ``match`` keys in variable order and ids keeping their type.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from itertools import repeat
 from typing import BinaryIO, Protocol
@@ -106,6 +107,40 @@ class JsonLinesSink:
     def flush(self) -> None:
         """Flush the stream; see :meth:`DeltaSink.flush`."""
         self.stream.flush()
+
+
+class OutputFile(JsonLinesSink):
+    """JSON Lines in a file that is made durable per epoch, for exactly-once output.
+
+    Opened at a known length (the length the last committed epoch left, 0 for a new run): any
+    bytes past it are the output of an epoch that was written but never committed, and are cut
+    off. :meth:`sync` makes everything written durable and returns the file's length, which the
+    caller stores with the epoch's commit.
+    """
+
+    def __init__(self, path: str, length: int) -> None:
+        self.path = path
+        handle = open(path, "r+b" if os.path.exists(path) else "w+b")  # noqa: SIM115
+        size = os.fstat(handle.fileno()).st_size
+        if size < length:
+            handle.close()
+            raise OSError(
+                f"output file {path} holds {size} bytes but the committed state says {length}; "
+                "it was truncated or replaced by something else"
+            )
+        handle.truncate(length)
+        handle.seek(length)
+        super().__init__(handle)
+        self._handle = handle
+
+    def sync(self) -> int:
+        """Flush and fsync; the file's length, every byte of which is now durable."""
+        self._handle.flush()
+        os.fsync(self._handle.fileno())
+        return self._handle.tell()
+
+    def close(self) -> None:
+        self._handle.close()
 
 
 class ListSink:

@@ -17,8 +17,7 @@ from typing import Any, NoReturn
 import click
 
 from connectors.files import EdgeFileSource
-from connectors.records import DeadLetter, UpdateBatch
-from connectors.sinks import JsonLinesSink
+from connectors.records import Checkpoint, DeadLetter, UpdateBatch
 from monitor.errors import (
     ConfigError,
     InputError,
@@ -31,7 +30,7 @@ from monitor.plan.planner import delta_queries, static_plan
 from monitor.query.ast import Query
 from monitor.query.load import load_queries_many
 from monitor.service.epochs import EpochProcessor, RunTotals
-from monitor.service.filejob import Progress, run_file_job
+from monitor.service.filejob import FileJob, Progress, Stop, run_file_job
 from monitor.service.settings import Settings
 
 EXIT_OK = 0
@@ -165,6 +164,19 @@ def main() -> None:
 @click.option(
     "--initial", is_flag=True, help="First emit the matches present after --preload (epoch 0)."
 )
+@click.option(
+    "--state-dir",
+    type=str,
+    default=None,
+    help="Keep the index in this RocksDB directory; a rerun continues where it stopped.",
+)
+@click.option(
+    "--output",
+    "-o",
+    type=str,
+    default=None,
+    help="Write the deltas to this file, exactly once across crashes (with --state-dir).",
+)
 @format_option
 @relation_option
 @strict_option
@@ -177,6 +189,8 @@ def run(
     batch_size: int | None,
     preload: str | None,
     initial: bool,
+    state_dir: str | None,
+    output: str | None,
     fmt: str,
     default_relation: str | None,
     strict: bool,
@@ -190,32 +204,46 @@ def run(
             batch_size=batch_size,
             default_relation=default_relation,
             max_prefixes=max_prefixes,
+            state_dir=state_dir,
         )
-        queries = _queries(query_specs)
-        processor = EpochProcessor(queries, settings)
-        source = _source(edges, settings, fmt, strict, quiet)
-        preload_source = _source(preload, settings, fmt, strict, quiet) if preload else None
-        sink = JsonLinesSink(sys.stdout.buffer)
+        if output is not None and settings.state_dir is None:
+            raise ConfigError("--output needs --state-dir: exactly-once output needs stored state")
+        if initial and preload is None:
+            raise ConfigError("--initial emits the matches of the --preload graph; give --preload")
+        processor = EpochProcessor(_queries(query_specs), settings)
         started = time.perf_counter()
 
-        def fraction() -> float | None:
-            total = source.total_bytes
-            return source.bytes_read / total if total else None
+        def open_source(path: str, start: Checkpoint | None, skip_to: int) -> EdgeFileSource:
+            return EdgeFileSource(
+                path,
+                default_relation=settings.default_relation,
+                format=fmt,
+                strict=strict,
+                on_dead_letter=_dead_letter_reporter(quiet),
+                start=start,
+                skip_to=skip_to,
+            )
 
-        totals = run_file_job(
-            processor,
-            _batches(source, settings.batch_size),
-            sink,
-            preload=_batches(preload_source, 1 << 20) if preload_source else None,
+        job = FileJob(
+            edges=edges,
+            open_source=open_source,
+            preload=preload,
             initial=initial,
+            state_dir=settings.state_dir,
+            output=output,
             progress=None if quiet else _print_progress,
-            fraction=fraction,
             progress_seconds=settings.progress_seconds,
         )
-        sink.flush()
+        totals = run_file_job(processor, job)
         if not quiet:
-            bad = source.dead_letters + (preload_source.dead_letters if preload_source else 0)
+            bad = sum(s.dead_letters for s in job.sources)
             _print_summary(totals, bad, time.perf_counter() - started)
+            if Stop.requested:
+                click.echo(
+                    f"subgraph-monitor: stopped after epoch {processor.epoch}; run again with "
+                    "the same arguments to continue",
+                    err=True,
+                )
     except MonitorError as error:
         _fail(error)
     except BrokenPipeError:

@@ -39,6 +39,7 @@ import orjson
 import rocksdict
 
 from monitor.errors import StateError
+from monitor.failpoints import failpoint
 from monitor.index.graph import Change, GraphIndex
 from monitor.index.levels import I8, I32
 
@@ -118,7 +119,14 @@ class StateStore:
     # -- opening -----------------------------------------------------------------------------
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str], *, cache_bytes: int = 64 << 20) -> StateStore:
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        cache_bytes: int = 64 << 20,
+        snapshot_ratio: float = 1.0,
+        snapshot_min_bytes: int = 1 << 20,
+    ) -> StateStore:
         """Open (or create) the state directory ``path``.
 
         Raises :class:`StateError` when the directory is used by another process, holds a store
@@ -154,7 +162,10 @@ class StateStore:
                 f"subgraph-monitor reads version {FORMAT_VERSION}; run the version that wrote "
                 f"it, or delete the directory to rebuild the state from the input"
             )
-        return cls(directory, db, meta, cache)
+        store = cls(directory, db, meta, cache)
+        store.snapshot_ratio = snapshot_ratio
+        store.snapshot_min_bytes = snapshot_min_bytes
+        return store
 
     def close(self) -> None:
         self._db.close()
@@ -229,12 +240,15 @@ class StateStore:
         meta: StoredMeta,
         changes: dict[str, Change],
         vertices_before: int,
+        *,
+        snapshot: bool = False,
     ) -> StoredMeta:
         """Durably record a committed epoch: its changes, new vertices and ``meta``.
 
         ``index`` must already hold the epoch as committed; ``vertices_before`` is the size of
-        the dictionary before the epoch. Returns the metadata as stored (with the relation ids,
-        vertex count and log or snapshot sizes filled in).
+        the dictionary before the epoch. A new snapshot replaces log and snapshot when the log
+        has grown enough, or when ``snapshot`` is set (after a bulk load). Returns the metadata
+        as stored (with the relation ids, vertex count and log or snapshot sizes filled in).
         """
         relations = dict(self.meta.relations if self.meta else {})
         for name, rel in index.relations.items():
@@ -244,8 +258,10 @@ class StateStore:
         previous = self.meta or StoredMeta()
         log = _write_log(changes, relations)
         grown = previous.log_bytes + len(log)
-        if grown > max(self.snapshot_min_bytes, self.snapshot_ratio * previous.snapshot_bytes):
+        threshold = max(self.snapshot_min_bytes, self.snapshot_ratio * previous.snapshot_bytes)
+        if snapshot or grown > threshold:
             snapshot_bytes = self._write_snapshot(batch, index, relations)
+            failpoint("snapshot_built")
             meta = replace(
                 meta, snapshot_epoch=meta.epoch, snapshot_bytes=snapshot_bytes, log_bytes=0
             )
@@ -265,6 +281,7 @@ class StateStore:
             )
         meta = replace(meta, relations=relations, vertices=len(index.dictionary))
         batch.put(META_KEY, meta.to_json())
+        failpoint("before_store_write")
         self._db.write(batch, self._write)
         self.meta = meta
         return meta

@@ -21,7 +21,7 @@ from connectors.records import UpdateBatch, mirrored
 from monitor.engine.delta import DeltaEvaluator
 from monitor.engine.static import count_matches, enumerate_matches
 from monitor.index.adjacency import Cut
-from monitor.index.graph import GraphIndex
+from monitor.index.graph import Change, GraphIndex
 from monitor.index.levels import I32, I64
 from monitor.query.ast import Query
 from monitor.service.settings import Settings
@@ -50,6 +50,7 @@ class EpochOutput:
     ignored: Counter[str]
     queries: list[QueryOutput]
     seconds: float
+    changes: dict[str, Change] = field(default_factory=dict)
 
     @property
     def deltas(self) -> int:
@@ -123,6 +124,7 @@ class EpochProcessor:
             staged.ignored,
             outputs,
             time.perf_counter() - started,
+            staged.changes,
         )
         self.totals.add(out)
         return out
@@ -138,10 +140,12 @@ class EpochProcessor:
             for q in self.queries
         }
 
-    def initial(self, emit: Callable[[QueryOutput], None]) -> None:
-        """Emit every current match of every query as a +1 delta of epoch 0."""
+    def initial(
+        self, emit: Callable[[QueryOutput], None], queries: Sequence[Query] | None = None
+    ) -> None:
+        """Emit every current match of every query (or of ``queries``) as +1 deltas."""
         decode = self.index.dictionary.decode
-        for query in self.queries:
+        for query in self.queries if queries is None else queries:
 
             def send(columns: list[I32], query: Query = query) -> None:
                 emit(

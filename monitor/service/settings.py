@@ -26,3 +26,11 @@ class Settings(BaseSettings):
     )
     compaction_min: int = Field(65_536, ge=0, description="never compact below this many changes")
     progress_seconds: float = Field(5.0, gt=0, description="seconds between progress lines")
+    state_dir: str | None = Field(None, description="RocksDB state directory (None: in memory)")
+    snapshot_ratio: float = Field(
+        1.0, gt=0, description="rewrite the stored snapshot once the log reaches this fraction"
+    )
+    snapshot_min_bytes: int = Field(1 << 20, ge=0, description="never snapshot a smaller log")
+    rocksdb_cache_bytes: int = Field(
+        64 << 20, ge=1 << 20, description="RocksDB block cache, one for the process"
+    )
