@@ -1,7 +1,8 @@
 """``subgraph-monitor``: the command line.
 
-Commands: ``run`` (the embedded main job: edges from a file or stdin, match deltas on stdout),
-``count`` (current matches of each query), ``explain`` (print every plan of a query).
+Commands: ``run`` (the embedded main job: edges from a file or stdin, match deltas on stdout or
+exactly once into a file), ``count`` (current matches of each query), ``explain`` (print every
+plan of a query), ``state inspect`` (what a state directory holds).
 
 Exit codes: 0 success; 2 bad usage or an invalid query; 3 bad input under ``--strict``; 4 bad
 stored state; 1 any other error.
@@ -26,6 +27,8 @@ from monitor.errors import (
     QueryError,
     StateError,
 )
+from monitor.index.graph import GraphIndex
+from monitor.index.store import StateStore
 from monitor.plan.planner import delta_queries, static_plan
 from monitor.query.ast import Query
 from monitor.query.load import load_queries_many
@@ -322,5 +325,55 @@ def explain(query_specs: tuple[str, ...]) -> None:
                 click.echo(plan.describe())
             click.echo(static_plan(query).describe())
             click.echo()
+    except MonitorError as error:
+        _fail(error)
+
+
+@main.group()
+def state() -> None:
+    """Look at a state directory."""
+
+
+@state.command()
+@click.argument("directory", type=click.Path(file_okay=False))
+def inspect(directory: str) -> None:
+    """Print a state directory's epoch, input position, queries, relations and size on disk."""
+    try:
+        with StateStore.open(directory, read_only=True) as store:
+            meta = store.meta
+            if meta is None:
+                raise StateError(f"{directory} holds no committed epoch yet")
+            index = GraphIndex()
+            store.load(index)
+            disk = store.disk_bytes()
+        position = meta.position
+        checkpoint = position.get("checkpoint") or {}
+        lines = [
+            f"state directory  {directory}",
+            f"format version   {meta.format_version}",
+            f"epoch            {meta.epoch} (snapshot at epoch {meta.snapshot_epoch})",
+            f"input            {position.get('input')}: {position.get('seq', 0):,} updates "
+            f"consumed (byte offset {checkpoint.get('offset', 0):,}, "
+            f"line {checkpoint.get('line', 0):,})",
+            "output           "
+            + ("stdout" if meta.output_bytes is None else f"{meta.output_bytes:,} bytes committed"),
+            "settings         " + ", ".join(f"{k}={v}" for k, v in sorted(meta.settings.items())),
+            "queries",
+            *(f"  {q}" for q in meta.queries),
+            "relations",
+            *(
+                f"  {name:<20} arity {rel.arity}  {len(rel):>12,} tuples"
+                for name, rel in sorted(index.relations.items())
+            ),
+            f"vertices         {len(index.dictionary):,}",
+            f"size on disk     {disk:,} bytes"
+            + (
+                f" ({disk / max(index.edge_count(), 1):.1f} per tuple)"
+                if index.edge_count()
+                else ""
+            ),
+        ]
+        for line in lines:
+            click.echo(line)
     except MonitorError as error:
         _fail(error)

@@ -126,8 +126,9 @@ class StateStore:
         cache_bytes: int = 64 << 20,
         snapshot_ratio: float = 1.0,
         snapshot_min_bytes: int = 1 << 20,
+        read_only: bool = False,
     ) -> StateStore:
-        """Open (or create) the state directory ``path``.
+        """Open (or create) the state directory ``path``; ``read_only`` to inspect a live one.
 
         Raises :class:`StateError` when the directory is used by another process, holds a store
         of another format version or something that is not a store, or is corrupted.
@@ -135,6 +136,8 @@ class StateStore:
         directory = Path(path)
         if directory.exists() and not directory.is_dir():
             raise StateError(f"state directory {directory} is a file; give a directory")
+        if read_only and not (directory / "CURRENT").exists():
+            raise StateError(f"{directory} holds no subgraph-monitor state")
         fresh = not directory.exists() or not any(directory.iterdir())
         if not fresh and not (directory / "CURRENT").exists():
             raise StateError(
@@ -142,30 +145,39 @@ class StateStore:
                 f"or new directory as the state directory"
             )
         options, cache = _options(cache_bytes)
+        if not fresh and not read_only:
+            # Check what is there without writing anything: RocksDB's read-write open
+            # recovers and rewrites files, which a refused directory must not see.
+            cls._connect(directory, options, read_only=True).close()
+        db = cls._connect(directory, options, read_only=read_only)
         try:
-            db = rocksdict.Rdict(str(directory), options)
-        except Exception as error:  # rocksdict raises plain Exception with RocksDB's status
-            raise _open_error(directory, error) from error
-        try:
-            raw = db.get(META_KEY)
-            meta = None if raw is None else StoredMeta.from_json(bytes(raw))
-        except (ValueError, KeyError, TypeError) as error:
+            meta = _read_meta(directory, db)
+        except StateError:
             db.close()
-            raise StateError(
-                f"state in {directory} is corrupted (unreadable metadata: {error}); restore the "
-                f"directory from a backup, or delete it to rebuild the state from the input"
-            ) from error
-        if meta is not None and meta.format_version != FORMAT_VERSION:
-            db.close()
-            raise StateError(
-                f"state in {directory} has format version {meta.format_version}, this "
-                f"subgraph-monitor reads version {FORMAT_VERSION}; run the version that wrote "
-                f"it, or delete the directory to rebuild the state from the input"
-            )
+            raise
         store = cls(directory, db, meta, cache)
         store.snapshot_ratio = snapshot_ratio
         store.snapshot_min_bytes = snapshot_min_bytes
         return store
+
+    @staticmethod
+    def _connect(directory: Path, options: rocksdict.Options, *, read_only: bool) -> Any:
+        """The database, with its metadata checked (format version, readability)."""
+        try:
+            if read_only:
+                db = rocksdict.Rdict(
+                    str(directory), options, access_type=rocksdict.AccessType.read_only()
+                )
+            else:
+                db = rocksdict.Rdict(str(directory), options)
+        except Exception as error:  # rocksdict raises plain Exception with RocksDB's status
+            raise _open_error(directory, error) from error
+        try:
+            _read_meta(directory, db)
+        except StateError:
+            db.close()
+            raise
+        return db
 
     def close(self) -> None:
         self._db.close()
@@ -329,6 +341,24 @@ def _options(cache_bytes: int) -> tuple[rocksdict.Options, Any]:
     table.set_cache_index_and_filter_blocks(True)
     options.set_block_based_table_factory(table)
     return options, cache
+
+
+def _read_meta(directory: Path, db: Any) -> StoredMeta | None:
+    try:
+        raw = db.get(META_KEY)
+        meta = None if raw is None else StoredMeta.from_json(bytes(raw))
+    except Exception as error:
+        raise StateError(
+            f"state in {directory} is corrupted (unreadable metadata: {error}); restore the "
+            f"directory from a backup, or delete it to rebuild the state from the input"
+        ) from error
+    if meta is not None and meta.format_version != FORMAT_VERSION:
+        raise StateError(
+            f"state in {directory} has format version {meta.format_version}, this "
+            f"subgraph-monitor reads version {FORMAT_VERSION}; run the version that wrote "
+            f"it, or delete the directory to rebuild the state from the input"
+        )
+    return meta
 
 
 def _open_error(directory: Path, error: Exception) -> StateError:
