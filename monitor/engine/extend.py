@@ -49,7 +49,8 @@ class StageRunner:
         self.stage = stage
         self.index = index
         self.views = [index.view(e.relation, e.position, e.cut) for e in stage.extenders]
-        self.filter = Filters(stage.checks, stage.comparisons, index)
+        self.comparisons = Filters((), stage.comparisons, index)
+        self.checks = Filters(stage.checks, (), index)
 
     def counts(self, prefixes: Prefixes) -> tuple[npt.NDArray[np.intp], I64]:
         """For every prefix, the extender with the fewest values, and that number."""
@@ -79,6 +80,10 @@ class StageRunner:
                 continue
             owner, values = view.propose(_keys(extender, prefixes, self.index)[rows])
             rows = rows[owner]
+            if self.comparisons.comparisons:
+                # Comparisons are cheap: drop candidates before intersecting them.
+                keep = self.comparisons.compare([*(c[rows] for c in prefixes.columns), values])
+                rows, values = rows[keep], values[keep]
             for f, (other, other_view) in enumerate(zip(extenders, self.views, strict=True)):
                 if f == e or not rows.shape[0]:
                     continue
@@ -90,7 +95,7 @@ class StageRunner:
             return Prefixes.empty(prefixes.width + 1)
         rows = all_rows[0] if len(all_rows) == 1 else np.concatenate(all_rows)
         values = all_values[0] if len(all_values) == 1 else np.concatenate(all_values)
-        return self.filter(prefixes.extended(rows, values))
+        return self.checks(prefixes.extended(rows, values))
 
 
 class Filters:
@@ -104,19 +109,10 @@ class Filters:
         self._index = index
 
     def __call__(self, prefixes: Prefixes) -> Prefixes:
+        """The prefixes that pass every comparison and every check."""
         if not len(prefixes) or not (self.checks or self.comparisons):
             return prefixes
-        keep = np.ones(len(prefixes), np.bool_)
-        order: I64 | None = None
-        for comparison in self.comparisons:
-            left = prefixes.columns[comparison.left]
-            right = prefixes.columns[comparison.right]
-            if comparison.op == "!=":
-                keep &= left != right
-                continue
-            if order is None:
-                order = self._index.order_keys()
-            keep &= _compare(order[left], comparison.op, order[right])
+        keep = self.compare(prefixes.columns)
         for check, view in self.checks:
             rows = np.flatnonzero(keep)
             cols = [prefixes.columns[c][rows] for c in check.columns]
@@ -129,6 +125,22 @@ class Filters:
                 key = self._index.keys(check.relation, last, cols[:-1])
             keep[rows] = view.contains(key, cols[-1])
         return prefixes if keep.all() else prefixes.take(keep)
+
+    def compare(self, columns: Sequence[npt.NDArray[np.integer]]) -> npt.NDArray[np.bool_]:
+        """Which rows of ``columns`` pass every comparison (checks are not applied)."""
+        n = columns[0].shape[0] if columns else 0
+        keep = np.ones(n, np.bool_)
+        order: I64 | None = None
+        for comparison in self.comparisons:
+            left = columns[comparison.left]
+            right = columns[comparison.right]
+            if comparison.op == "!=":
+                keep &= left != right
+                continue
+            if order is None:
+                order = self._index.order_keys()
+            keep &= _compare(order[left], comparison.op, order[right])
+        return keep
 
 
 def _compare(left: I64, op: str, right: I64) -> npt.NDArray[np.bool_]:

@@ -110,7 +110,7 @@ def segment_contains(
 class Adjacency:
     """One relation in one direction, with its compacted, committed and uncommitted levels."""
 
-    def __init__(self, compaction_ratio: float = 0.125, compaction_min: int = 65536) -> None:
+    def __init__(self, compaction_ratio: float = 0.125, compaction_min: int = 4096) -> None:
         self.compaction_ratio = compaction_ratio
         self.compaction_min = compaction_min
         self._offsets = np.zeros(2, np.int64)

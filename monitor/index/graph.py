@@ -115,7 +115,7 @@ class StagedEpoch:
 class GraphIndex:
     """Relations over one vertex dictionary, with the epoch protocol."""
 
-    def __init__(self, compaction_ratio: float = 0.125, compaction_min: int = 65536) -> None:
+    def __init__(self, compaction_ratio: float = 0.125, compaction_min: int = 4096) -> None:
         self.dictionary = VertexDictionary()
         self.relations: dict[str, Relation] = {}
         self._compaction = (compaction_ratio, compaction_min)

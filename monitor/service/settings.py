@@ -24,7 +24,7 @@ class Settings(BaseSettings):
     compaction_ratio: float = Field(
         0.125, gt=0, le=1, description="merge committed changes past this fraction of an index"
     )
-    compaction_min: int = Field(65_536, ge=0, description="never compact below this many changes")
+    compaction_min: int = Field(4096, ge=0, description="never compact below this many changes")
     progress_seconds: float = Field(5.0, gt=0, description="seconds between progress lines")
     state_dir: str | None = Field(None, description="RocksDB state directory (None: in memory)")
     snapshot_ratio: float = Field(
