@@ -4,36 +4,44 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed-stamp
+BASE   := $(VENV)/.base-stamp
+DEV    := $(VENV)/.dev-stamp
 
-.PHONY: run test lint unit bench clean
+.PHONY: run test lint unit bench bench-quick clean
 
-$(STAMP): pyproject.toml
+$(BASE): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
 		{ echo "subgraph-monitor needs Python 3.11 or newer (found $$($(PYTHON) --version))"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e .
+	@touch $@
+
+$(DEV): $(BASE)
+	$(BIN)/pip install --quiet -e '.[dev,bench]'
 	@touch $@
 
 ## run: the embedded main job on the shipped example (no Kafka needed)
-run: $(STAMP)
+run: $(BASE)
 	$(BIN)/subgraph-monitor run --query examples/fraud.q --edges examples/transfers.txt --batch-size 25
 
 ## test: ruff, mypy and every test (the same command CI runs)
 test: lint unit
 
-lint: $(STAMP)
+lint: $(DEV)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-unit: $(STAMP)
+unit: $(DEV)
 	$(BIN)/pytest
 
-## bench: the benchmark harness; writes BENCHMARKS.md
-bench: $(STAMP)
+## bench: the benchmark harness (about 20 minutes); writes BENCHMARKS.md
+bench: $(DEV)
 	$(BIN)/python -m bench.run
+
+bench-quick: $(DEV)
+	$(BIN)/python -m bench.run --quick
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
