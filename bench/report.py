@@ -297,8 +297,10 @@ def method_section(info: RunInfo, queries: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
-def render(results: Results, info: RunInfo, notes: str, out_dir: Path) -> str:
-    """The whole BENCHMARKS.md."""
+def render(
+    results: Results, info: RunInfo, notes: str, out_dir: Path, persistence: str | None = None
+) -> str:
+    """The whole BENCHMARKS.md (``persistence``: the text ``bench.persistence`` wrote)."""
     machine = machine_info()
     p = info.parameters
     parts = [
@@ -344,6 +346,8 @@ def render(results: Results, info: RunInfo, notes: str, out_dir: Path) -> str:
         for figure in info.figures:
             rel = os.path.relpath(figure, out_dir)
             parts += [f"![{figure.stem}]({rel})", ""]
+    if persistence:
+        parts += ["## Persistence", "", persistence.strip(), ""]
     if results.failures:
         parts += ["## Failures", ""] + [f"- {f}" for f in results.failures] + [""]
     parts += ["## Notes", "", notes.strip(), ""]

@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATASETS = ROOT.parent / "shared" / "datasets"
 DEFAULT_CACHE = ROOT / ".cache" / "bench"
 NOTES = Path(__file__).resolve().parent / "NOTES.md"
+PERSISTENCE = Path(__file__).resolve().parent / "persistence.md"
 
 
 def parse_count(text: str) -> int:
@@ -275,7 +276,8 @@ def main(argv: list[str] | None = None) -> int:
     info = replace(info, figures=figures)
     notes = NOTES.read_text() if NOTES.exists() else "(bench/NOTES.md is missing)"
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(render(results, info, notes, args.out.resolve().parent))
+    persistence = PERSISTENCE.read_text() if PERSISTENCE.exists() else None
+    args.out.write_text(render(results, info, notes, args.out.resolve().parent, persistence))
     print(stdout_summary(results, info))
     log(f"wrote {args.out} and {len(figures)} plot(s); run took {info.seconds / 60:.1f} minutes")
     return 1 if results.failures else 0
