@@ -205,7 +205,8 @@ def render(results: list[dict[str, Any]]) -> str:
         "directory and loads it into an empty index (dictionary, every relation, every "
         "position's adjacency rebuilt). *Resident* is the growth of the process's RSS over the "
         "load: the index, RocksDB's 64 MiB block cache and write buffers, and what the allocator "
-        "kept of the load's temporaries. The stream is 200,000 updates (10% deletes) over the half-preloaded graph in "
+        "kept of the load's temporaries. The stream is 200,000 updates (10% deletes) over the "
+        "half-preloaded graph in "
         f"epochs of {BATCH:,}, evaluating directed triangles; *persisted* commits every epoch "
         "to RocksDB in one synced write batch.\n\n" + head + "\n" + "\n".join(rows) + "\n"
     )

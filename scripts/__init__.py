@@ -1,0 +1,1 @@
+"""Developer and CI helper scripts (kafka_local: the local Kafka broker)."""

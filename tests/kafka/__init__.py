@@ -1,0 +1,1 @@
+"""Tests against a real Kafka broker (fixtures in conftest.py)."""
