@@ -42,11 +42,13 @@ from monitor.errors import InputError
 DEFAULT_RELATION = "e"
 
 _RELATION_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*\Z")
-_RELATION_RULE = "letters, digits, '_' and '-', starting with a letter or '_'"
+_RELATION_RULE = "letters, digits, '_' and '-', starting with a letter or '_', at most 128"
 _TEXT_FORMS = "'[+|-] src dst [relation]' or '[+|-] relation(id, ...)'"
 _RELATION_NAME_BYTES = re.compile(rb"[A-Za-z_][A-Za-z0-9_-]*\Z")
 _RELATION_CACHE_SIZE = 1024
 _MAX_INT_DIGITS = 19
+#: The longest string vertex id accepted, in characters; longer ones are bad records.
+MAX_ID_LENGTH = 1024
 _relation_names: dict[bytes, str] = {}
 _json_relations: set[str] = set()
 _SIGNS = {b"+": 1, b"-": -1}
@@ -56,9 +58,13 @@ Decoded = tuple[str, tuple[VertexId, ...], int]
 """What the decoders below produce before it becomes an :class:`Update`: relation, ids, diff."""
 
 
+#: The longest relation name accepted.
+MAX_RELATION_LENGTH = 128
+
+
 def is_relation_name(name: str) -> bool:
-    """Whether ``name`` is an allowed relation name (``[A-Za-z_][A-Za-z0-9_-]*``)."""
-    return _RELATION_NAME.match(name) is not None
+    """Whether ``name`` is an allowed relation name (``[A-Za-z_][A-Za-z0-9_-]*``, at most 128)."""
+    return len(name) <= MAX_RELATION_LENGTH and _RELATION_NAME.match(name) is not None
 
 
 def decode_text_line(
@@ -174,8 +180,14 @@ def parse_json_record(raw: bytes | str, default_relation: str) -> Decoded:
         if (
             len(record) == 2 + ("op" in record) + ("relation" in record)
             and (op == "insert" or op == "delete")
-            and (type(src) is str or (type(src) is int and INT64_MIN <= src <= INT64_MAX))
-            and (type(dst) is str or (type(dst) is int and INT64_MIN <= dst <= INT64_MAX))
+            and (
+                (type(src) is str and len(src) <= MAX_ID_LENGTH)
+                or (type(src) is int and INT64_MIN <= src <= INT64_MAX)
+            )
+            and (
+                (type(dst) is str and len(dst) <= MAX_ID_LENGTH)
+                or (type(dst) is int and INT64_MIN <= dst <= INT64_MAX)
+            )
             and (relation == default_relation or relation in _json_relations)
         ):
             return relation, (src, dst), 1 if op == "insert" else -1
@@ -264,8 +276,10 @@ def _text_id(token: bytes) -> VertexId:
         value = int(token)
         if value >= INT64_MIN:
             return value
+    if len(token) > 4 * MAX_ID_LENGTH:
+        raise InputError(f"vertex id of {len(token):,} bytes; ids have at most {MAX_ID_LENGTH}")
     try:
-        return token.decode("utf-8")
+        return _checked_length(token.decode("utf-8"))
     except UnicodeDecodeError as error:
         raise InputError(
             f"id {_show(token)} is not valid UTF-8 (byte 0x{token[error.start]:02x} at offset "
@@ -277,7 +291,7 @@ def _relation_name(token: bytes) -> str:
     """A relation name field, checked against ``[A-Za-z_][A-Za-z0-9_-]*``."""
     name = _relation_names.get(token)
     if name is None:
-        if _RELATION_NAME_BYTES.match(token) is None:
+        if len(token) > MAX_RELATION_LENGTH or _RELATION_NAME_BYTES.match(token) is None:
             raise InputError(_bad_relation(_show(token, quote=False)))
         name = token.decode("ascii")
         if len(_relation_names) < _RELATION_CACHE_SIZE:
@@ -291,10 +305,16 @@ def _show(raw: bytes, *, quote: bool = True) -> str:
     return repr(text) if quote else text
 
 
+def _checked_length(name: str) -> str:
+    if len(name) > MAX_ID_LENGTH:
+        raise InputError(f"vertex id of {len(name):,} characters; ids have at most {MAX_ID_LENGTH}")
+    return name
+
+
 def _json_id(value: Any, field: str) -> VertexId:
     kind = type(value)
     if kind is str:
-        return str(value)
+        return _checked_length(str(value))
     if kind is int and INT64_MIN <= value <= INT64_MAX:
         return int(value)
     raise InputError(

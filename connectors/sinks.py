@@ -73,7 +73,7 @@ class JsonLinesSink:
         Raises ``ValueError`` when the columns do not match the variables or the diffs, or a diff
         is not +1 or -1, and ``TypeError`` when an id is neither an ``int`` nor a ``str``.
         """
-        rows = _check(variables, columns, diffs)
+        rows = check_deltas(variables, columns, diffs)
         head = orjson.dumps({"query": query, "epoch": int(epoch)})[:-1]
         if all(c.dtype.kind in "iu" for c in columns):
             # Only integers: a %d template per diff sign; no escaping can be needed.
@@ -95,7 +95,7 @@ class JsonLinesSink:
             dumps = orjson.dumps
             for start in range(0, rows, CHUNK_ROWS):
                 stop = min(start + CHUNK_ROWS, rows)
-                bindings = zip(*(_ids(c[start:stop]) for c in columns), strict=True)
+                bindings = zip(*(id_list(c[start:stop]) for c in columns), strict=True)
                 matches = map(dumps, map(dict, map(zip, repeat(variables), bindings)))
                 signs = diffs[start:stop].tolist()
                 self.stream.write(
@@ -162,8 +162,8 @@ class ListSink:
         diffs: npt.NDArray[np.integer],
     ) -> int:
         """Append one row per delta; see :meth:`DeltaSink.write_deltas`."""
-        rows = _check(variables, columns, diffs)
-        bindings = zip(*(_ids(c) for c in columns), strict=True) if columns else iter(())
+        rows = check_deltas(variables, columns, diffs)
+        bindings = zip(*(id_list(c) for c in columns), strict=True) if columns else iter(())
         for binding, diff in zip(bindings, diffs.tolist(), strict=True):
             self.rows.append((query, int(epoch), binding, diff))
         return rows
@@ -173,7 +173,7 @@ class ListSink:
         self.flushes += 1
 
 
-def _check(
+def check_deltas(
     variables: Sequence[str],
     columns: Sequence[npt.NDArray[np.generic]],
     diffs: npt.NDArray[np.integer],
@@ -194,7 +194,7 @@ def _check(
     return rows
 
 
-def _ids(column: npt.NDArray[np.generic]) -> list[VertexId]:
+def id_list(column: npt.NDArray[np.generic]) -> list[VertexId]:
     """A column of ids as Python values, checking the values of ``object`` columns."""
     if column.dtype.kind in "iu":
         values: list[VertexId] = column.tolist()

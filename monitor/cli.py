@@ -2,7 +2,8 @@
 
 Commands: ``run`` (the embedded main job: edges from a file or stdin, match deltas on stdout or
 exactly once into a file), ``count`` (current matches of each query), ``explain`` (print every
-plan of a query), ``state inspect`` (what a state directory holds).
+plan of a query), ``state inspect`` (what a state directory holds), ``serve`` (the Kafka
+service).
 
 Exit codes: 0 success; 2 bad usage or an invalid query; 3 bad input under ``--strict``; 4 bad
 stored state; 1 any other error.
@@ -16,6 +17,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, NoReturn
 
 import click
+import orjson
 
 from connectors.files import EdgeFileSource
 from connectors.records import Checkpoint, DeadLetter, UpdateBatch
@@ -34,7 +36,7 @@ from monitor.query.ast import Query
 from monitor.query.load import load_queries_many
 from monitor.service.epochs import EpochProcessor, RunTotals
 from monitor.service.filejob import FileJob, Progress, Stop, run_file_job
-from monitor.service.settings import Settings
+from monitor.service.settings import Settings, load_settings
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -325,6 +327,34 @@ def explain(query_specs: tuple[str, ...]) -> None:
                 click.echo(plan.describe())
             click.echo(static_plan(query).describe())
             click.echo()
+    except MonitorError as error:
+        _fail(error)
+
+
+@main.command()
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(dir_okay=False, exists=True),
+    default=None,
+    help="A YAML file of settings (SGM_ environment variables win).",
+)
+@click.option("--print-config", is_flag=True, help="Print the effective settings and exit.")
+def serve(config_file: str | None, print_config: bool) -> None:
+    """The Kafka service: edge topics in, match deltas out, exactly once (settings: SGM_*)."""
+    try:
+        try:
+            settings = load_settings(config_file)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from exc
+        if print_config:
+            click.echo(orjson.dumps(settings.printable(), option=orjson.OPT_INDENT_2).decode())
+            return
+        from monitor.service.logs import configure_logging
+        from monitor.service.serve import serve as run_service
+
+        configure_logging(settings.log_level)
+        sys.exit(run_service(settings))
     except MonitorError as error:
         _fail(error)
 

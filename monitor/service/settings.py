@@ -1,13 +1,36 @@
 """The one settings model: every option has a default and an ``SGM_`` environment variable.
 
-The CLI builds :class:`Settings` from its flags on top of the environment, so a flag, an
-environment variable and (later) a Helm value of the same name all mean the same thing.
+Sources, strongest first: command-line flags, ``SGM_`` environment variables, a YAML file given
+with ``--config`` (:func:`load_settings`), the defaults. A flag, an environment variable and a
+Helm value of the same name all mean the same thing. Lists (``SGM_INPUT_TOPICS``) are comma
+separated; maps (``SGM_TOPIC_RELATIONS``) are ``key=value`` pairs separated by commas;
+``SGM_KAFKA`` (librdkafka settings passed through, e.g. SASL/SSL) is a JSON object. Secret
+values are :class:`~pydantic.SecretStr` and never printed or logged.
 """
 
 from __future__ import annotations
 
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+import socket
+from typing import Annotated, Any
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    YamlConfigSettingsSource,
+)
+
+#: librdkafka settings whose values are secrets.
+SECRET_KAFKA_KEYS = (
+    "sasl.password",
+    "ssl.key.password",
+    "ssl.keystore.password",
+    "sasl.oauthbearer.client.secret",
+    "ssl.key.pem",
+    "ssl_key",
+)
 
 
 class Settings(BaseSettings):
@@ -34,3 +57,110 @@ class Settings(BaseSettings):
     rocksdb_cache_bytes: int = Field(
         64 << 20, ge=1 << 20, description="RocksDB block cache, one for the process"
     )
+
+    # -- the Kafka service (serve) -------------------------------------------------------------
+    bootstrap_servers: str = Field("localhost:9092", description="Kafka bootstrap servers")
+    input_topics: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["edges"], description="edge topics to consume (comma list)"
+    )
+    output_topic: str = Field("match-deltas", description="topic of the match deltas")
+    dead_letter_topic: str = Field("edges-dead-letters", description="topic of bad records")
+    group_id: str = Field("subgraph-monitor", description="consumer group of the input topics")
+    instance_id: str = Field(
+        default_factory=socket.gethostname,
+        description="stable id of this instance in the group (static membership); default host",
+    )
+    transactional_id: str | None = Field(
+        None, description="producer transactional id (default: derived from the group id)"
+    )
+    queries: str = Field("triangle", description="a built-in name, a query file, or query text")
+    topic_relations: Annotated[dict[str, str], NoDecode] = Field(
+        default_factory=dict, description="topic=relation pairs: records of a topic name none"
+    )
+    max_batch_delay_ms: int = Field(1000, ge=1, description="an epoch closes after this delay")
+    http_port: int = Field(8080, ge=0, le=65535, description="port of /metrics, /healthz, /readyz")
+    liveness_timeout_s: float = Field(120.0, gt=0, description="/healthz fails after this stall")
+    log_level: str = Field("INFO", description="DEBUG, INFO, WARNING or ERROR")
+    kafka: dict[str, str | SecretStr] = Field(
+        default_factory=dict, description="librdkafka settings passed through (JSON object)"
+    )
+
+    @field_validator("input_topics", mode="before")
+    @classmethod
+    def _comma_list(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [t.strip() for t in value.split(",") if t.strip()]
+        return value
+
+    @field_validator("topic_relations", mode="before")
+    @classmethod
+    def _pairs(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            pairs = {}
+            for item in filter(None, (p.strip() for p in value.split(","))):
+                topic, sep, relation = item.partition("=")
+                if not sep or not topic.strip() or not relation.strip():
+                    raise ValueError(f"expected topic=relation pairs, got {item!r}")
+                pairs[topic.strip()] = relation.strip()
+            return pairs
+        return value
+
+    @field_validator("kafka", mode="before")
+    @classmethod
+    def _secrets(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {
+                str(k): SecretStr(str(v)) if _secret(str(k)) else str(v) for k, v in value.items()
+            }
+        return value
+
+    @field_validator("log_level")
+    @classmethod
+    def _level(cls, value: str) -> str:
+        level = value.upper()
+        if level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+            raise ValueError(f"log_level must be DEBUG, INFO, WARNING or ERROR, got {value!r}")
+        return level
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, YamlConfigSettingsSource(settings_cls))
+
+    def kafka_config(self) -> dict[str, str]:
+        """The librdkafka pass-through settings with their secret values revealed."""
+        return {
+            k: v.get_secret_value() if isinstance(v, SecretStr) else v
+            for k, v in self.kafka.items()
+        }
+
+    def printable(self) -> dict[str, Any]:
+        """Every setting, secrets masked: what ``serve --print-config`` shows."""
+        data = self.model_dump(mode="json")
+        data["kafka"] = {k: "***" if _secret(k) else v for k, v in data["kafka"].items()}
+        return data
+
+
+def _secret(key: str) -> bool:
+    lowered = key.lower()
+    return lowered in SECRET_KAFKA_KEYS or any(w in lowered for w in ("password", "secret"))
+
+
+def load_settings(config_file: str | None = None, **flags: Any) -> Settings:
+    """Settings from flags (given ones only), the environment and an optional YAML file."""
+    given = {k: v for k, v in flags.items() if v is not None}
+    if config_file is None:
+        return Settings(**given)
+
+    class FromFile(Settings):
+        model_config = SettingsConfigDict(
+            env_prefix="SGM_", frozen=True, extra="forbid", yaml_file=config_file
+        )
+
+    return FromFile(**given)

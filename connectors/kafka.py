@@ -1,0 +1,330 @@
+"""Kafka as a source of updates and a transactional sink of match deltas (confluent-kafka).
+
+:class:`KafkaSource` consumes the edge topics in a consumer group (``read_committed``, no
+auto-commit: offsets are committed inside the producer's transactions) and decodes records into
+:class:`~connectors.records.UpdateBatch` es, remembering for every partition the offset after
+the last record taken. A record that cannot be decoded becomes a :class:`KafkaDeadLetter`.
+
+:class:`KafkaSink` is the transactional producer: per epoch ``begin``, the deltas and dead
+letters, then ``commit`` with the consumer's offsets, so that output and input positions are
+committed together or not at all.
+
+Output records: key ``[query, [id, ...]]`` (JSON; the binding in head order, so a compacted topic
+or a keyed consumer tracks current matches), value ``{"query", "epoch", "diff", "match"}``,
+headers ``epoch`` and ``service-version``. Dead letters carry the raw value and headers
+``reason``, ``source-topic``, ``source-partition``, ``source-offset``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+import orjson
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+
+from connectors.formats import decode_json_record
+from connectors.records import Update, UpdateBatch
+from connectors.sinks import check_deltas, id_list
+from monitor.errors import InputError
+
+#: Largest record value accepted; bigger ones are dead letters.
+MAX_RECORD_BYTES = 1 << 20
+
+Partition = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class KafkaDeadLetter:
+    """A record that could not be decoded, where it came from, and why.
+
+    ``category`` is one of :data:`DEAD_LETTER_CATEGORIES` (a metric label); ``reason`` the
+    full message.
+    """
+
+    topic: str
+    partition: int
+    offset: int
+    reason: str
+    value: bytes
+    category: str = "invalid_record"
+
+
+#: Why records become dead letters, coarsely: ``too_large``, ``invalid_json`` (not a JSON
+#: document), ``invalid_record`` (JSON, but not a valid update).
+DEAD_LETTER_CATEGORIES = ("too_large", "invalid_json", "invalid_record")
+
+
+@dataclass
+class Polled:
+    """What one epoch's worth of polling returned.
+
+    ``next_offsets`` holds, for every partition a record was taken from, the offset after the
+    last one; ``timestamps`` the records' creation times (seconds) for end-to-end latency.
+    """
+
+    batch: UpdateBatch
+    next_offsets: dict[Partition, int] = field(default_factory=dict)
+    dead_letters: list[KafkaDeadLetter] = field(default_factory=list)
+    per_topic: dict[str, int] = field(default_factory=dict)
+    timestamps: list[float] = field(default_factory=list)
+    records: int = 0
+
+
+class KafkaSource:
+    """The consumer of the edge topics."""
+
+    def __init__(
+        self,
+        config: Mapping[str, str | int | float | bool],
+        topics: Sequence[str],
+        *,
+        default_relation: str,
+        topic_relations: Mapping[str, str],
+        on_assign: Callable[[list[Partition]], Mapping[Partition, int]] | None = None,
+        on_revoke: Callable[[list[Partition]], None] | None = None,
+        on_stats: Callable[[str], object] | None = None,
+    ) -> None:
+        settings: dict[str, object] = {
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "isolation.level": "read_committed",
+            "auto.offset.reset": "earliest",
+            "statistics.interval.ms": 5000,
+            "logger": logging.getLogger("librdkafka.consumer"),
+            **config,
+        }
+        if on_stats is not None:
+            settings["stats_cb"] = on_stats
+        self.consumer = Consumer(settings)
+        self.topics = list(topics)
+        self.default_relation = default_relation
+        self.topic_relations = dict(topic_relations)
+        self._on_assign = on_assign
+        self._on_revoke = on_revoke
+        self._seq = 0
+        self.consumer.subscribe(self.topics, on_assign=self._assigned, on_revoke=self._revoked)
+
+    def _assigned(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Called inside poll when partitions are assigned: start them where the service says."""
+        starts: Mapping[Partition, int] = {}
+        if self._on_assign is not None:
+            starts = self._on_assign([(p.topic, p.partition) for p in partitions])
+        for tp in partitions:
+            start = starts.get((tp.topic, tp.partition))
+            if start is not None:
+                tp.offset = start
+        consumer.assign(partitions)
+
+    def _revoked(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if self._on_revoke is not None:
+            self._on_revoke([(p.topic, p.partition) for p in partitions])
+
+    def committed(
+        self, partitions: Sequence[Partition], timeout: float = 30.0
+    ) -> dict[Partition, int | None]:
+        """The group's committed offset of each partition (None where nothing is committed)."""
+        found = self.consumer.committed(
+            [TopicPartition(t, p) for t, p in partitions], timeout=timeout
+        )
+        return {(tp.topic, tp.partition): (tp.offset if tp.offset >= 0 else None) for tp in found}
+
+    def seek(self, offsets: Mapping[Partition, int]) -> None:
+        """Read on from these offsets (after an aborted epoch, or on assignment)."""
+        for (topic, partition), offset in offsets.items():
+            self.consumer.seek(TopicPartition(topic, partition, offset))
+
+    def poll(
+        self,
+        max_updates: int,
+        max_delay: float,
+        stop_at: Mapping[Partition, int] | None = None,
+    ) -> Polled:
+        """Records until ``max_updates`` updates or ``max_delay`` seconds, whichever is first.
+
+        With ``stop_at``, records at or past the given offset of their partition are not taken
+        (they are left for the next poll: the consumer is rewound to them).
+        """
+        deadline = time.monotonic() + max_delay
+        updates: list[Update] = []
+        polled = Polled(UpdateBatch())
+        rewind: dict[Partition, int] = {}
+        while len(updates) < max_updates:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            messages = self.consumer.consume(
+                num_messages=min(10_000, max_updates - len(updates)), timeout=min(remaining, 0.5)
+            )
+            for message in messages:
+                error = message.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        continue
+                    raise KafkaException(error)
+                topic, partition, offset = _where(message)
+                key = (topic, partition)
+                if key in rewind:
+                    continue
+                if stop_at is not None and key in stop_at and offset >= stop_at[key]:
+                    rewind[key] = offset
+                    continue
+                self._take(message, updates, polled)
+                polled.next_offsets[key] = offset + 1
+            if stop_at is not None and rewind and not messages:
+                break
+        if rewind:
+            self.seek(rewind)
+        polled.batch = UpdateBatch.from_updates(updates, self._seq)
+        self._seq += len(updates)
+        return polled
+
+    def _take(self, message: Message, updates: list[Update], polled: Polled) -> None:
+        topic, partition, offset = _where(message)
+        polled.records += 1
+        polled.per_topic[topic] = polled.per_topic.get(topic, 0) + 1
+        kind, stamp = message.timestamp()
+        if kind != 0 and stamp > 0:
+            polled.timestamps.append(stamp / 1000.0)
+        value = message.value() or b""
+        position = f"{topic}[{partition}]@{offset}"
+        try:
+            if len(value) > MAX_RECORD_BYTES:
+                raise InputError(
+                    f"record of {len(value):,} bytes is larger than {MAX_RECORD_BYTES:,}",
+                    position=position,
+                )
+            relation = self.topic_relations.get(topic, self.default_relation)
+            update = decode_json_record(value, default_relation=relation, position=position)
+        except InputError as error:
+            if len(value) > MAX_RECORD_BYTES:
+                category = "too_large"
+            elif error.message.startswith("invalid JSON") or "not valid JSON" in error.message:
+                category = "invalid_json"
+            else:
+                category = "invalid_record"
+            polled.dead_letters.append(
+                KafkaDeadLetter(topic, partition, offset, error.message, value, category)
+            )
+            return
+        updates.append(update)
+
+    def group_metadata(self) -> object:
+        return self.consumer.consumer_group_metadata()
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+class KafkaSink:
+    """The transactional producer of match deltas and dead letters."""
+
+    def __init__(
+        self,
+        config: Mapping[str, str | int | float | bool],
+        *,
+        transactional_id: str,
+        output_topic: str,
+        dead_letter_topic: str,
+        version: str,
+        timeout: float = 60.0,
+    ) -> None:
+        self.output_topic = output_topic
+        self.dead_letter_topic = dead_letter_topic
+        self.version = version.encode()
+        self.timeout = timeout
+        self.producer = Producer(
+            {
+                "transactional.id": transactional_id,
+                "enable.idempotence": True,
+                "linger.ms": 5,
+                "transaction.timeout.ms": 60_000,
+                "logger": logging.getLogger("librdkafka.producer"),
+                **config,
+            }
+        )
+        self.producer.init_transactions(timeout)
+
+    def begin(self) -> None:
+        self.producer.begin_transaction()
+
+    def write_deltas(
+        self,
+        query: str,
+        epoch: int,
+        variables: Sequence[str],
+        columns: Sequence[npt.NDArray[np.generic]],
+        diffs: npt.NDArray[np.integer],
+    ) -> int:
+        """Produce one record per match delta (inside the open transaction)."""
+        rows = check_deltas(variables, columns, diffs)
+        ids = [id_list(c) for c in columns]
+        headers: list[tuple[str, str | bytes | None]] = [
+            ("epoch", str(epoch).encode()),
+            ("service-version", self.version),
+        ]
+        signs = diffs.tolist()
+        for i in range(rows):
+            binding = [column[i] for column in ids]
+            value = orjson.dumps(
+                {
+                    "query": query,
+                    "epoch": epoch,
+                    "diff": signs[i],
+                    "match": dict(zip(variables, binding, strict=True)),
+                }
+            )
+            self._produce(self.output_topic, orjson.dumps([query, binding]), value, headers)
+        return rows
+
+    def write_dead_letter(self, letter: KafkaDeadLetter) -> None:
+        headers: list[tuple[str, str | bytes | None]] = [
+            ("reason", letter.reason.encode()),
+            ("source-topic", letter.topic.encode()),
+            ("source-partition", str(letter.partition).encode()),
+            ("source-offset", str(letter.offset).encode()),
+            ("service-version", self.version),
+        ]
+        self._produce(self.dead_letter_topic, None, letter.value, headers)
+
+    def _produce(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes,
+        headers: list[tuple[str, str | bytes | None]],
+    ) -> None:
+        while True:
+            try:
+                self.producer.produce(topic, value=value, key=key, headers=headers)
+                return
+            except BufferError:
+                self.producer.poll(0.05)
+
+    def commit(self, offsets: Mapping[Partition, int], group_metadata: object) -> None:
+        """Commit the epoch: its records, and the consumer offsets after it."""
+        if offsets:
+            self.producer.send_offsets_to_transaction(
+                [TopicPartition(t, p, o) for (t, p), o in offsets.items()],
+                group_metadata,
+                self.timeout,
+            )
+        self.producer.commit_transaction(self.timeout)
+
+    def abort(self) -> None:
+        self.producer.abort_transaction(self.timeout)
+
+    def flush(self) -> None:
+        self.producer.flush(self.timeout)
+
+
+def _where(message: Message) -> tuple[str, int, int]:
+    """Topic, partition and offset of a data message (never None for one)."""
+    topic, partition, offset = message.topic(), message.partition(), message.offset()
+    if topic is None or partition is None or offset is None:
+        raise KafkaException(f"message without a position: {message!r}")
+    return topic, partition, offset

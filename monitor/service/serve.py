@@ -1,0 +1,451 @@
+"""``subgraph-monitor serve``: edge topics in, match-delta topic out, exactly once.
+
+The loop reads top to bottom. Start: load the stored index, open the HTTP endpoints, connect to
+Kafka (retrying with backoff, not ready meanwhile), refuse a second instance of the group, and
+subscribe. Each epoch: poll up to ``batch_size`` updates or ``max_batch_delay_ms``; stage and
+evaluate; in one transaction produce the deltas and dead letters and commit the consumer
+offsets after the epoch; then commit the index and write the epoch with those offsets to the
+store. An epoch whose transaction fails is aborted, forgotten by the index, and read again.
+
+Recovery: on assignment, a partition whose offset committed in Kafka is ahead of the stored one
+holds records whose output is already committed but that the store does not include (a crash
+between the two commits). They are read again and applied to the index as one epoch without
+emitting anything; then the stream goes on from the committed offsets.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError, version
+from types import FrameType
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
+
+from connectors.kafka import KafkaSink, KafkaSource, Partition, Polled
+from connectors.records import UpdateBatch
+from monitor.errors import ConfigError, StateError
+from monitor.index.store import StateStore, StoredMeta
+from monitor.plan.planner import delta_queries
+from monitor.query.load import load_queries
+from monitor.service.epochs import EpochProcessor
+from monitor.service.health import Health
+from monitor.service.http import HealthServer
+from monitor.service.metrics import Metrics
+from monitor.service.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+def service_version() -> str:
+    try:
+        return version("subgraph-monitor")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _key(partition: Partition) -> str:
+    return f"{partition[0]}:{partition[1]}"
+
+
+def _unkey(key: str) -> Partition:
+    topic, _, number = key.rpartition(":")
+    return topic, int(number)
+
+
+@dataclass
+class Positions:
+    """Per partition, the offset after the last record the stored state includes."""
+
+    stored: dict[Partition, int] = field(default_factory=dict)
+    catch_up: dict[Partition, int] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, meta: StoredMeta | None) -> Positions:
+        raw = (meta.position.get("kafka") if meta else None) or {}
+        return cls({_unkey(k): int(v) for k, v in raw.items()})
+
+    def to_json(self) -> dict[str, dict[str, int]]:
+        return {"kafka": {_key(p): o for p, o in sorted(self.stored.items())}}
+
+
+class Stop:
+    """Set by SIGTERM/SIGINT: the loop finishes the epoch in flight and exits."""
+
+    requested = False
+
+
+def serve(settings: Settings) -> int:
+    """Run the service until SIGTERM; returns the exit code."""
+    queries = load_queries(settings.queries)
+    for query in queries:
+        delta_queries(query)
+    metrics = Metrics()
+    health = Health(settings.liveness_timeout_s)
+    http = HealthServer(settings.http_port, metrics, health)
+    http.start()
+    store = StateStore.open(
+        settings.state_dir or "state",
+        cache_bytes=settings.rocksdb_cache_bytes,
+        snapshot_ratio=settings.snapshot_ratio,
+        snapshot_min_bytes=settings.snapshot_min_bytes,
+    )
+    try:
+        with _stop_on_signals():
+            return _run(settings, queries, store, metrics, health)
+    finally:
+        store.close()
+        http.stop()
+
+
+def _run(
+    settings: Settings,
+    queries: tuple[object, ...],
+    store: StateStore,
+    metrics: Metrics,
+    health: Health,
+) -> int:
+    processor = EpochProcessor(queries, settings)  # type: ignore[arg-type]
+    meta = _recover(settings, processor, store)
+    positions = Positions.of(meta)
+    health.set_recovered(True)
+    connection = _connect(settings, processor, store, positions, metrics, health)
+    if connection is None:
+        return 0
+    source, sink = connection
+    try:
+        while not Stop.requested:
+            health.beat()
+            if positions.catch_up:
+                _catch_up(settings, processor, store, source, positions)
+                continue
+            polled = source.poll(settings.batch_size, settings.max_batch_delay_ms / 1000.0)
+            if not polled.records:
+                continue
+            sink = _epoch(settings, processor, store, source, sink, polled, positions, metrics)
+        log.info("stopping after epoch %d as requested", processor.epoch)
+        return 0
+    finally:
+        source.close()
+        sink.flush()
+
+
+def _recover(settings: Settings, processor: EpochProcessor, store: StateStore) -> StoredMeta:
+    meta = store.meta
+    texts = tuple(str(q) for q in processor.queries)
+    wanted = {
+        "mode": "kafka",
+        "undirected": settings.undirected,
+        "default_relation": settings.default_relation,
+        "topic_relations": dict(sorted(settings.topic_relations.items())),
+    }
+    if meta is None:
+        meta = StoredMeta(epoch=0, position={"kafka": {}}, queries=texts, settings=wanted)
+        return store.commit_epoch(processor.index, meta, {}, 0)
+    for name, value in wanted.items():
+        if meta.settings.get(name) != value:
+            raise StateError(
+                f"state in {store.path} was built with {name}={meta.settings.get(name)!r}, this "
+                f"service has {name}={value!r}; use the same setting, or a new state directory "
+                f"and consumer group"
+            )
+    if meta.queries != texts:
+        raise StateError(
+            f"state in {store.path} was built for the queries {list(meta.queries)}, this "
+            f"service has {list(texts)}; changing queries of a running Kafka service is not "
+            f"supported yet: deploy the new queries with a new state directory and group id"
+        )
+    started = time.perf_counter()
+    store.load(processor.index)
+    processor.epoch = meta.epoch
+    log.info(
+        "state loaded",
+        extra={
+            "state_dir": str(store.path),
+            "epoch": meta.epoch,
+            "tuples": processor.index.edge_count(),
+            "seconds": time.perf_counter() - started,
+        },
+    )
+    return meta
+
+
+def _connect(
+    settings: Settings,
+    processor: EpochProcessor,
+    store: StateStore,
+    positions: Positions,
+    metrics: Metrics,
+    health: Health,
+) -> tuple[KafkaSource, KafkaSink] | None:
+    """Source and sink, retrying with backoff while the broker is unreachable."""
+    delay = 1.0
+    while not Stop.requested:
+        try:
+            _refuse_second_instance(settings)
+            sink = _new_sink(settings)
+            source = _open_source(settings, positions, metrics, health)
+            health.set_broker_reachable(True)
+            return source, sink
+        except KafkaException as error:
+            health.set_broker_reachable(False)
+            log.warning("Kafka is not reachable (%s); retrying in %.0f s", error, delay)
+            end = time.monotonic() + delay
+            while time.monotonic() < end and not Stop.requested:
+                health.beat()
+                time.sleep(0.2)
+            delay = min(delay * 2, 30.0)
+    return None
+
+
+def _open_source(
+    settings: Settings, positions: Positions, metrics: Metrics, health: Health
+) -> KafkaSource:
+    holder: list[KafkaSource] = []
+
+    def on_assign(parts: list[Partition]) -> Mapping[Partition, int]:
+        return _assigned(parts, holder[0], positions, metrics, health)
+
+    source = KafkaSource(
+        _client_config(settings, consumer=True),
+        settings.input_topics,
+        default_relation=settings.default_relation,
+        topic_relations=settings.topic_relations,
+        on_assign=on_assign,
+        on_revoke=lambda parts: _revoked(parts, metrics, health),
+        on_stats=metrics.observe_librdkafka_stats,
+    )
+    holder.append(source)
+    return source
+
+
+def _client_config(settings: Settings, *, consumer: bool) -> dict[str, str | int | float | bool]:
+    config: dict[str, str | int | float | bool] = {
+        "bootstrap.servers": settings.bootstrap_servers,
+        **settings.kafka_config(),
+    }
+    if consumer:
+        config["group.id"] = settings.group_id
+        # Static membership: a restarted instance takes its old place at once, and a
+        # member with another instance id is another instance.
+        config["group.instance.id"] = settings.instance_id
+        config.setdefault("client.id", f"subgraph-monitor-{settings.instance_id}")
+    return config
+
+
+def _transactional_id(settings: Settings) -> str:
+    return settings.transactional_id or f"subgraph-monitor-{settings.group_id}"
+
+
+def _new_sink(settings: Settings) -> KafkaSink:
+    return KafkaSink(
+        _client_config(settings, consumer=False),
+        transactional_id=_transactional_id(settings),
+        output_topic=settings.output_topic,
+        dead_letter_topic=settings.dead_letter_topic,
+        version=service_version(),
+    )
+
+
+def _refuse_second_instance(settings: Settings) -> None:
+    """One instance per group in this version: refuse to join a group that has members."""
+    admin = AdminClient(_client_config(settings, consumer=False))
+    futures = admin.describe_consumer_groups([settings.group_id], request_timeout=10)
+    description = futures[settings.group_id].result()
+    others = [m for m in description.members or [] if m.group_instance_id != settings.instance_id]
+    if others:
+        who = ", ".join(f"{m.group_instance_id or m.client_id}@{m.host}" for m in others)
+        raise ConfigError(
+            f"consumer group {settings.group_id!r} already has {len(others)} other member(s) "
+            f"({who}); this version runs one instance per group: stop the other instance, or "
+            f"give this one its own SGM_GROUP_ID and SGM_STATE_DIR"
+        )
+
+
+def _assigned(
+    partitions: list[Partition],
+    source: KafkaSource,
+    positions: Positions,
+    metrics: Metrics,
+    health: Health,
+) -> Mapping[Partition, int]:
+    """Where each assigned partition starts; partitions to catch up on are noted."""
+    metrics.rebalanced()
+    committed = source.committed(partitions)
+    starts: dict[Partition, int] = {}
+    for partition in partitions:
+        kafka = committed.get(partition)
+        stored = positions.stored.get(partition)
+        if stored is not None and kafka is not None and stored > kafka:
+            raise StateError(
+                f"partition {_key(partition)}: the state includes offsets up to {stored} but the "
+                f"group's committed offset is {kafka}; the state belongs to another group or "
+                f"cluster: give a new state directory"
+            )
+        if stored is not None:
+            starts[partition] = stored
+            if kafka is not None and kafka > stored:
+                positions.catch_up[partition] = kafka
+        elif kafka is not None:
+            starts[partition] = kafka
+            positions.stored[partition] = kafka
+        log.info(
+            "partition assigned",
+            extra={
+                "partition": _key(partition),
+                "offset": starts.get(partition),
+                "committed": kafka,
+                "stored": stored,
+            },
+        )
+    health.set_assigned(True)
+    return starts
+
+
+def _revoked(partitions: list[Partition], metrics: Metrics, health: Health) -> None:
+    log.info("partitions revoked", extra={"partitions": [_key(p) for p in partitions]})
+    health.set_assigned(False)
+
+
+def _catch_up(
+    settings: Settings,
+    processor: EpochProcessor,
+    store: StateStore,
+    source: KafkaSource,
+    positions: Positions,
+) -> None:
+    """Apply the records between the stored and the committed offsets, emitting nothing."""
+    batches: list[UpdateBatch] = []
+    reached: dict[Partition, int] = {}
+    while positions.catch_up and not all(
+        reached.get(p, positions.stored.get(p, 0)) >= o for p, o in positions.catch_up.items()
+    ):
+        polled = source.poll(settings.batch_size, 1.0, stop_at=positions.catch_up)
+        batches.append(polled.batch)
+        reached.update(polled.next_offsets)
+        if not polled.records and not polled.next_offsets:
+            break
+    batch = UpdateBatch.concat(batches)
+    vertices = len(processor.index.dictionary)
+    out = processor.process(batch)
+    processor.commit()
+    positions.stored.update(reached)
+    positions.stored.update(positions.catch_up)
+    meta = _meta(store, processor, positions, out.epoch)
+    store.commit_epoch(processor.index, meta, out.changes, vertices)
+    log.info(
+        "caught up without emitting: the output of these records was already committed",
+        extra={
+            "epoch": out.epoch,
+            "updates": batch.count,
+            "partitions": {_key(p): o for p, o in positions.catch_up.items()},
+        },
+    )
+    positions.catch_up = {}
+
+
+def _meta(
+    store: StateStore, processor: EpochProcessor, positions: Positions, epoch: int
+) -> StoredMeta:
+    previous = store.meta or StoredMeta()
+    return StoredMeta(
+        epoch=epoch,
+        position=positions.to_json(),
+        queries=previous.queries,
+        settings=previous.settings,
+    )
+
+
+def _epoch(
+    settings: Settings,
+    processor: EpochProcessor,
+    store: StateStore,
+    source: KafkaSource,
+    sink: KafkaSink,
+    polled: Polled,
+    positions: Positions,
+    metrics: Metrics,
+) -> KafkaSink:
+    """One epoch, exactly once; returns the sink to use next (recreated after fatal errors)."""
+    started = time.perf_counter()
+    vertices = len(processor.index.dictionary)
+    out = processor.process(polled.batch)
+    try:
+        commit_started = time.perf_counter()
+        sink.begin()
+        for q in out.queries:
+            sink.write_deltas(q.query, out.epoch, q.variables, q.columns, q.diff)
+        for letter in polled.dead_letters:
+            sink.write_dead_letter(letter)
+        sink.commit(polled.next_offsets, source.group_metadata())
+    except KafkaException as exc:
+        error = exc.args[0] if exc.args else None
+        processor.index.abort()
+        processor.epoch -= 1
+        metrics.aborted()
+        restart = {p: positions.stored.get(p, o) for p, o in polled.next_offsets.items()}
+        log.warning("epoch %d aborted (%s); reading it again", out.epoch, exc)
+        if error is not None and hasattr(error, "fatal") and error.fatal():
+            sink = _new_sink(settings)
+        else:
+            try:
+                sink.abort()
+            except KafkaException:
+                sink = _new_sink(settings)
+        source.seek(restart)
+        return sink
+    processor.commit()
+    positions.stored.update(polled.next_offsets)
+    store.commit_epoch(
+        processor.index, _meta(store, processor, positions, out.epoch), out.changes, vertices
+    )
+    now = time.time()
+    metrics.epoch(time.perf_counter() - started, polled.records)
+    metrics.committed(
+        out.epoch, time.perf_counter() - commit_started, [now - t for t in polled.timestamps], now
+    )
+    for topic, n in polled.per_topic.items():
+        metrics.consumed(topic, n)
+    metrics.ignored(out.ignored)
+    for letter in polled.dead_letters:
+        metrics.dead_letter(letter.category)
+    for q in out.queries:
+        plus = int((q.diff > 0).sum())
+        metrics.deltas(q.query, plus, len(q) - plus)
+    metrics.index(
+        {name: len(rel) for name, rel in processor.index.relations.items()},
+        processor.index.nbytes,
+    )
+    log.info(
+        "epoch committed",
+        extra={
+            "epoch": out.epoch,
+            "updates": polled.records,
+            "deltas": out.deltas,
+            "dead_letters": len(polled.dead_letters),
+            "offsets": {_key(p): o for p, o in polled.next_offsets.items()},
+        },
+    )
+    return sink
+
+
+@contextmanager
+def _stop_on_signals() -> Iterator[None]:
+    Stop.requested = False
+
+    def request(signum: int, frame: FrameType | None) -> None:
+        if Stop.requested:
+            raise KeyboardInterrupt
+        Stop.requested = True
+
+    previous = {s: signal.signal(s, request) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)

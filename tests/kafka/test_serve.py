@@ -1,0 +1,500 @@
+"""``subgraph-monitor serve`` against a real broker: exact output, exactly once, dead letters.
+
+The service runs as a subprocess configured by ``SGM_`` variables. Its output topic is read with
+``read_committed`` and checked against the engine: byte for byte against the file job on a
+one-partition topic (where epochs are cut by count and so are the same), and as result sets
+(replayed deltas equal the matches of the final graph, every running sum stays in {0, 1}) on
+partitioned topics, across SIGKILLs and broker restarts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from tests.kafka_broker import KafkaCluster
+
+pytestmark = pytest.mark.kafka
+
+ROOT = Path(__file__).resolve().parents[2]
+QUERIES = (
+    "tri(a, b, c) := e(a, b), e(b, c), e(a, c), a < b, b < c.\n"
+    "ring(a, b, c) := pays(a, b), pays(b, c), pays(c, a), a < b, a < c.\n"
+)
+
+
+def stream_records(n: int, seed: int) -> list[dict[str, object]]:
+    """Inserts and deletes of edges among 60 vertices, with some labelled (pays) records."""
+    rng = np.random.default_rng(seed)
+    records: list[dict[str, object]] = []
+    alive: list[tuple[int, int]] = []
+    for _ in range(n):
+        if alive and rng.random() < 0.2:
+            u, v = alive.pop(int(rng.integers(0, len(alive))))
+            records.append({"op": "delete", "src": u, "dst": v})
+        elif rng.random() < 0.2:
+            a, b = (f"acct-{int(x)}" for x in rng.integers(0, 15, 2))
+            records.append({"op": "insert", "src": a, "dst": b, "relation": "pays"})
+        else:
+            u, v = (int(x) for x in rng.integers(0, 60, 2))
+            records.append({"op": "insert", "src": u, "dst": v})
+            alive.append((u, v))
+    return records
+
+
+def edge_key(record: dict[str, object]) -> bytes:
+    """All updates of one undirected edge share a key, so they stay in order in one partition."""
+    ends = sorted((str(record.get("src")), str(record.get("dst"))))
+    return f"{record.get('relation', 'e')}:{ends[0]}:{ends[1]}".encode()
+
+
+def produce(bootstrap: str, topic: str, records: list[dict[str, object]]) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for record in records:
+        producer.produce(topic, value=json.dumps(record).encode(), key=edge_key(record))
+    assert producer.flush(30) == 0
+
+
+def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"probe-{uuid.uuid4()}"})
+    meta = consumer.list_topics(topic, timeout=10).topics[topic]
+    ends = {
+        p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+        for p in meta.partitions
+    }
+    consumer.close()
+    return ends
+
+
+def committed(bootstrap: str, group: str, topic: str, partitions: list[int]) -> dict[int, int]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    found = consumer.committed([TopicPartition(topic, p) for p in partitions], timeout=10)
+    consumer.close()
+    return {tp.partition: tp.offset for tp in found}
+
+
+def wait_consumed(
+    bootstrap: str, group: str, topic: str, timeout: float = 120, svc: Service | None = None
+) -> None:
+    ends = end_offsets(bootstrap, topic)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if committed(bootstrap, group, topic, list(ends)) == ends:
+            return
+        time.sleep(0.5)
+    logs = svc.logs[-1].read_text(errors="replace")[-3000:] if svc is not None else ""
+    raise AssertionError(
+        f"group {group} did not consume {topic} to {ends} in {timeout}s "
+        f"(committed: {committed(bootstrap, group, topic, list(ends))})\n{logs}"
+    )
+
+
+def read_topic(
+    bootstrap: str, topic: str, idle: float = 3.0
+) -> list[tuple[bytes, bytes, dict[str, bytes]]]:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"reader-{uuid.uuid4()}",
+            "isolation.level": "read_committed",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.subscribe([topic])
+    out = []
+    last = time.monotonic()
+    while time.monotonic() - last < idle:
+        for message in consumer.consume(1000, timeout=0.5):
+            if message.error() is None:
+                headers = {
+                    k: v if isinstance(v, bytes) else b"" for k, v in message.headers() or []
+                }
+                out.append((message.key() or b"", message.value() or b"", headers))
+                last = time.monotonic()
+    consumer.close()
+    return out
+
+
+class Service:
+    """A ``serve`` subprocess with its topics, group and state directory."""
+
+    def __init__(
+        self,
+        kafka: KafkaCluster,
+        make_topic: Callable[..., str],
+        tmp: Path,
+        partitions: int,
+        **env: str,
+    ) -> None:
+        self.bootstrap = kafka.bootstrap
+        self.input = make_topic(partitions)
+        self.output = make_topic(1, prefix="sgm-out")
+        self.dead = make_topic(1, prefix="sgm-dlq")
+        self.group = f"sgm-{uuid.uuid4().hex[:8]}"
+        self.tmp = tmp
+        tmp.mkdir(parents=True, exist_ok=True)
+        queries = tmp / "queries.q"
+        queries.write_text(QUERIES)
+        self.env = {
+            **os.environ,
+            "SGM_BOOTSTRAP_SERVERS": kafka.bootstrap,
+            "SGM_INPUT_TOPICS": self.input,
+            "SGM_OUTPUT_TOPIC": self.output,
+            "SGM_DEAD_LETTER_TOPIC": self.dead,
+            "SGM_GROUP_ID": self.group,
+            "SGM_QUERIES": str(queries),
+            "SGM_STATE_DIR": str(tmp / "state"),
+            "SGM_UNDIRECTED": "true",
+            "SGM_HTTP_PORT": "0",
+            "SGM_BATCH_SIZE": "200",
+            "SGM_MAX_BATCH_DELAY_MS": "300",
+            "SGM_LOG_LEVEL": "INFO",
+            **env,
+        }
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.logs: list[Path] = []
+
+    def start(self) -> subprocess.Popen[bytes]:
+        log = self.tmp / f"serve-{len(self.logs)}.log"
+        self.logs.append(log)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "monitor", "serve"],
+            cwd=ROOT,
+            env=self.env,
+            stdout=subprocess.DEVNULL,
+            stderr=log.open("wb"),
+        )
+        return self.proc
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+        return self.proc.wait(timeout=60)
+
+    def log_text(self) -> str:
+        return "\n".join(p.read_text(errors="replace") for p in self.logs)
+
+
+@pytest.fixture
+def service(
+    kafka: KafkaCluster, make_topic: Callable[..., str], tmp_path: Path
+) -> Iterator[Callable[..., Service]]:
+    made: list[Service] = []
+
+    def make(partitions: int = 3, **env: str) -> Service:
+        s = Service(kafka, make_topic, tmp_path / f"svc{len(made)}", partitions, **env)
+        made.append(s)
+        return s
+
+    yield make
+    for s in made:
+        if s.proc is not None and s.proc.poll() is None:
+            s.proc.kill()
+            s.proc.wait(timeout=30)
+
+
+def deltas(records: list[tuple[bytes, bytes, dict[str, bytes]]]) -> list[dict[str, object]]:
+    return [json.loads(value) for _, value, _ in records]
+
+
+def check_exactly_once(rows: list[dict[str, object]]) -> dict[tuple[str, tuple[object, ...]], int]:
+    """Replay: every running sum stays in {0, 1} (a duplicate or a lost delta breaks that)."""
+    current: Counter[tuple[str, tuple[object, ...]]] = Counter()
+    epochs = [int(r["epoch"]) for r in rows]  # type: ignore[call-overload]
+    assert epochs == sorted(epochs), "epochs out of order"
+    for row in rows:
+        key = (str(row["query"]), tuple(row["match"].values()))  # type: ignore[attr-defined]
+        current[key] += int(row["diff"])  # type: ignore[call-overload]
+        assert current[key] in (0, 1), f"running sum {current[key]} for {key}"
+    return {k: v for k, v in current.items() if v}
+
+
+def expected_matches(
+    records: list[dict[str, object]], tmp: Path
+) -> dict[tuple[str, tuple[object, ...]], int]:
+    """The file job on the same records, replayed: the current matches of the final graph."""
+    path = tmp / "records.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    queries = tmp / "q.q"
+    queries.write_text(QUERIES)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "monitor",
+            "run",
+            "-q",
+            str(queries),
+            "--edges",
+            str(path),
+            "--undirected",
+            "--quiet",
+            "-b",
+            "200",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    )
+    rows = [json.loads(line) for line in done.stdout.splitlines()]
+    return check_exactly_once(rows)
+
+
+def test_one_partition_output_equals_the_file_job_line_for_line(
+    service: Callable[..., Service], tmp_path: Path
+) -> None:
+    svc = service(partitions=1, SGM_MAX_BATCH_DELAY_MS="10000")
+    records = stream_records(3000, seed=1)
+    produce(svc.bootstrap, svc.input, records)
+    svc.start()
+    wait_consumed(svc.bootstrap, svc.group, svc.input)
+    wait_ready(svc)
+    assert svc.stop() == 0, svc.log_text()
+    out = read_topic(svc.bootstrap, svc.output)
+    path = tmp_path / "records.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    queries = tmp_path / "q.q"
+    queries.write_text(QUERIES)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "monitor",
+            "run",
+            "-q",
+            str(queries),
+            "--edges",
+            str(path),
+            "--undirected",
+            "--quiet",
+            "-b",
+            "200",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    )
+    assert [value for _, value, _ in out] == done.stdout.splitlines()
+    key, value, headers = out[0]
+    row = json.loads(value)
+    assert json.loads(key) == [row["query"], list(row["match"].values())]
+    assert headers["epoch"] == str(row["epoch"]).encode() and "service-version" in headers
+
+
+def test_partitioned_input_gives_the_engine_result_exactly_once(
+    service: Callable[..., Service], tmp_path: Path
+) -> None:
+    svc = service(partitions=3)
+    records = stream_records(4000, seed=2)
+    produce(svc.bootstrap, svc.input, records[:2000])
+    svc.start()
+    produce(svc.bootstrap, svc.input, records[2000:])
+    wait_consumed(svc.bootstrap, svc.group, svc.input)
+    wait_ready(svc)
+    assert svc.stop() == 0, svc.log_text()
+    got = check_exactly_once(deltas(read_topic(svc.bootstrap, svc.output)))
+    assert got == expected_matches(records, tmp_path)
+    assert "epoch committed" in svc.log_text()
+
+
+def produce_slowly(
+    bootstrap: str,
+    topic: str,
+    records: list[dict[str, object]],
+    chunk: int = 150,
+    pause: float = 0.15,
+) -> threading.Thread:
+    """Produce in the background, a chunk at a time, so that the stream outlasts the kills."""
+
+    def run() -> None:
+        for lo in range(0, len(records), chunk):
+            produce(bootstrap, topic, records[lo : lo + chunk])
+            time.sleep(pause)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def wait_ready(svc: Service, timeout: float = 60) -> None:
+    port = _port_from_log(svc)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5).status == 200:
+                return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise AssertionError("the service did not become ready:\n" + svc.log_text())
+
+
+def test_sigkill_at_random_moments_loses_and_duplicates_nothing(
+    service: Callable[..., Service], tmp_path: Path
+) -> None:
+    svc = service(partitions=3, SGM_BATCH_SIZE="100", SGM_MAX_BATCH_DELAY_MS="100")
+    records = stream_records(6000, seed=3)
+    producing = produce_slowly(svc.bootstrap, svc.input, records)
+    rng = np.random.default_rng(4)
+    kills = 0
+    while producing.is_alive():
+        svc.start()
+        time.sleep(float(rng.uniform(1.5, 3.5)))
+        svc.stop(signal.SIGKILL)
+        kills += 1
+    svc.start()
+    wait_consumed(svc.bootstrap, svc.group, svc.input, timeout=180, svc=svc)
+    wait_ready(svc)
+    assert svc.stop() == 0, svc.log_text()
+    assert kills >= 3
+    got = check_exactly_once(deltas(read_topic(svc.bootstrap, svc.output)))
+    assert got == expected_matches(records, tmp_path)
+
+
+def test_broker_restart_mid_stream_loses_and_duplicates_nothing(
+    kafka: KafkaCluster, service: Callable[..., Service], tmp_path: Path
+) -> None:
+    if kafka.broker is None:
+        pytest.skip("the broker is not ours to restart (external cluster or container)")
+    svc = service(partitions=3, SGM_BATCH_SIZE="100", SGM_MAX_BATCH_DELAY_MS="100")
+    records = stream_records(5000, seed=5)
+    producing = produce_slowly(svc.bootstrap, svc.input, records[:2500])
+    svc.start()
+    producing.join()
+    kafka.broker.stop()
+    time.sleep(3.0)
+    kafka.broker.start()
+    produce(svc.bootstrap, svc.input, records[2500:])
+    wait_consumed(svc.bootstrap, svc.group, svc.input, timeout=180)
+    wait_ready(svc)
+    assert svc.stop() == 0, svc.log_text()
+    got = check_exactly_once(deltas(read_topic(svc.bootstrap, svc.output)))
+    assert got == expected_matches(records, tmp_path)
+
+
+GARBAGE: list[bytes] = [
+    b"not json at all",
+    b"\xff\xfe\x00garbage",
+    b"[1, 2, 3]",
+    b'{"op": "upsert", "src": 1, "dst": 2}',
+    b'{"src": 1}',
+    b'{"src": 1.5, "dst": 2}',
+    b'{"src": true, "dst": 2}',
+    b'{"src": 99999999999999999999999, "dst": 2}',
+    b'{"src": 1, "dst": 2, "relation": "bad relation!"}',
+    b'{"tuple": [], "relation": "r"}',
+    b"{" * 10_000,
+    b'{"src": "' + b"x" * 500_000 + b'", "dst": 1}',
+    b'{"src": 1, "dst": 2, "relation": "' + b"r" * 300_000 + b'"}',
+]
+
+
+def test_garbage_records_land_in_the_dead_letter_topic_and_change_nothing(
+    service: Callable[..., Service], tmp_path: Path
+) -> None:
+    svc = service(partitions=1, SGM_MAX_BATCH_DELAY_MS="10000")
+    records = stream_records(1000, seed=6)
+    rng = np.random.default_rng(7)
+    fuzz = [
+        bytes(rng.integers(0, 256, int(rng.integers(1, 200)), dtype=np.uint8)) for _ in range(30)
+    ]
+    bad = GARBAGE + fuzz
+    mixed = [json.dumps(r).encode() for r in records]
+    for value in bad:
+        mixed.insert(int(rng.integers(0, len(mixed) + 1)), value)
+    producer = Producer({"bootstrap.servers": svc.bootstrap})
+    for value in mixed:
+        producer.produce(svc.input, value=value)
+    assert producer.flush(30) == 0
+    svc.start()
+    wait_consumed(svc.bootstrap, svc.group, svc.input)
+    port = _port_from_log(svc)
+    metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read()
+    assert svc.stop() == 0, svc.log_text()
+    dead = read_topic(svc.bootstrap, svc.dead)
+    good = [v for v in mixed if _is_update(v)]
+    assert len(dead) == len(mixed) - len(good)
+    for _, value, headers in dead:
+        assert not _is_update(value)
+        assert headers["source-topic"] == svc.input.encode() and headers["reason"]
+        assert int(headers["source-offset"]) >= 0 and headers["source-partition"] == b"0"
+    got = check_exactly_once(deltas(read_topic(svc.bootstrap, svc.output)))
+    assert got == expected_matches(records, tmp_path)
+    assert b"subgraph_monitor_dead_letters_total" in metrics
+
+
+def _is_update(value: bytes) -> bool:
+    from connectors.formats import decode_json_record
+    from monitor.errors import InputError
+
+    try:
+        decode_json_record(value)
+    except InputError:
+        return False
+    return len(value) <= 1 << 20
+
+
+def _port_from_log(svc: Service, timeout: float = 30) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for line in svc.logs[-1].read_text(errors="replace").splitlines():
+            if "serving /metrics" in line:
+                return int(json.loads(line)["port"])
+        time.sleep(0.2)
+    raise AssertionError("the service did not log its HTTP port:\n" + svc.log_text())
+
+
+def test_metrics_and_health_during_a_run(service: Callable[..., Service]) -> None:
+    svc = service(partitions=2)
+    produce(svc.bootstrap, svc.input, stream_records(1500, seed=8))
+    svc.start()
+    port = _port_from_log(svc)
+    wait_consumed(svc.bootstrap, svc.group, svc.input)
+    base = f"http://127.0.0.1:{port}"
+    assert urllib.request.urlopen(f"{base}/healthz", timeout=10).status == 200
+    ready = json.loads(urllib.request.urlopen(f"{base}/readyz", timeout=10).read())
+    assert ready["ready"] is True
+    text = urllib.request.urlopen(f"{base}/metrics", timeout=10).read().decode()
+    for name in (
+        "updates_consumed_total",
+        "match_deltas_total",
+        "epoch_duration_seconds",
+        "last_committed_epoch",
+        "index_edges",
+        "build_info",
+    ):
+        assert f"subgraph_monitor_{name}" in text, name
+    assert svc.stop() == 0, svc.log_text()
+
+
+def test_a_second_instance_in_the_group_is_refused(service: Callable[..., Service]) -> None:
+    svc = service(partitions=1)
+    produce(svc.bootstrap, svc.input, stream_records(200, seed=9))
+    svc.start()
+    wait_consumed(svc.bootstrap, svc.group, svc.input)
+    second = subprocess.run(
+        [sys.executable, "-m", "monitor", "serve"],
+        cwd=ROOT,
+        capture_output=True,
+        timeout=120,
+        env={**svc.env, "SGM_STATE_DIR": str(svc.tmp / "state2"), "SGM_INSTANCE_ID": "other"},
+    )
+    assert second.returncode == 2
+    assert b"already has 1 other member" in second.stderr
+    assert svc.proc is not None and svc.proc.poll() is None
+    assert svc.stop() == 0
