@@ -39,6 +39,7 @@ unit: $(DEV)
 ## bench: the benchmark harness (about 20 minutes); writes BENCHMARKS.md
 bench: $(DEV)
 	$(BIN)/python -m bench.persistence
+	$(BIN)/python -m bench.kafka
 	$(BIN)/python -m bench.run
 
 bench-quick: $(DEV)

@@ -298,9 +298,14 @@ def method_section(info: RunInfo, queries: Sequence[str]) -> str:
 
 
 def render(
-    results: Results, info: RunInfo, notes: str, out_dir: Path, persistence: str | None = None
+    results: Results,
+    info: RunInfo,
+    notes: str,
+    out_dir: Path,
+    persistence: str | None = None,
+    kafka: str | None = None,
 ) -> str:
-    """The whole BENCHMARKS.md (``persistence``: the text ``bench.persistence`` wrote)."""
+    """The whole BENCHMARKS.md (``persistence``, ``kafka``: what those benchmarks wrote)."""
     machine = machine_info()
     p = info.parameters
     parts = [
@@ -348,6 +353,8 @@ def render(
             parts += [f"![{figure.stem}]({rel})", ""]
     if persistence:
         parts += ["## Persistence", "", persistence.strip(), ""]
+    if kafka:
+        parts += ["## Through Kafka", "", kafka.strip(), ""]
     if results.failures:
         parts += ["## Failures", ""] + [f"- {f}" for f in results.failures] + [""]
     parts += ["## Notes", "", notes.strip(), ""]

@@ -34,6 +34,7 @@ DEFAULT_DATASETS = ROOT.parent / "shared" / "datasets"
 DEFAULT_CACHE = ROOT / ".cache" / "bench"
 NOTES = Path(__file__).resolve().parent / "NOTES.md"
 PERSISTENCE = Path(__file__).resolve().parent / "persistence.md"
+KAFKA = Path(__file__).resolve().parent / "kafka.md"
 
 
 def parse_count(text: str) -> int:
@@ -277,7 +278,8 @@ def main(argv: list[str] | None = None) -> int:
     notes = NOTES.read_text() if NOTES.exists() else "(bench/NOTES.md is missing)"
     args.out.parent.mkdir(parents=True, exist_ok=True)
     persistence = PERSISTENCE.read_text() if PERSISTENCE.exists() else None
-    args.out.write_text(render(results, info, notes, args.out.resolve().parent, persistence))
+    kafka = KAFKA.read_text() if KAFKA.exists() else None
+    args.out.write_text(render(results, info, notes, args.out.resolve().parent, persistence, kafka))
     print(stdout_summary(results, info))
     log(f"wrote {args.out} and {len(figures)} plot(s); run took {info.seconds / 60:.1f} minutes")
     return 1 if results.failures else 0

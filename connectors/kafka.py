@@ -231,7 +231,7 @@ class KafkaSink:
         output_topic: str,
         dead_letter_topic: str,
         version: str,
-        timeout: float = 60.0,
+        timeout: float = 15.0,
     ) -> None:
         self.output_topic = output_topic
         self.dead_letter_topic = dead_letter_topic

@@ -16,7 +16,9 @@ emitting anything; then the stream goes on from the committed offsets.
 from __future__ import annotations
 
 import logging
+import os
 import signal
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -56,6 +58,53 @@ def _key(partition: Partition) -> str:
 def _unkey(key: str) -> Partition:
     topic, _, number = key.rpartition(":")
     return topic, int(number)
+
+
+#: How long one epoch's transaction may take before the watchdog ends the process.
+WATCHDOG_SECONDS = 90.0
+
+
+class Watchdog:
+    """Ends the process when a Kafka call blocks far past its time-out.
+
+    librdkafka can block in ``send_offsets_to_transaction`` past its time-out when the group
+    coordinator goes away (confluentinc/librdkafka#5456, #5511). Nothing of the epoch in flight
+    is in the store yet, so the safe way out is to exit (code 75, "temporary failure") and let
+    the supervisor restart the service, whose recovery is exact; this is logged as critical.
+    """
+
+    EXIT_CODE = 75
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._lock = threading.Lock()
+        self._deadline: float | None = None
+        self._what = ""
+        threading.Thread(target=self._watch, name="sgm-watchdog", daemon=True).start()
+
+    def arm(self, what: str) -> None:
+        with self._lock:
+            self._deadline, self._what = time.monotonic() + self.seconds, what
+
+    def disarm(self) -> None:
+        with self._lock:
+            self._deadline = None
+
+    def _watch(self) -> None:
+        while True:
+            time.sleep(1.0)
+            with self._lock:
+                late = self._deadline is not None and time.monotonic() > self._deadline
+                what = self._what
+            if late:
+                log.critical(
+                    "%s is stuck in Kafka for more than %.0f s; exiting so that the service "
+                    "restarts and recovers",
+                    what,
+                    self.seconds,
+                )
+                logging.shutdown()
+                os._exit(self.EXIT_CODE)
 
 
 @dataclass
@@ -118,6 +167,7 @@ def _run(
     if connection is None:
         return 0
     source, sink = connection
+    watchdog = Watchdog(WATCHDOG_SECONDS)
     try:
         while not Stop.requested:
             health.beat()
@@ -127,7 +177,9 @@ def _run(
             polled = source.poll(settings.batch_size, settings.max_batch_delay_ms / 1000.0)
             if not polled.records:
                 continue
-            sink = _epoch(settings, processor, store, source, sink, polled, positions, metrics)
+            sink = _epoch(
+                settings, processor, store, source, sink, polled, positions, metrics, watchdog
+            )
         log.info("stopping after epoch %d as requested", processor.epoch)
         return 0
     finally:
@@ -370,6 +422,7 @@ def _epoch(
     polled: Polled,
     positions: Positions,
     metrics: Metrics,
+    watchdog: Watchdog,
 ) -> KafkaSink:
     """One epoch, exactly once; returns the sink to use next (recreated after fatal errors)."""
     started = time.perf_counter()
@@ -377,26 +430,30 @@ def _epoch(
     out = processor.process(polled.batch)
     try:
         commit_started = time.perf_counter()
+        watchdog.arm(f"the transaction of epoch {out.epoch}")
         sink.begin()
         for q in out.queries:
             sink.write_deltas(q.query, out.epoch, q.variables, q.columns, q.diff)
         for letter in polled.dead_letters:
             sink.write_dead_letter(letter)
         sink.commit(polled.next_offsets, source.group_metadata())
+        watchdog.disarm()
     except KafkaException as exc:
+        watchdog.disarm()
         error = exc.args[0] if exc.args else None
         processor.index.abort()
         processor.epoch -= 1
         metrics.aborted()
         restart = {p: positions.stored.get(p, o) for p, o in polled.next_offsets.items()}
-        log.warning("epoch %d aborted (%s); reading it again", out.epoch, exc)
-        if error is not None and hasattr(error, "fatal") and error.fatal():
-            sink = _new_sink(settings)
-        else:
-            try:
-                sink.abort()
-            except KafkaException:
-                sink = _new_sink(settings)
+        log.warning(
+            "epoch aborted; reading it again",
+            extra={
+                "epoch": out.epoch,
+                "error": str(exc),
+                "offsets": {_key(p): o for p, o in restart.items()},
+            },
+        )
+        sink = _recover_sink(settings, sink, error)
         source.seek(restart)
         return sink
     processor.commit()
@@ -431,6 +488,26 @@ def _epoch(
             "offsets": {_key(p): o for p, o in polled.next_offsets.items()},
         },
     )
+    return sink
+
+
+def _recover_sink(settings: Settings, sink: KafkaSink, error: object) -> KafkaSink:
+    """After a failed transaction: abort it if that is what the error asks and it works;
+    otherwise (fatal errors, time-outs, a failed abort) a new producer, whose
+    ``init_transactions`` fences the old one and aborts its open transaction."""
+    abortable = error is not None and getattr(error, "txn_requires_abort", lambda: False)()
+    if abortable:
+        try:
+            sink.abort()
+            return sink
+        except KafkaException as exc:
+            log.warning("aborting the transaction failed (%s); recreating the producer", exc)
+    while not Stop.requested:
+        try:
+            return _new_sink(settings)
+        except KafkaException as exc:
+            log.warning("recreating the producer failed (%s); retrying in 2 s", exc)
+            time.sleep(2.0)
     return sink
 
 
