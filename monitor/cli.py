@@ -35,8 +35,9 @@ from monitor.plan.planner import delta_queries, static_plan
 from monitor.query.ast import Query
 from monitor.query.load import load_queries_many
 from monitor.service.epochs import EpochProcessor, RunTotals
-from monitor.service.filejob import FileJob, Progress, Stop, run_file_job
+from monitor.service.filejob import FileJob, Progress, run_file_job
 from monitor.service.settings import Settings, load_settings
+from monitor.service.stop import Stop
 
 EXIT_OK = 0
 EXIT_ERROR = 1

@@ -14,13 +14,10 @@ by update count, so the resumed run writes the same lines an uninterrupted one w
 from __future__ import annotations
 
 import logging
-import signal
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from types import FrameType
 
 from connectors.files import EdgeFileSource
 from connectors.records import Checkpoint, exact_batches
@@ -31,6 +28,7 @@ from monitor.index.store import StateStore, StoredMeta
 from monitor.query.ast import Query
 from monitor.query.parser import parse_queries
 from monitor.service.epochs import EpochProcessor, QueryOutput, RunTotals
+from monitor.service.stop import Stop, stop_on_signals
 
 log = logging.getLogger(__name__)
 
@@ -62,12 +60,6 @@ class FileJob:
     progress: Callable[[Progress], None] | None = None
     progress_seconds: float = 5.0
     sources: list[EdgeFileSource] = field(default_factory=list)
-
-
-class Stop:
-    """Set by SIGTERM or SIGINT: the job stops after the epoch in flight is committed."""
-
-    requested = False
 
 
 def run_file_job(processor: EpochProcessor, job: FileJob) -> RunTotals:
@@ -279,7 +271,7 @@ def _stream(
     job.sources.append(source)
     last_report = time.perf_counter()
     totals = processor.totals
-    with _stop_on_signals():
+    with stop_on_signals():
         for batch in exact_batches(
             source.batches(processor.settings.batch_size), processor.settings.batch_size
         ):
@@ -322,21 +314,3 @@ def _stream(
             if Stop.requested:
                 log.warning("stopping after epoch %d as requested", out.epoch)
                 break
-
-
-@contextmanager
-def _stop_on_signals() -> Iterator[None]:
-    """SIGTERM and SIGINT ask the job to stop after the epoch in flight; a second one kills."""
-    Stop.requested = False
-
-    def request(signum: int, frame: FrameType | None) -> None:
-        if Stop.requested:
-            raise KeyboardInterrupt
-        Stop.requested = True
-
-    previous = {s: signal.signal(s, request) for s in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)

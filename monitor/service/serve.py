@@ -17,14 +17,11 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import threading
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
-from types import FrameType
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
@@ -40,6 +37,7 @@ from monitor.service.health import Health
 from monitor.service.http import HealthServer
 from monitor.service.metrics import Metrics
 from monitor.service.settings import Settings
+from monitor.service.stop import Stop, stop_on_signals
 
 log = logging.getLogger(__name__)
 
@@ -123,12 +121,6 @@ class Positions:
         return {"kafka": {_key(p): o for p, o in sorted(self.stored.items())}}
 
 
-class Stop:
-    """Set by SIGTERM/SIGINT: the loop finishes the epoch in flight and exits."""
-
-    requested = False
-
-
 def serve(settings: Settings) -> int:
     """Run the service until SIGTERM; returns the exit code."""
     queries = load_queries(settings.queries)
@@ -145,7 +137,7 @@ def serve(settings: Settings) -> int:
         snapshot_min_bytes=settings.snapshot_min_bytes,
     )
     try:
-        with _stop_on_signals():
+        with stop_on_signals():
             return _run(settings, queries, store, metrics, health)
     finally:
         store.close()
@@ -509,20 +501,3 @@ def _recover_sink(settings: Settings, sink: KafkaSink, error: object) -> KafkaSi
             log.warning("recreating the producer failed (%s); retrying in 2 s", exc)
             time.sleep(2.0)
     return sink
-
-
-@contextmanager
-def _stop_on_signals() -> Iterator[None]:
-    Stop.requested = False
-
-    def request(signum: int, frame: FrameType | None) -> None:
-        if Stop.requested:
-            raise KeyboardInterrupt
-        Stop.requested = True
-
-    previous = {s: signal.signal(s, request) for s in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)

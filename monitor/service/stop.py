@@ -1,0 +1,35 @@
+"""Graceful stop: SIGTERM or SIGINT ask a loop to stop after the epoch in flight.
+
+Loops check :attr:`Stop.requested` between epochs; a second signal interrupts at once.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import FrameType
+
+
+class Stop:
+    """Set by SIGTERM or SIGINT while :func:`stop_on_signals` is active."""
+
+    requested = False
+
+
+@contextmanager
+def stop_on_signals() -> Iterator[None]:
+    """Route SIGTERM and SIGINT to :class:`Stop` for the duration of the block."""
+    Stop.requested = False
+
+    def request(signum: int, frame: FrameType | None) -> None:
+        if Stop.requested:
+            raise KeyboardInterrupt
+        Stop.requested = True
+
+    previous = {s: signal.signal(s, request) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
