@@ -1,0 +1,66 @@
+"""Settings: flags > environment > YAML file > defaults; lists and maps; secrets never shown."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from monitor.service.settings import load_settings
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def print_config(
+    tmp: Path, yaml_text: str, env: dict[str, str]
+) -> subprocess.CompletedProcess[bytes]:
+    config = tmp / "config.yaml"
+    config.write_text(yaml_text)
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("SGM_")}
+    return subprocess.run(
+        [sys.executable, "-m", "monitor", "serve", "--config", str(config), "--print-config"],
+        cwd=ROOT,
+        capture_output=True,
+        env={**clean, **env},
+        timeout=60,
+    )
+
+
+def test_print_config_merges_sources_and_masks_secrets(tmp_path: Path) -> None:
+    yaml_text = (
+        "batch_size: 500\n"
+        "input_topics: [transfers, devices]\n"
+        "kafka:\n  security.protocol: SASL_SSL\n  sasl.password: hunter2\n"
+    )
+    done = print_config(
+        tmp_path, yaml_text, {"SGM_BATCH_SIZE": "250", "SGM_TOPIC_RELATIONS": "transfers=transfer"}
+    )
+    assert done.returncode == 0, done.stderr
+    shown = json.loads(done.stdout)
+    assert shown["batch_size"] == 250  # the environment wins over the file
+    assert shown["input_topics"] == ["transfers", "devices"]
+    assert shown["topic_relations"] == {"transfers": "transfer"}
+    assert shown["kafka"] == {"security.protocol": "SASL_SSL", "sasl.password": "***"}
+    assert b"hunter2" not in done.stdout + done.stderr
+
+
+def test_comma_lists_and_secret_values_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SGM_INPUT_TOPICS", "a, b ,c")
+    monkeypatch.setenv("SGM_KAFKA", json.dumps({"sasl.password": "pw", "client.rack": "r1"}))
+    settings = load_settings()
+    assert settings.input_topics == ["a", "b", "c"]
+    assert settings.kafka_config() == {"sasl.password": "pw", "client.rack": "r1"}
+    assert "pw" not in repr(settings) and "pw" not in json.dumps(settings.printable())
+
+
+def test_bad_values_are_refused_with_the_setting_named(tmp_path: Path) -> None:
+    done = print_config(tmp_path, "batch_size: 0\n", {})
+    assert done.returncode == 2 and b"batch_size" in done.stderr
+    done = print_config(tmp_path, "", {"SGM_TOPIC_RELATIONS": "nonsense"})
+    assert done.returncode == 2 and b"topic=relation" in done.stderr
