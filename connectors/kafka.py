@@ -107,10 +107,12 @@ class KafkaSource:
         self._on_assign = on_assign
         self._on_revoke = on_revoke
         self._seq = 0
+        self._rebalanced = False
         self.consumer.subscribe(self.topics, on_assign=self._assigned, on_revoke=self._revoked)
 
     def _assigned(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Called inside poll when partitions are assigned: start them where the service says."""
+        self._rebalanced = True
         starts: Mapping[Partition, int] = {}
         if self._on_assign is not None:
             starts = self._on_assign([(p.topic, p.partition) for p in partitions])
@@ -121,6 +123,7 @@ class KafkaSource:
         consumer.assign(partitions)
 
     def _revoked(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._rebalanced = True
         if self._on_revoke is not None:
             self._on_revoke([(p.topic, p.partition) for p in partitions])
 
@@ -146,13 +149,17 @@ class KafkaSource:
     ) -> Polled:
         """Records until ``max_updates`` updates or ``max_delay`` seconds, whichever is first.
 
-        With ``stop_at``, records at or past the given offset of their partition are not taken
-        (they are left for the next poll: the consumer is rewound to them).
+        With ``stop_at``, only records of its partitions below the given offsets are taken;
+        the others are left for the next poll (the consumer is rewound to them). When partitions are
+        assigned or revoked during the poll, it returns nothing: whatever it had taken is given
+        back (the consumer rewound), so that the caller sees the new assignment first.
         """
         deadline = time.monotonic() + max_delay
         updates: list[Update] = []
         polled = Polled(UpdateBatch())
         rewind: dict[Partition, int] = {}
+        first: dict[Partition, int] = {}
+        self._rebalanced = False
         while len(updates) < max_updates:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -160,6 +167,15 @@ class KafkaSource:
             messages = self.consumer.consume(
                 num_messages=min(10_000, max_updates - len(updates)), timeout=min(remaining, 0.5)
             )
+            if self._rebalanced:
+                for message in messages:
+                    if message.error() is None:
+                        topic, partition, offset = _where(message)
+                        first[(topic, partition)] = min(
+                            offset, first.get((topic, partition), offset)
+                        )
+                self._give_back(first)
+                return Polled(UpdateBatch(first_seq=self._seq))
             for message in messages:
                 error = message.error()
                 if error is not None:
@@ -170,10 +186,11 @@ class KafkaSource:
                 key = (topic, partition)
                 if key in rewind:
                     continue
-                if stop_at is not None and key in stop_at and offset >= stop_at[key]:
+                if stop_at is not None and (key not in stop_at or offset >= stop_at[key]):
                     rewind[key] = offset
                     continue
                 self._take(message, updates, polled)
+                first.setdefault(key, offset)
                 polled.next_offsets[key] = offset + 1
             if stop_at is not None and rewind and not messages:
                 break
@@ -182,6 +199,11 @@ class KafkaSource:
         polled.batch = UpdateBatch.from_updates(updates, self._seq)
         self._seq += len(updates)
         return polled
+
+    def _give_back(self, first: Mapping[Partition, int]) -> None:
+        """Rewind the still assigned partitions to the first record this poll took of them."""
+        assigned = {(tp.topic, tp.partition) for tp in self.consumer.assignment()}
+        self.seek({p: o for p, o in first.items() if p in assigned})
 
     def _take(self, message: Message, updates: list[Update], polled: Polled) -> None:
         topic, partition, offset = _where(message)

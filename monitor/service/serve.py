@@ -23,12 +23,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 
-from confluent_kafka import KafkaException
+from confluent_kafka import OFFSET_BEGINNING, KafkaException
 from confluent_kafka.admin import AdminClient
 
 from connectors.kafka import KafkaSink, KafkaSource, Partition, Polled
 from connectors.records import UpdateBatch
 from monitor.errors import ConfigError, StateError
+from monitor.failpoints import failpoint
 from monitor.index.store import StateStore, StoredMeta
 from monitor.plan.planner import delta_queries
 from monitor.query.load import load_queries
@@ -57,6 +58,9 @@ def _unkey(key: str) -> Partition:
     topic, _, number = key.rpartition(":")
     return topic, int(number)
 
+
+#: How long reading the records of a catch-up may take.
+CATCH_UP_SECONDS = 300.0
 
 #: How long one epoch's transaction may take before the watchdog ends the process.
 WATCHDOG_SECONDS = 90.0
@@ -164,7 +168,7 @@ def _run(
         while not Stop.requested:
             health.beat()
             if positions.catch_up:
-                _catch_up(settings, processor, store, source, positions)
+                _catch_up(settings, processor, store, source, positions, health)
                 continue
             polled = source.poll(settings.batch_size, settings.max_batch_delay_ms / 1000.0)
             if not polled.records:
@@ -336,8 +340,11 @@ def _assigned(
             if kafka is not None and kafka > stored:
                 positions.catch_up[partition] = kafka
         elif kafka is not None:
-            starts[partition] = kafka
-            positions.stored[partition] = kafka
+            # The group consumed this partition, but the state holds none of it (the crash came
+            # right after its first epoch, or the state directory is new): rebuild it from the
+            # start of the partition, emitting nothing up to the committed offset.
+            starts[partition] = OFFSET_BEGINNING
+            positions.catch_up[partition] = kafka
         log.info(
             "partition assigned",
             extra={
@@ -362,18 +369,28 @@ def _catch_up(
     store: StateStore,
     source: KafkaSource,
     positions: Positions,
+    health: Health,
 ) -> None:
     """Apply the records between the stored and the committed offsets, emitting nothing."""
     batches: list[UpdateBatch] = []
     reached: dict[Partition, int] = {}
-    while positions.catch_up and not all(
+    deadline = time.monotonic() + CATCH_UP_SECONDS
+    while not all(
         reached.get(p, positions.stored.get(p, 0)) >= o for p, o in positions.catch_up.items()
     ):
+        if time.monotonic() > deadline:
+            wanted = {_key(p): o for p, o in positions.catch_up.items()}
+            got = {_key(p): o for p, o in reached.items()}
+            raise StateError(
+                f"could not read the records up to the committed offsets {wanted} within "
+                f"{CATCH_UP_SECONDS:.0f} s (read up to {got}); are they still in the topic's "
+                f"retention?"
+            )
+        health.beat()
         polled = source.poll(settings.batch_size, 1.0, stop_at=positions.catch_up)
         batches.append(polled.batch)
         reached.update(polled.next_offsets)
-        if not polled.records and not polled.next_offsets:
-            break
+        log.debug("catching up", extra={"reached": {_key(p): o for p, o in reached.items()}})
     batch = UpdateBatch.concat(batches)
     vertices = len(processor.index.dictionary)
     out = processor.process(batch)
@@ -430,6 +447,7 @@ def _epoch(
             sink.write_dead_letter(letter)
         sink.commit(polled.next_offsets, source.group_metadata())
         watchdog.disarm()
+        failpoint("serve_after_kafka_commit")
     except KafkaException as exc:
         watchdog.disarm()
         error = exc.args[0] if exc.args else None

@@ -387,6 +387,30 @@ def test_sigkill_at_random_moments_loses_and_duplicates_nothing(
     assert got == expected_matches(records, tmp_path)
 
 
+def test_killed_between_the_kafka_commit_and_the_store_write_catches_up_silently(
+    service: Callable[..., Service], tmp_path: Path
+) -> None:
+    svc = service(
+        partitions=3,
+        SGM_BATCH_SIZE="100",
+        SGM_MAX_BATCH_DELAY_MS="100",
+        SGM_FAILPOINT="serve_after_kafka_commit",
+        SGM_FAILPOINT_HIT="7",
+    )
+    records = stream_records(3000, seed=10)
+    produce(svc.bootstrap, svc.input, records)
+    killed = svc.start()
+    assert killed.wait(timeout=120) == -signal.SIGKILL, svc.log_text()
+    svc.env.pop("SGM_FAILPOINT")
+    svc.start()
+    wait_consumed(svc.bootstrap, svc.group, svc.input, timeout=120, svc=svc)
+    wait_ready(svc)
+    assert svc.stop() == 0, svc.log_text()
+    assert "caught up without emitting" in svc.log_text()
+    got = check_exactly_once(deltas(read_topic(svc.bootstrap, svc.output)))
+    assert got == expected_matches(records, tmp_path)
+
+
 def test_broker_restart_mid_stream_loses_and_duplicates_nothing(
     kafka: KafkaCluster, service: Callable[..., Service], tmp_path: Path
 ) -> None:
