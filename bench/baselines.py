@@ -27,13 +27,10 @@ import numpy.typing as npt
 from connectors.records import UpdateBatch
 from monitor.engine.delta import DeltaEvaluator
 from monitor.engine.extend import IndexReader, StageRunner
-from monitor.engine.pipeline import Emit, Pipeline
 from monitor.engine.prefixes import Prefixes
-from monitor.engine.seeds import seed_prefixes
 from monitor.engine.static import count_matches
-from monitor.index.graph import Change
 from monitor.index.levels import I64
-from monitor.plan.plan import DeltaQuery, Stage
+from monitor.plan.plan import Stage
 from monitor.query.ast import Query
 from monitor.service.epochs import EpochProcessor
 
@@ -60,19 +57,7 @@ class BinaryJoinEvaluator(DeltaEvaluator):
     Only the stage runner differs: seeds, consolidation and statistics are the engine's own.
     """
 
-    def _run(self, plan: DeltaQuery, index: IndexReader, change: Change, emit: Emit) -> None:
-        seeds = seed_prefixes(plan, change.columns, change.diff.astype(np.int64), index)
-        self.stats.seeds += len(seeds)
-        pipeline = Pipeline(
-            [BinaryJoinStageRunner(s, index) for s in plan.stages], self.max_prefixes
-        )
-
-        def in_head_order(p: Prefixes) -> None:
-            self.stats.produced += len(p)
-            emit(Prefixes(tuple(p.columns[c] for c in plan.output), p.diff))
-
-        pipeline.run(seeds, in_head_order)
-        self.stats.peak_prefixes = max(self.stats.peak_prefixes, pipeline.peak_prefixes)
+    runner = BinaryJoinStageRunner
 
 
 def use_binary_join(processor: EpochProcessor, queries: Sequence[Query]) -> None:

@@ -18,7 +18,7 @@ import numpy as np
 
 from monitor.engine.consolidate import consolidate
 from monitor.engine.extend import IndexReader, StageRunner
-from monitor.engine.pipeline import Emit, Pipeline
+from monitor.engine.pipeline import Emit, run_plan
 from monitor.engine.prefixes import Prefixes
 from monitor.engine.seeds import seed_prefixes
 from monitor.index.graph import Change
@@ -60,6 +60,9 @@ class DeltaEvaluator:
         self.max_prefixes = max_prefixes
         self.stats = EvaluationStats()
 
+    #: The stage implementation; a subclass may swap it (the binary-join baseline does).
+    runner: type[StageRunner] = StageRunner
+
     def evaluate(self, index: IndexReader, changes: dict[str, Change]) -> list[MatchDeltas]:
         """Each query's consolidated match deltas for an epoch whose changes are staged."""
         return [self.evaluate_query(q, index, changes) for q in self.queries]
@@ -88,11 +91,10 @@ class DeltaEvaluator:
     def _run(self, plan: DeltaQuery, index: IndexReader, change: Change, emit: Emit) -> None:
         seeds = seed_prefixes(plan, change.columns, change.diff.astype(np.int64), index)
         self.stats.seeds += len(seeds)
-        pipeline = Pipeline([StageRunner(s, index) for s in plan.stages], self.max_prefixes)
 
-        def in_head_order(p: Prefixes) -> None:
+        def counted(p: Prefixes) -> None:
             self.stats.produced += len(p)
-            emit(Prefixes(tuple(p.columns[c] for c in plan.output), p.diff))
+            emit(p)
 
-        pipeline.run(seeds, in_head_order)
-        self.stats.peak_prefixes = max(self.stats.peak_prefixes, pipeline.peak_prefixes)
+        peak = run_plan(plan, index, seeds, self.max_prefixes, counted, self.runner)
+        self.stats.peak_prefixes = max(self.stats.peak_prefixes, peak)

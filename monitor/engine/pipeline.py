@@ -13,9 +13,10 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from monitor.engine.extend import StageRunner
+from monitor.engine.extend import IndexReader, StageRunner
 from monitor.engine.prefixes import Prefixes
 from monitor.index.levels import I64
+from monitor.plan.plan import DeltaQuery
 
 Emit = Callable[[Prefixes], None]
 
@@ -48,6 +49,27 @@ class Pipeline:
             extended = runner.extend(prefixes.slice(lo, hi), winner[lo:hi])
             if len(extended):
                 self._descend(level + 1, extended, emit, alive)
+
+
+def run_plan(
+    plan: DeltaQuery,
+    index: IndexReader,
+    seeds: Prefixes,
+    max_prefixes: int,
+    emit: Emit,
+    runner: type[StageRunner] = StageRunner,
+) -> int:
+    """Run ``plan``'s stages over ``seeds``, emitting bindings in head order; the peak prefixes.
+
+    ``runner`` is the stage implementation (the benchmark's binary-join baseline swaps it).
+    """
+    pipeline = Pipeline([runner(s, index) for s in plan.stages], max_prefixes)
+
+    def in_head_order(p: Prefixes) -> None:
+        emit(Prefixes(tuple(p.columns[c] for c in plan.output), p.diff))
+
+    pipeline.run(seeds, in_head_order)
+    return pipeline.peak_prefixes
 
 
 def _chunks(counts: I64, budget: int) -> list[tuple[int, int]]:

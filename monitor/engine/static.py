@@ -11,9 +11,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from monitor.engine.extend import IndexReader, StageRunner
-from monitor.engine.pipeline import Pipeline
-from monitor.engine.prefixes import Prefixes
+from monitor.engine.extend import IndexReader
+from monitor.engine.pipeline import run_plan
 from monitor.engine.seeds import seed_prefixes
 from monitor.index.adjacency import Cut
 from monitor.index.levels import I32
@@ -35,12 +34,7 @@ def enumerate_matches(
     if not columns or not columns[0].shape[0]:
         return
     seeds = seed_prefixes(plan, columns, np.ones(columns[0].shape[0], np.int64), index)
-    pipeline = Pipeline([StageRunner(s, index) for s in plan.stages], max_prefixes)
-
-    def in_head_order(p: Prefixes) -> None:
-        emit([p.columns[c] for c in plan.output])
-
-    pipeline.run(seeds, in_head_order)
+    run_plan(plan, index, seeds, max_prefixes, lambda p: emit(list(p.columns)))
 
 
 def count_matches(

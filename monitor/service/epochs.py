@@ -133,6 +133,11 @@ class EpochProcessor:
         """Make the staged epoch part of the committed state."""
         self.index.commit()
 
+    def abort(self) -> None:
+        """Forget the staged epoch (its output was not committed); its number is reused."""
+        self.index.abort()
+        self.epoch -= 1
+
     def counts(self) -> dict[str, int]:
         """The number of current matches of every query (static evaluation)."""
         return {

@@ -451,8 +451,7 @@ def _epoch(
     except KafkaException as exc:
         watchdog.disarm()
         error = exc.args[0] if exc.args else None
-        processor.index.abort()
-        processor.epoch -= 1
+        processor.abort()
         metrics.aborted()
         restart = {p: positions.stored.get(p, o) for p, o in polled.next_offsets.items()}
         log.warning(
