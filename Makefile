@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 BASE   := $(VENV)/.base-stamp
 DEV    := $(VENV)/.dev-stamp
 
-.PHONY: run test lint unit bench bench-quick clean
+.PHONY: run test lint unit bench bench-quick clean lock
 
 $(BASE): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
@@ -44,6 +44,14 @@ bench: $(DEV)
 
 bench-quick: $(DEV)
 	$(BIN)/python -m bench.run --quick
+
+## lock: regenerate the image's pinned requirements (docker/*.lock) from pyproject.toml
+lock: $(DEV)
+	$(BIN)/pip install --quiet pip-tools
+	$(BIN)/pip-compile --quiet --generate-hashes --strip-extras --no-emit-index-url \
+		--no-emit-find-links --output-file docker/requirements.lock pyproject.toml
+	$(BIN)/pip-compile --quiet --generate-hashes --strip-extras --allow-unsafe --no-emit-index-url \
+		--no-emit-find-links --output-file docker/build-requirements.lock docker/build-requirements.in
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
