@@ -11,9 +11,10 @@ values are :class:`~pydantic.SecretStr` and never printed or logged.
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
@@ -84,6 +85,11 @@ class Settings(BaseSettings):
     kafka: dict[str, str | SecretStr] = Field(
         default_factory=dict, description="librdkafka settings passed through (JSON object)"
     )
+    kafka_secrets_dir: str | None = Field(
+        None,
+        description="directory of librdkafka settings, one file each (a mounted Secret); "
+        "they win over SGM_KAFKA and are always treated as secret",
+    )
 
     @field_validator("input_topics", mode="before")
     @classmethod
@@ -122,6 +128,11 @@ class Settings(BaseSettings):
             raise ValueError(f"log_level must be DEBUG, INFO, WARNING or ERROR, got {value!r}")
         return level
 
+    @model_validator(mode="after")
+    def _secrets_dir_readable(self) -> Settings:
+        self.kafka_secrets()  # a missing or unreadable directory is a settings error at start
+        return self
+
     @classmethod
     def settings_customise_sources(
         cls,
@@ -134,16 +145,32 @@ class Settings(BaseSettings):
         return (init_settings, env_settings, YamlConfigSettingsSource(settings_cls))
 
     def kafka_config(self) -> dict[str, str]:
-        """The librdkafka pass-through settings with their secret values revealed."""
-        return {
+        """The librdkafka pass-through settings with their secret values revealed: ``kafka``,
+        then one per file of ``kafka_secrets_dir`` (file name = setting, content = value)."""
+        config = {
             k: v.get_secret_value() if isinstance(v, SecretStr) else v
             for k, v in self.kafka.items()
         }
+        config.update(self.kafka_secrets())
+        return config
+
+    def kafka_secrets(self) -> dict[str, str]:
+        """The settings of ``kafka_secrets_dir``; hidden files (a mounted Secret's ``..data``
+        links) are skipped, a trailing newline is dropped."""
+        if self.kafka_secrets_dir is None:
+            return {}
+        directory = Path(self.kafka_secrets_dir)
+        try:
+            files = sorted(f for f in directory.iterdir() if not f.name.startswith("."))
+            return {f.name: f.read_text().rstrip("\r\n") for f in files if f.is_file()}
+        except OSError as exc:
+            raise ValueError(f"kafka_secrets_dir {directory}: {exc.strerror or exc}") from exc
 
     def printable(self) -> dict[str, Any]:
         """Every setting, secrets masked: what ``serve --print-config`` shows."""
         data = self.model_dump(mode="json")
         data["kafka"] = {k: "***" if _secret(k) else v for k, v in data["kafka"].items()}
+        data["kafka"].update(dict.fromkeys(self.kafka_secrets(), "***"))
         return data
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from monitor.service.settings import load_settings
+from monitor.service.settings import Settings, load_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -64,3 +64,27 @@ def test_bad_values_are_refused_with_the_setting_named(tmp_path: Path) -> None:
     assert done.returncode == 2 and b"batch_size" in done.stderr
     done = print_config(tmp_path, "", {"SGM_TOPIC_RELATIONS": "nonsense"})
     assert done.returncode == 2 and b"topic=relation" in done.stderr
+
+
+def test_kafka_secrets_dir_is_merged_and_masked(tmp_path: Path) -> None:
+    secrets = tmp_path / "kafka"
+    secrets.mkdir()
+    (secrets / "sasl.username").write_text("alice\n")
+    (secrets / "sasl.password").write_text("s3cret\n")
+    (secrets / "..data").mkdir()  # what a mounted Secret carries beside its keys
+    settings = Settings(
+        kafka={"sasl.mechanism": "PLAIN", "sasl.username": "bob"}, kafka_secrets_dir=str(secrets)
+    )
+    assert settings.kafka_config() == {
+        "sasl.mechanism": "PLAIN",
+        "sasl.username": "alice",
+        "sasl.password": "s3cret",
+    }
+    printed = json.dumps(settings.printable())
+    assert "s3cret" not in printed and "alice" not in printed
+    assert settings.printable()["kafka"]["sasl.password"] == "***"
+
+
+def test_missing_kafka_secrets_dir_is_a_settings_error(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="kafka_secrets_dir"):
+        Settings(kafka_secrets_dir=str(tmp_path / "absent"))
