@@ -35,6 +35,8 @@ from prometheus_client import (
 from prometheus_client.metrics_core import HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from connectors.kafka import DEAD_LETTER_CATEGORIES
+
 NAMESPACE = "subgraph_monitor"
 DISTRIBUTION = "subgraph-monitor"
 
@@ -261,6 +263,11 @@ class Metrics:
             namespace=ns,
             registry=reg,
         )
+        # Known label values exist from the start at 0, so rates and alerts see a series.
+        for category in DEAD_LETTER_CATEGORIES:
+            self.dead_letters.labels(category)
+        for reason in ("duplicate_insert", "absent_delete", "netted", "wrong_arity"):
+            self.updates_ignored.labels(reason)
         self._lag_lock = threading.Lock()
         self._lag_partitions: set[tuple[str, str]] = set()
 
@@ -355,6 +362,17 @@ def _partition_lags(topics: Mapping[str, Any]) -> Iterator[tuple[tuple[str, str]
         for key, partition in (topic.get("partitions") or {}).items():
             number = int(partition.get("partition", key))
             lag = partition.get("consumer_lag", -1)
+            if not isinstance(lag, int) or lag < 0:
+                # librdkafka computes consumer_lag from the consumer's own committed offset,
+                # which it never learns when offsets are committed by a transactional
+                # producer: then the lag is the last stable offset minus the position.
+                stable, position = partition.get("ls_offset", -1), partition.get("app_offset", -1)
+                if (
+                    isinstance(stable, int)
+                    and isinstance(position, int)
+                    and min(stable, position) >= 0
+                ):
+                    lag = max(stable - position, 0)
             if number < 0 or not isinstance(lag, int) or lag < 0:
                 continue
             yield (str(topic.get("topic", topic_name)), str(number)), lag

@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
+from connectors.kafka import DEAD_LETTER_CATEGORIES
 from monitor.service.metrics import LATENCY_BUCKETS, METRIC_NAMES, BulkHistogram, Metrics
 
 
@@ -270,6 +271,26 @@ def test_librdkafka_statistics_set_the_lag_gauges() -> None:
     stats = consumer_stats({("edges", 0): 40, ("likes", 0): 0})
     assert metrics.observe_librdkafka_stats(json.dumps(stats)) == 2
     assert lags(metrics) == {("edges", "0"): 40, ("likes", "0"): 0}
+
+
+def test_lag_without_a_consumer_commit_is_the_stable_offset_minus_the_position() -> None:
+    """Offsets committed through the producer's transaction never reach the consumer's own
+    committed offset, so librdkafka reports consumer_lag -1: the lag then comes from the last
+    stable offset and the position (what was seen on a real broker)."""
+    metrics = Metrics()
+    stats = consumer_stats({("edges", 0): 30, ("edges", 1): 0})
+    for entry in stats["topics"]["edges"]["partitions"].values():
+        entry["consumer_lag"] = -1
+        entry["committed_offset"] = -1001
+    assert metrics.observe_librdkafka_stats(json.dumps(stats)) == 2
+    assert lags(metrics) == {("edges", "0"): 30, ("edges", "1"): 0}
+
+
+def test_known_reasons_exist_at_zero_from_the_start() -> None:
+    found = samples(Metrics())
+    for category in DEAD_LETTER_CATEGORIES:
+        key = ("subgraph_monitor_dead_letters_total", frozenset({("reason", category)}))
+        assert found[key] == 0
 
 
 def test_librdkafka_statistics_of_a_producer_or_garbage_change_nothing() -> None:
