@@ -206,34 +206,7 @@ class KafkaSource:
         self.seek({p: o for p, o in first.items() if p in assigned})
 
     def _take(self, message: Message, updates: list[Update], polled: Polled) -> None:
-        topic, partition, offset = _where(message)
-        polled.records += 1
-        polled.per_topic[topic] = polled.per_topic.get(topic, 0) + 1
-        kind, stamp = message.timestamp()
-        if kind != 0 and stamp > 0:
-            polled.timestamps.append(stamp / 1000.0)
-        value = message.value() or b""
-        position = f"{topic}[{partition}]@{offset}"
-        try:
-            if len(value) > MAX_RECORD_BYTES:
-                raise InputError(
-                    f"record of {len(value):,} bytes is larger than {MAX_RECORD_BYTES:,}",
-                    position=position,
-                )
-            relation = self.topic_relations.get(topic, self.default_relation)
-            update = decode_json_record(value, default_relation=relation, position=position)
-        except InputError as error:
-            if len(value) > MAX_RECORD_BYTES:
-                category = "too_large"
-            elif error.message.startswith("invalid JSON") or "not valid JSON" in error.message:
-                category = "invalid_json"
-            else:
-                category = "invalid_record"
-            polled.dead_letters.append(
-                KafkaDeadLetter(topic, partition, offset, error.message, value, category)
-            )
-            return
-        updates.append(update)
+        take_message(message, updates, polled, self.default_relation, self.topic_relations)
 
     def group_metadata(self) -> object:
         return self.consumer.consumer_group_metadata()
@@ -313,11 +286,35 @@ class KafkaSink:
         ]
         self._produce(self.dead_letter_topic, None, letter.value, headers)
 
+    def write_changelog(
+        self,
+        topic: str,
+        relation: str,
+        epoch: int,
+        columns: Sequence[npt.NDArray[np.generic]],
+        diffs: npt.NDArray[np.integer],
+    ) -> int:
+        """One changelog record per changed tuple: key ``[relation, [ids]]``, value
+        ``{"epoch": E}`` for an insert and a tombstone (no value) for a delete, header ``epoch``
+        on both, so that a compacted topic holds the current graph with each tuple's epoch."""
+        ids = [id_list(c) for c in columns]
+        headers: list[tuple[str, str | bytes | None]] = [("epoch", str(epoch).encode())]
+        value = orjson.dumps({"epoch": epoch})
+        signs = diffs.tolist()
+        for i in range(len(signs)):
+            key = orjson.dumps([relation, [column[i] for column in ids]])
+            self._produce(topic, key, value if signs[i] > 0 else None, headers)
+        return len(signs)
+
+    def write_control(self, topic: str, value: bytes) -> None:
+        """One control record (an epoch's definition; the leader's sink only)."""
+        self._produce(topic, None, value, [("service-version", self.version)])
+
     def _produce(
         self,
         topic: str,
         key: bytes | None,
-        value: bytes,
+        value: bytes | None,
         headers: list[tuple[str, str | bytes | None]],
     ) -> None:
         while True:
@@ -342,6 +339,44 @@ class KafkaSink:
 
     def flush(self) -> None:
         self.producer.flush(self.timeout)
+
+
+def take_message(
+    message: Message,
+    updates: list[Update],
+    polled: Polled,
+    default_relation: str,
+    topic_relations: Mapping[str, str],
+) -> None:
+    """Decode one data message into ``updates``, or into a dead letter of ``polled``."""
+    topic, partition, offset = _where(message)
+    polled.records += 1
+    polled.per_topic[topic] = polled.per_topic.get(topic, 0) + 1
+    kind, stamp = message.timestamp()
+    if kind != 0 and stamp > 0:
+        polled.timestamps.append(stamp / 1000.0)
+    value = message.value() or b""
+    position = f"{topic}[{partition}]@{offset}"
+    try:
+        if len(value) > MAX_RECORD_BYTES:
+            raise InputError(
+                f"record of {len(value):,} bytes is larger than {MAX_RECORD_BYTES:,}",
+                position=position,
+            )
+        relation = topic_relations.get(topic, default_relation)
+        update = decode_json_record(value, default_relation=relation, position=position)
+    except InputError as error:
+        if len(value) > MAX_RECORD_BYTES:
+            category = "too_large"
+        elif error.message.startswith("invalid JSON") or "not valid JSON" in error.message:
+            category = "invalid_json"
+        else:
+            category = "invalid_record"
+        polled.dead_letters.append(
+            KafkaDeadLetter(topic, partition, offset, error.message, value, category)
+        )
+        return
+    updates.append(update)
 
 
 def _where(message: Message) -> tuple[str, int, int]:

@@ -91,13 +91,24 @@ class Relation:
 
 @dataclass
 class Change:
-    """The effective changes of one relation in an epoch: dense tuple columns and diffs."""
+    """The effective changes of one relation in an epoch: dense tuple columns and diffs.
+
+    ``seq``, when staging set it, is the stream sequence number of each tuple's last update in
+    the epoch: the update that decided the change (scale-out seeds a change from the partition
+    that update came from).
+    """
 
     columns: list[I32]
     diff: I8
+    seq: npt.NDArray[np.int64] | None = None
 
     def __len__(self) -> int:
         return int(self.diff.shape[0])
+
+    def take(self, mask: npt.NDArray[np.bool_]) -> Change:
+        """The changes where ``mask`` is true."""
+        seq = None if self.seq is None else self.seq[mask]
+        return Change([c[mask] for c in self.columns], self.diff[mask], seq)
 
 
 @dataclass
@@ -242,6 +253,7 @@ class GraphIndex:
         changes = np.add.reduceat((~noop).astype(np.int64), starts)
         ignored["netted"] += int(changes.sum()) - int(effective.sum())
         rows = order[starts[effective]]
+        last_seq = seq[order[np.flatnonzero(last)[effective]]].astype(np.int64)
         columns = [d[rows] for d in dense]
         diff = np.where(final[effective], np.int8(1), np.int8(-1)).astype(np.int8)
         for position, adjacency in enumerate(rel.by_position):
@@ -250,7 +262,7 @@ class GraphIndex:
             pairs = pack(keys, columns[position])
             by_pair = np.argsort(pairs, kind="stable")
             adjacency.stage(pairs[by_pair], diff[by_pair])
-        return Change(columns, diff)
+        return Change(columns, diff, last_seq)
 
     def commit(self) -> None:
         """Make the staged epoch part of the committed state."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -108,26 +108,45 @@ class EpochProcessor:
     def process(self, batch: UpdateBatch) -> EpochOutput:
         """Stage the next epoch and evaluate every query's change; call :meth:`commit` after."""
         started = time.perf_counter()
+        staged = self.stage(batch)
+        out = replace(
+            staged,
+            queries=self.evaluate(staged.changes),
+            seconds=time.perf_counter() - started,
+        )
+        self.totals.add(out)
+        return out
+
+    def stage(self, batch: UpdateBatch) -> EpochOutput:
+        """Stage the next epoch without evaluating anything (``queries`` is empty).
+
+        Scale-out stages every epoch whole, then :meth:`evaluate` s the queries seeded with the
+        changes of the partitions it owns only.
+        """
+        started = time.perf_counter()
         self.epoch += 1
         staged = self.index.stage(self._prepare(batch))
-        results = self.evaluator.evaluate(self.index, staged.changes) if staged.changes else []
-        decode = self.index.dictionary.decode
-        outputs = [
-            QueryOutput(r.query, r.variables, [decode(c) for c in r.columns], r.diff)
-            for r in results
-            if len(r)
-        ]
-        out = EpochOutput(
+        return EpochOutput(
             self.epoch,
             batch.count,
             staged.applied,
             staged.ignored,
-            outputs,
+            [],
             time.perf_counter() - started,
             staged.changes,
         )
-        self.totals.add(out)
-        return out
+
+    def evaluate(self, changes: dict[str, Change]) -> list[QueryOutput]:
+        """Every query's match deltas seeded by ``changes`` (some or all of the staged epoch's)."""
+        if not any(len(c) for c in changes.values()):
+            return []
+        results = self.evaluator.evaluate(self.index, changes)
+        decode = self.index.dictionary.decode
+        return [
+            QueryOutput(r.query, r.variables, [decode(c) for c in r.columns], r.diff)
+            for r in results
+            if len(r)
+        ]
 
     def commit(self) -> None:
         """Make the staged epoch part of the committed state."""

@@ -33,6 +33,7 @@ from monitor.failpoints import failpoint
 from monitor.index.store import StateStore, StoredMeta
 from monitor.plan.planner import delta_queries
 from monitor.query.load import load_queries
+from monitor.service import cluster
 from monitor.service.epochs import EpochProcessor
 from monitor.service.health import Health
 from monitor.service.http import HealthServer
@@ -156,7 +157,10 @@ def _run(
     health: Health,
 ) -> int:
     processor = EpochProcessor(queries, settings)  # type: ignore[arg-type]
+    if settings.control_topic:
+        return _run_cluster(settings, processor, store, metrics, health)
     meta = _recover(settings, processor, store)
+    metrics.last_committed_epoch.set(meta.epoch)
     positions = Positions.of(meta)
     health.set_recovered(True)
     connection = _connect(settings, processor, store, positions, metrics, health)
@@ -183,17 +187,97 @@ def _run(
         sink.flush()
 
 
-def _recover(settings: Settings, processor: EpochProcessor, store: StateStore) -> StoredMeta:
+def _run_cluster(
+    settings: Settings,
+    processor: EpochProcessor,
+    store: StateStore,
+    metrics: Metrics,
+    health: Health,
+) -> int:
+    """Scale-out (``SGM_CONTROL_TOPIC``): one worker of several; see ``cluster``."""
+    fresh = store.meta is None
+    meta = _recover(settings, processor, store, mode="cluster")
+    client = _client_config(settings, consumer=False)
+    client["group.id"] = settings.group_id
+    partitions = _cluster_topics(settings, health)
+    if partitions is None:
+        return 0
+    health.set_broker_reachable(True)
+    if fresh or "cluster" not in meta.position:
+        meta = cluster.rebuild_from_changelog(settings, processor, store, meta, client, partitions)
+    metrics.last_committed_epoch.set(meta.epoch)
+    positions, control_offset = cluster.stored_positions(meta)
+    reader = cluster.Reader(
+        client, partitions, (cluster.control_topic(settings), 0), positions, control_offset
+    )
+    group = cluster.GroupMember(
+        _client_config(settings, consumer=True),
+        [*settings.input_topics, cluster.control_topic(settings)],
+        metrics,
+    )
+    worker = cluster.Worker(
+        settings,
+        processor,
+        store,
+        metrics,
+        health,
+        reader,
+        group,
+        partitions,
+        _client_config(settings, consumer=False),
+        service_version(),
+        lambda: _new_sink(settings),
+        _new_sink(settings),
+    )
+    log.info(
+        "worker started",
+        extra={
+            "epoch": processor.epoch,
+            "control_topic": cluster.control_topic(settings),
+            "partitions": len(partitions),
+            "instance": settings.instance_id,
+        },
+    )
+    try:
+        while not Stop.requested:
+            worker.step()
+        log.info("stopping after epoch %d as requested", processor.epoch)
+        return 0
+    finally:
+        worker.close()
+
+
+def _cluster_topics(settings: Settings, health: Health) -> list[Partition] | None:
+    """The input partitions, once the control and changelog topics exist (retrying while
+    the broker is unreachable; None when stopped meanwhile)."""
+    delay = 1.0
+    while not Stop.requested:
+        try:
+            admin = AdminClient(_client_config(settings, consumer=False))
+            cluster.ensure_topics(admin, settings)
+            return cluster.input_partitions(admin, settings.input_topics)
+        except KafkaException as error:
+            health.set_broker_reachable(False)
+            log.warning("Kafka is not reachable (%s); retrying in %.0f s", error, delay)
+            time.sleep(delay)
+            delay = min(delay * 2, 30.0)
+    return None
+
+
+def _recover(
+    settings: Settings, processor: EpochProcessor, store: StateStore, mode: str = "kafka"
+) -> StoredMeta:
     meta = store.meta
     texts = tuple(str(q) for q in processor.queries)
     wanted = {
-        "mode": "kafka",
+        "mode": mode,
         "undirected": settings.undirected,
         "default_relation": settings.default_relation,
         "topic_relations": dict(sorted(settings.topic_relations.items())),
     }
     if meta is None:
-        meta = StoredMeta(epoch=0, position={"kafka": {}}, queries=texts, settings=wanted)
+        position: dict[str, object] = {"kafka": {}} if mode == "kafka" else {}
+        meta = StoredMeta(epoch=0, position=position, queries=texts, settings=wanted)
         return store.commit_epoch(processor.index, meta, {}, 0)
     for name, value in wanted.items():
         if meta.settings.get(name) != value:
@@ -287,7 +371,11 @@ def _client_config(settings: Settings, *, consumer: bool) -> dict[str, str | int
 
 
 def _transactional_id(settings: Settings) -> str:
-    return settings.transactional_id or f"subgraph-monitor-{settings.group_id}"
+    if settings.transactional_id:
+        return settings.transactional_id
+    if settings.control_topic:  # one producer per worker, fenced by its stable instance id
+        return f"subgraph-monitor-{settings.group_id}-{settings.instance_id}"
+    return f"subgraph-monitor-{settings.group_id}"
 
 
 def _new_sink(settings: Settings) -> KafkaSink:

@@ -74,6 +74,16 @@ class Settings(BaseSettings):
     transactional_id: str | None = Field(
         None, description="producer transactional id (default: derived from the group id)"
     )
+    control_topic: str | None = Field(
+        None,
+        description="scale-out: the one-partition topic of global epochs; set it (the same on "
+        "every worker) to run several workers in the group",
+    )
+    changelog_topic: str | None = Field(
+        None,
+        description="scale-out: the compacted graph changelog a new worker rebuilds from "
+        "(default: GROUP-changelog)",
+    )
     queries: str = Field("triangle", description="a built-in name, a query file, or query text")
     topic_relations: Annotated[dict[str, str], NoDecode] = Field(
         default_factory=dict, description="topic=relation pairs: records of a topic name none"

@@ -1,0 +1,278 @@
+"""Scale-out against a real broker: several ``serve`` workers in one group, one exact result.
+
+The workers run as subprocesses sharing the input, output, control and changelog topics and the
+consumer group, each with its own state directory and instance id. The check is epoch by epoch:
+the control topic says what each epoch contained; replaying those epochs through one in-process
+:class:`EpochProcessor` (the single worker) gives each epoch's consolidated deltas, and the
+workers' output, summed per epoch and binding, must be exactly that. The final result is also
+checked against the file job over the same records (an independent run of the engine).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Message, TopicPartition
+
+from monitor.query.load import load_queries
+from monitor.service.cluster import EpochSpec, decode_epoch
+from monitor.service.epochs import EpochProcessor
+from monitor.service.settings import Settings
+from tests.kafka.test_serve import (
+    QUERIES,
+    committed,
+    end_offsets,
+    expected_matches,
+    produce,
+    read_topic,
+    stream_records,
+)
+from tests.kafka_broker import KafkaCluster
+
+pytestmark = pytest.mark.kafka
+
+ROOT = Path(__file__).resolve().parents[2]
+Binding = tuple[str, tuple[object, ...]]
+
+
+class Workers:
+    """Topics, group and worker processes of one scale-out deployment."""
+
+    def __init__(self, kafka: KafkaCluster, make_topic: Callable[..., str], tmp: Path) -> None:
+        self.bootstrap = kafka.bootstrap
+        self.input = make_topic(6)
+        self.output = make_topic(1, prefix="sgm-out")
+        self.dead = make_topic(1, prefix="sgm-dlq")
+        self.group = f"sgm-{uuid.uuid4().hex[:8]}"
+        self.control = f"{self.group}-control"
+        self.tmp = tmp
+        tmp.mkdir(parents=True, exist_ok=True)
+        (tmp / "queries.q").write_text(QUERIES)
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.logs: dict[str, Path] = {}
+
+    def start(self, name: str) -> None:
+        env = {
+            **os.environ,
+            "SGM_BOOTSTRAP_SERVERS": self.bootstrap,
+            "SGM_INPUT_TOPICS": self.input,
+            "SGM_OUTPUT_TOPIC": self.output,
+            "SGM_DEAD_LETTER_TOPIC": self.dead,
+            "SGM_GROUP_ID": self.group,
+            "SGM_CONTROL_TOPIC": self.control,
+            "SGM_INSTANCE_ID": name,
+            "SGM_QUERIES": str(self.tmp / "queries.q"),
+            "SGM_STATE_DIR": str(self.tmp / name / "state"),
+            "SGM_UNDIRECTED": "true",
+            "SGM_HTTP_PORT": "0",
+            "SGM_BATCH_SIZE": "300",
+            "SGM_MAX_BATCH_DELAY_MS": "300",
+            "SGM_KAFKA": json.dumps({"session.timeout.ms": "6000", "heartbeat.interval.ms": "500"}),
+        }
+        log = self.tmp / f"{name}-{len(self.logs)}.log"
+        self.logs[name] = log
+        self.procs[name] = subprocess.Popen(
+            [sys.executable, "-m", "monitor", "serve"],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=log.open("wb"),
+        )
+
+    def stop(self, name: str, sig: int = signal.SIGTERM) -> int:
+        proc = self.procs.pop(name)
+        proc.send_signal(sig)
+        return proc.wait(timeout=60)
+
+    def log_text(self) -> str:
+        return "\n".join(
+            f"== {n}\n{p.read_text(errors='replace')[-4000:]}" for n, p in self.logs.items()
+        )
+
+    def leader(self) -> str:
+        """The worker that published the last epoch."""
+        return control_epochs(self)[-1].leader
+
+    def wait_consumed(self, timeout: float = 180) -> None:
+        ends = end_offsets(self.bootstrap, self.input)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for name, proc in self.procs.items():
+                assert proc.poll() is None, f"worker {name} exited\n{self.log_text()}"
+            if committed(self.bootstrap, self.group, self.input, list(ends)) == ends:
+                return
+            time.sleep(0.5)
+        raise AssertionError(f"not consumed to {ends}\n{self.log_text()}")
+
+    def wait_log(self, name: str, text: str, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if text in self.logs[name].read_text(errors="replace"):
+                return
+            time.sleep(0.2)
+        raise AssertionError(f"{name} never logged {text!r}\n{self.log_text()}")
+
+
+@pytest.fixture
+def workers(
+    kafka: KafkaCluster, make_topic: Callable[..., str], tmp_path: Path
+) -> Iterator[Workers]:
+    w = Workers(kafka, make_topic, tmp_path)
+    yield w
+    for proc in w.procs.values():
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+
+
+def read_all(bootstrap: str, topic: str, partitions: int) -> dict[int, list[Message]]:
+    """Every committed record of ``topic``, per partition."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"reader-{uuid.uuid4()}",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+        }
+    )
+    ends = {}
+    for p in range(partitions):
+        ends[p] = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    out: dict[int, list[Message]] = defaultdict(list)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        for m in consumer.consume(1000, timeout=0.5):
+            if m.error() is None:
+                out[m.partition() or 0].append(m)
+        positions = consumer.position([TopicPartition(topic, p) for p in range(partitions)])
+        if all(tp.offset >= ends[tp.partition] for tp in positions):
+            break
+    consumer.close()
+    return out
+
+
+def control_epochs(w: Workers) -> list[EpochSpec]:
+    messages = read_all(w.bootstrap, w.control, 1)[0]
+    specs = [EpochSpec.from_json(m.value() or b"", m.offset() or 0) for m in messages]
+    numbers = [s.epoch for s in specs]
+    assert numbers == list(range(1, len(specs) + 1)), f"epochs published: {numbers}"
+    for before, after in itertools.pairwise(specs):
+        assert after.starts == before.ends, (
+            f"epoch {after.epoch} does not start where {before.epoch} ended"
+        )
+    return specs
+
+
+def single_worker_deltas(w: Workers, specs: list[EpochSpec]) -> dict[int, dict[Binding, int]]:
+    """The single worker's consolidated deltas of every epoch, from the control topic."""
+    records = read_all(w.bootstrap, w.input, 6)
+    settings = Settings(undirected=True, max_batch_delay_ms=300, batch_size=300)
+    processor = EpochProcessor(load_queries(str(w.tmp / "queries.q")), settings)
+    out: dict[int, dict[Binding, int]] = {}
+    for spec in specs:
+        messages = {
+            (t, p): [m for m in records[p] if spec.starts[(t, p)] <= (m.offset() or 0) < e]
+            for (t, p), e in spec.ends.items()
+        }
+        epoch = processor.process(decode_epoch(messages, settings).batch)
+        processor.commit()
+        deltas: dict[Binding, int] = {}
+        for q in epoch.queries:
+            for i, diff in enumerate(q.diff.tolist()):
+                deltas[(q.query, tuple(c[i] for c in q.columns))] = diff
+        out[spec.epoch] = deltas
+    return out
+
+
+def workers_deltas(w: Workers) -> dict[int, dict[Binding, int]]:
+    """The workers' output, summed per epoch and binding (zeros dropped)."""
+    sums: dict[int, Counter[Binding]] = defaultdict(Counter)
+    for _, value, _ in read_topic(w.bootstrap, w.output):
+        row = json.loads(value)
+        key = (str(row["query"]), tuple(row["match"].values()))
+        sums[int(row["epoch"])][key] += int(row["diff"])
+    return {e: {k: v for k, v in c.items() if v} for e, c in sums.items()}
+
+
+def check_exact(w: Workers, records: list[dict[str, object]]) -> None:
+    specs = control_epochs(w)
+    expected = single_worker_deltas(w, specs)
+    got = workers_deltas(w)
+    for epoch in sorted(set(expected) | set(got)):
+        assert got.get(epoch, {}) == expected.get(epoch, {}), f"epoch {epoch} differs"
+    final: Counter[Binding] = Counter()
+    for deltas in got.values():
+        final.update(deltas)
+    oracle = w.tmp / "oracle"
+    oracle.mkdir(exist_ok=True)
+    assert {k: v for k, v in final.items() if v} == expected_matches(records, oracle)
+
+
+def test_three_workers_on_six_partitions_equal_the_single_worker(workers: Workers) -> None:
+    records = stream_records(6000, seed=11)
+    produce(workers.bootstrap, workers.input, records[:2000])
+    for name in ("w0", "w1", "w2"):
+        workers.start(name)
+    for wave in range(2000, 6000, 1000):
+        produce(workers.bootstrap, workers.input, records[wave : wave + 1000])
+        time.sleep(0.5)
+    workers.wait_consumed()
+    seeded = {n: workers.logs[n].read_text().count('"seeds published"') for n in workers.procs}
+    for name in list(workers.procs):
+        assert workers.stop(name) == 0, workers.log_text()
+    assert all(seeded.values()), f"every worker seeded some epochs: {seeded}"
+    check_exact(workers, records)
+
+
+def test_a_worker_killed_and_another_added_stays_exact(workers: Workers) -> None:
+    records = stream_records(6000, seed=12)
+    produce(workers.bootstrap, workers.input, records[:1500])
+    workers.start("w0")
+    workers.start("w1")
+    for name in ("w0", "w1"):
+        workers.wait_log(name, '"seeds published"')
+    produce(workers.bootstrap, workers.input, records[1500:3000])
+    time.sleep(1)
+    workers.stop("w1", signal.SIGKILL)
+    produce(workers.bootstrap, workers.input, records[3000:4500])
+    workers.start("w2")  # a new volume: rebuilt from the changelog
+    workers.wait_log("w2", "state rebuilt from the changelog")
+    produce(workers.bootstrap, workers.input, records[4500:])
+    workers.wait_consumed()
+    for name in list(workers.procs):
+        assert workers.stop(name) == 0, workers.log_text()
+    check_exact(workers, records)
+
+
+def test_leader_killed_during_an_epoch_a_new_leader_continues(workers: Workers) -> None:
+    records = stream_records(5000, seed=13)
+    produce(workers.bootstrap, workers.input, records[:1500])
+    for name in ("w0", "w1", "w2"):
+        workers.start(name)
+    for name in ("w0", "w1", "w2"):
+        workers.wait_log(name, "epoch committed")
+    leader = workers.leader()
+    assert leader, workers.log_text()
+    produce(workers.bootstrap, workers.input, records[1500:3000])
+    workers.stop(leader, signal.SIGKILL)
+    produce(workers.bootstrap, workers.input, records[3000:])
+    workers.wait_consumed()
+    new_leader = workers.leader()
+    assert new_leader and new_leader != leader, workers.log_text()
+    for name in list(workers.procs):
+        assert workers.stop(name) == 0, workers.log_text()
+    specs = control_epochs(workers)  # consecutive and unique: none published twice
+    assert {s.leader for s in specs} >= {leader, new_leader}
+    check_exact(workers, records)
