@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 BASE   := $(VENV)/.base-stamp
 DEV    := $(VENV)/.dev-stamp
 
-.PHONY: run test lint unit bench bench-quick clean lock
+.PHONY: run test lint unit bench bench-quick clean lock tools
 
 $(BASE): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
@@ -36,10 +36,16 @@ lint: $(DEV)
 unit: $(DEV)
 	$(BIN)/pytest
 
+## tools: helm, k8s-validate, promtool and prometheus for the chart tests (built or installed
+## once, cached; the test fixtures do the same on demand)
+tools:
+	scripts/deploy-tools ensure
+
 ## bench: the benchmark harness (about 20 minutes); writes BENCHMARKS.md
 bench: $(DEV)
 	$(BIN)/python -m bench.persistence
 	$(BIN)/python -m bench.kafka
+	$(BIN)/python -m bench.cluster
 	$(BIN)/python -m bench.run
 
 bench-quick: $(DEV)
