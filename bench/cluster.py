@@ -1,0 +1,162 @@
+"""Scale-out figures: ``python -m bench.cluster`` writes ``bench/cluster.md``.
+
+A local broker (``scripts/kafka_local``); ego-Facebook's edges (inserts, then 10% deletes, JSON
+records keyed by edge) on a 6-partition topic, produced before the workers start; 1, 2 and 3
+``serve`` workers in one group (``SGM_CONTROL_TOPIC``), symmetry-broken triangles, epochs of
+10,000 updates. Throughput is the records of the epochs after the first over the time from the
+first epoch's commit to the last one's (so group formation is left out); memory is each
+worker's peak resident set (``VmHWM``). On this machine the workers share 2 cores with the
+broker, so the figures say what the protocol costs and splits, not what a cluster of machines
+would reach: see bench/NOTES.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from confluent_kafka import KafkaException
+
+from bench.kafka import consumed, log_lines, produce, stamp, stream, topics
+from scripts.kafka_local import KafkaBroker
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = Path(__file__).resolve().parent / "cluster.md"
+QUERY = "tri(a, b, c) := e(a, b), e(b, c), e(a, c), a < b, b < c."
+BATCH = 10_000
+PARTITIONS = 6
+
+
+def peak_rss(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def done(bootstrap: str, group: str, topic: str) -> bool:
+    """Whether the group committed every partition's end (a coordinator still loading: no)."""
+    try:
+        return consumed(bootstrap, group, topic)
+    except KafkaException:
+        return False
+
+
+def run(
+    bootstrap: str, tmp: Path, workers: int, rows: list[tuple[int, int, int]]
+) -> dict[str, float]:
+    topic = f"scale-{workers}-{uuid.uuid4().hex[:6]}"
+    topics(bootstrap, (topic, PARTITIONS), (f"{topic}-out", 1), (f"{topic}-dlq", 1))
+    produce(bootstrap, topic, rows)
+    group = f"bench-{uuid.uuid4().hex[:8]}"
+    procs: list[tuple[subprocess.Popen[bytes], Path]] = []
+    for i in range(workers):
+        log = tmp / f"{group}-w{i}.log"
+        env = {
+            **os.environ,
+            "SGM_BOOTSTRAP_SERVERS": bootstrap,
+            "SGM_INPUT_TOPICS": topic,
+            "SGM_OUTPUT_TOPIC": f"{topic}-out",
+            "SGM_DEAD_LETTER_TOPIC": f"{topic}-dlq",
+            "SGM_GROUP_ID": group,
+            "SGM_CONTROL_TOPIC": f"{group}-control",
+            "SGM_INSTANCE_ID": f"w{i}",
+            "SGM_QUERIES": QUERY,
+            "SGM_UNDIRECTED": "true",
+            "SGM_STATE_DIR": str(tmp / group / f"w{i}"),
+            "SGM_BATCH_SIZE": str(BATCH),
+            "SGM_MAX_BATCH_DELAY_MS": "1000",
+            "SGM_HTTP_PORT": "0",
+        }
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "monitor", "serve"],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=log.open("wb"),
+        )
+        procs.append((proc, log))
+    deadline = time.monotonic() + 900
+    while not done(bootstrap, group, topic):
+        if time.monotonic() > deadline or any(p.poll() is not None for p, _ in procs):
+            raise RuntimeError(f"{workers} workers did not consume {topic}")
+        time.sleep(0.5)
+    rss = [peak_rss(p.pid) for p, _ in procs]
+    for proc, _ in procs:
+        proc.terminate()
+    for proc, _ in procs:
+        proc.wait(60)
+    committed = [x for x in log_lines(procs[0][1]) if x.get("message") == "epoch committed"]
+    first, last = committed[0], committed[-1]
+    records = sum(int(x["updates"]) for x in committed[1:])
+    seconds = stamp(last) - stamp(first)
+    seeds = sum(
+        1 for _, log in procs for x in log_lines(log) if x.get("message") == "seeds published"
+    )
+    # Per epoch of worker 0: reading and decoding (every worker does it all), then staging,
+    # evaluating its share and the transaction (published_s), then the wait for the others.
+    timed = [x for x in committed[1:] if x.get("published_s") is not None]
+    read = sum(float(x["read_s"]) for x in timed) / max(len(timed), 1)
+    publish = sum(float(x["published_s"]) - float(x["read_s"]) for x in timed) / max(len(timed), 1)
+    barrier = sum(float(x["barrier_s"]) for x in timed) / max(len(timed), 1)
+    return {
+        "read_s": read,
+        "publish_s": publish,
+        "barrier_s": barrier,
+        "workers": workers,
+        "rate": records / seconds,
+        "epochs": len(committed),
+        "seconds": seconds,
+        "rss_mib": max(rss) / 2**20,
+        "transactions": seeds,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=OUT)
+    args = parser.parse_args()
+    rows = stream()
+    results = []
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        broker = KafkaBroker(tmp / "broker")
+        broker.start()
+        try:
+            for workers in (1, 2, 3):
+                result = run(broker.bootstrap, tmp, workers, rows)
+                print(result, file=sys.stderr)
+                results.append(result)
+        finally:
+            broker.close()
+    base = results[0]["rate"]
+    lines = [
+        "Generated by `python -m bench.cluster`: a local single-node broker, ego-Facebook as "
+        f"{len(rows):,} JSON records (inserts, then 10% deletes) on {PARTITIONS} partitions, "
+        f"symmetry-broken triangles, epochs of {BATCH:,} updates, all workers on this 2-core "
+        "machine with the broker.\n",
+        "| workers | updates/s | vs 1 | epochs | seed transactions | peak RSS per worker "
+        "| per epoch of worker 0: read+decode / stage+evaluate+transaction / barrier wait |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        lines.append(
+            f"| {r['workers']:.0f} | {r['rate']:,.0f} | {r['rate'] / base:.2f}x | "
+            f"{r['epochs']:.0f} | {r['transactions']:.0f} | {r['rss_mib']:,.0f} MiB | "
+            f"{r['read_s'] * 1000:,.0f} / {r['publish_s'] * 1000:,.0f} / "
+            f"{r['barrier_s'] * 1000:,.0f} ms |"
+        )
+    text = "\n".join(lines) + "\n"
+    args.out.write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
