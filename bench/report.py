@@ -304,8 +304,10 @@ def render(
     out_dir: Path,
     persistence: str | None = None,
     kafka: str | None = None,
+    cluster: str | None = None,
 ) -> str:
-    """The whole BENCHMARKS.md (``persistence``, ``kafka``: what those benchmarks wrote)."""
+    """The whole BENCHMARKS.md (``persistence``, ``kafka``, ``cluster``: what those benchmarks
+    wrote)."""
     machine = machine_info()
     p = info.parameters
     parts = [
@@ -355,6 +357,8 @@ def render(
         parts += ["## Persistence", "", persistence.strip(), ""]
     if kafka:
         parts += ["## Through Kafka", "", kafka.strip(), ""]
+    if cluster:
+        parts += ["## Scale-out", "", cluster.strip(), ""]
     if results.failures:
         parts += ["## Failures", ""] + [f"- {f}" for f in results.failures] + [""]
     parts += ["## Notes", "", notes.strip(), ""]

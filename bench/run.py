@@ -35,6 +35,7 @@ DEFAULT_CACHE = ROOT / ".cache" / "bench"
 NOTES = Path(__file__).resolve().parent / "NOTES.md"
 PERSISTENCE = Path(__file__).resolve().parent / "persistence.md"
 KAFKA = Path(__file__).resolve().parent / "kafka.md"
+CLUSTER = Path(__file__).resolve().parent / "cluster.md"
 
 
 def parse_count(text: str) -> int:
@@ -279,7 +280,9 @@ def main(argv: list[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     persistence = PERSISTENCE.read_text() if PERSISTENCE.exists() else None
     kafka = KAFKA.read_text() if KAFKA.exists() else None
-    args.out.write_text(render(results, info, notes, args.out.resolve().parent, persistence, kafka))
+    cluster = CLUSTER.read_text() if CLUSTER.exists() else None
+    out_dir = args.out.resolve().parent
+    args.out.write_text(render(results, info, notes, out_dir, persistence, kafka, cluster))
     print(stdout_summary(results, info))
     log(f"wrote {args.out} and {len(figures)} plot(s); run took {info.seconds / 60:.1f} minutes")
     return 1 if results.failures else 0
