@@ -71,12 +71,7 @@ class DeltaEvaluator:
         self, query: Query, index: IndexReader, changes: dict[str, Change]
     ) -> MatchDeltas:
         """The consolidated change of one query."""
-        produced: list[Prefixes] = []
-        for plan in self.plans[query.name]:
-            change = changes.get(plan.seed.relation)
-            if change is None or not len(change):
-                continue
-            self._run(plan, index, change, produced.append)
+        produced = self._produce(query, index, changes)
         width = len(query.head)
         if not produced:
             empty = Prefixes.empty(width)
@@ -87,6 +82,28 @@ class DeltaEvaluator:
         )
         self.stats.per_query[query.name] = self.stats.per_query.get(query.name, 0) + len(diff)
         return MatchDeltas(query.name, query.head, columns, diff)
+
+    def bindings(self, query: Query, index: IndexReader, changes: dict[str, Change]) -> list[I32]:
+        """Every distinct binding the delta queries seeded by ``changes`` produce, whatever its
+        summed diff (zeros kept): the candidates of consolidation across workers."""
+        produced = self._produce(query, index, changes)
+        width = len(query.head)
+        if not produced:
+            return list(Prefixes.empty(width).columns)
+        columns = [np.concatenate([p.columns[i] for p in produced]) for i in range(width)]
+        distinct, _ = consolidate(columns, np.ones(columns[0].shape[0], np.int64))
+        return distinct
+
+    def _produce(
+        self, query: Query, index: IndexReader, changes: dict[str, Change]
+    ) -> list[Prefixes]:
+        produced: list[Prefixes] = []
+        for plan in self.plans[query.name]:
+            change = changes.get(plan.seed.relation)
+            if change is None or not len(change):
+                continue
+            self._run(plan, index, change, produced.append)
+        return produced
 
     def _run(self, plan: DeltaQuery, index: IndexReader, change: Change, emit: Emit) -> None:
         seeds = seed_prefixes(plan, change.columns, change.diff.astype(np.int64), index)

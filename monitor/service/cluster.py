@@ -65,10 +65,12 @@ from confluent_kafka.cimpl import NewTopic
 
 from connectors.kafka import KafkaSink, Partition, Polled, take_message
 from connectors.records import Update, UpdateBatch
-from monitor.errors import StateError
+from monitor.engine.owned import change_owner, supports
+from monitor.errors import ConfigError, StateError
 from monitor.failpoints import failpoint
 from monitor.index.graph import Change
 from monitor.index.store import StateStore, StoredMeta
+from monitor.query.ast import Query
 from monitor.service.epochs import EpochOutput, EpochProcessor
 from monitor.service.health import Health
 from monitor.service.metrics import Metrics
@@ -132,6 +134,18 @@ class EpochSpec:
             {_unkey(k): int(v) for k, v in data["ends"].items()},
             str(data.get("leader", "")),
             offset,
+        )
+
+
+def check_queries(settings: Settings, queries: Sequence[Query]) -> None:
+    """Refuse consolidation across workers for queries whose bindings are not join rows."""
+    if not settings.consolidate_across_workers:
+        return
+    projected = [q.name for q in queries if not supports(q)]
+    if projected:
+        raise ConfigError(
+            f"consolidate_across_workers needs every query's head to name all its variables; "
+            f"{', '.join(projected)} project some away: drop the setting or list them in the head"
         )
 
 
@@ -738,7 +752,14 @@ class Worker:
         changelog records, and ``mine``'s offsets at the epoch's end. Returns the deltas."""
         commit_started = time.perf_counter()
         changes = owned_changes(staged.changes, data, mine)
-        outputs = self.processor.evaluate(changes)
+        if self.settings.consolidate_across_workers:
+            wanted = np.array([p in mine for p in data.partitions], np.bool_)
+            owns = change_owner(
+                self.processor.index, staged.changes, lambda seq: wanted[data.owners(seq)]
+            )
+            outputs = self.processor.evaluate_decided(changes, owns)
+        else:
+            outputs = self.processor.evaluate(changes)
         decode = self.processor.index.dictionary.decode
         try:
             self.sink.begin()

@@ -19,6 +19,7 @@ import numpy.typing as npt
 
 from connectors.records import UpdateBatch, mirrored
 from monitor.engine.delta import DeltaEvaluator
+from monitor.engine.owned import Owns, decide
 from monitor.engine.static import count_matches, enumerate_matches
 from monitor.index.adjacency import Cut
 from monitor.index.graph import Change, GraphIndex
@@ -156,6 +157,22 @@ class EpochProcessor:
         """Forget the staged epoch (its output was not committed); its number is reused."""
         self.index.abort()
         self.epoch -= 1
+
+    def evaluate_decided(self, changes: dict[str, Change], owns: Owns) -> list[QueryOutput]:
+        """Every query's deltas seeded by ``changes``, consolidated across workers: only the
+        bindings this worker decides (``monitor.engine.owned``), each with its whole change."""
+        if not any(len(c) for c in changes.values()):
+            return []
+        decode = self.index.dictionary.decode
+        outputs = []
+        for query in self.queries:
+            found = self.evaluator.bindings(query, self.index, changes)
+            columns, diff = decide(query, self.index, found, owns)
+            if len(diff):
+                outputs.append(
+                    QueryOutput(query.name, query.head, [decode(c) for c in columns], diff)
+                )
+        return outputs
 
     def counts(self) -> dict[str, int]:
         """The number of current matches of every query (static evaluation)."""

@@ -195,6 +195,7 @@ def _run_cluster(
     health: Health,
 ) -> int:
     """Scale-out (``SGM_CONTROL_TOPIC``): one worker of several; see ``cluster``."""
+    cluster.check_queries(settings, processor.queries)
     fresh = store.meta is None
     meta = _recover(settings, processor, store, mode="cluster")
     client = _client_config(settings, consumer=False)

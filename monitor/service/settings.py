@@ -84,6 +84,11 @@ class Settings(BaseSettings):
         description="scale-out: the compacted graph changelog a new worker rebuilds from "
         "(default: GROUP-changelog)",
     )
+    consolidate_across_workers: bool = Field(
+        False,
+        description="scale-out: publish each changed binding once per epoch, by one worker "
+        "(never +1 and -1 from two workers); costs membership lookups per found binding",
+    )
     queries: str = Field("triangle", description="a built-in name, a query file, or query text")
     topic_relations: Annotated[dict[str, str], NoDecode] = Field(
         default_factory=dict, description="topic=relation pairs: records of a topic name none"

@@ -31,6 +31,7 @@ from monitor.service.epochs import EpochProcessor
 from monitor.service.settings import Settings
 from tests.kafka.test_serve import (
     QUERIES,
+    check_exactly_once,
     committed,
     end_offsets,
     expected_matches,
@@ -62,7 +63,7 @@ class Workers:
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.logs: dict[str, Path] = {}
 
-    def start(self, name: str) -> None:
+    def start(self, name: str, **extra: str) -> None:
         env = {
             **os.environ,
             "SGM_BOOTSTRAP_SERVERS": self.bootstrap,
@@ -79,6 +80,7 @@ class Workers:
             "SGM_BATCH_SIZE": "300",
             "SGM_MAX_BATCH_DELAY_MS": "300",
             "SGM_KAFKA": json.dumps({"session.timeout.ms": "6000", "heartbeat.interval.ms": "500"}),
+            **extra,
         }
         log = self.tmp / f"{name}-{len(self.logs)}.log"
         self.logs[name] = log
@@ -275,4 +277,27 @@ def test_leader_killed_during_an_epoch_a_new_leader_continues(workers: Workers) 
         assert workers.stop(name) == 0, workers.log_text()
     specs = control_epochs(workers)  # consecutive and unique: none published twice
     assert {s.leader for s in specs} >= {leader, new_leader}
+    check_exact(workers, records)
+
+
+def test_consolidated_across_workers_the_output_is_the_single_workers_record_for_record(
+    workers: Workers,
+) -> None:
+    """With SGM_CONSOLIDATE_ACROSS_WORKERS each changed binding is published once per epoch:
+    the records themselves (not only their sums) are the single worker's, every running sum
+    stays in {0, 1}, and no epoch has a binding twice."""
+    records = stream_records(5000, seed=14)
+    produce(workers.bootstrap, workers.input, records[:2000])
+    for name in ("w0", "w1", "w2"):
+        workers.start(name, SGM_CONSOLIDATE_ACROSS_WORKERS="true")
+    produce(workers.bootstrap, workers.input, records[2000:])
+    workers.wait_consumed()
+    for name in list(workers.procs):
+        assert workers.stop(name) == 0, workers.log_text()
+    rows = [json.loads(v) for _, v, _ in read_topic(workers.bootstrap, workers.output)]
+    per_epoch: Counter[tuple[int, Binding]] = Counter(
+        (int(r["epoch"]), (str(r["query"]), tuple(r["match"].values()))) for r in rows
+    )
+    assert max(per_epoch.values()) == 1, "a binding published twice in one epoch"
+    check_exactly_once(rows)
     check_exact(workers, records)
