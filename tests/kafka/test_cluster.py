@@ -242,12 +242,11 @@ def test_a_worker_killed_and_another_added_stays_exact(workers: Workers) -> None
     records = stream_records(6000, seed=12)
     produce(workers.bootstrap, workers.input, records[:1500])
     workers.start("w0")
-    workers.start("w1")
-    for name in ("w0", "w1"):
-        workers.wait_log(name, '"seeds published"')
+    # w1 is SIGKILLed inside its 4th seed transaction (deltas produced, offsets not committed)
+    workers.start("w1", SGM_FAILPOINT="worker_before_commit", SGM_FAILPOINT_HIT="4")
     produce(workers.bootstrap, workers.input, records[1500:3000])
-    time.sleep(1)
-    workers.stop("w1", signal.SIGKILL)
+    dying = workers.procs.pop("w1")
+    assert dying.wait(timeout=120) == -signal.SIGKILL, workers.log_text()
     produce(workers.bootstrap, workers.input, records[3000:4500])
     workers.start("w2")  # a new volume: rebuilt from the changelog
     workers.wait_log("w2", "state rebuilt from the changelog")
@@ -261,18 +260,20 @@ def test_a_worker_killed_and_another_added_stays_exact(workers: Workers) -> None
 def test_leader_killed_during_an_epoch_a_new_leader_continues(workers: Workers) -> None:
     records = stream_records(5000, seed=13)
     produce(workers.bootstrap, workers.input, records[:1500])
-    for name in ("w0", "w1", "w2"):
-        workers.start(name)
-    for name in ("w0", "w1", "w2"):
-        workers.wait_log(name, "epoch committed")
-    leader = workers.leader()
-    assert leader, workers.log_text()
+    # w0 leads first and is SIGKILLed inside its 6th epoch transaction (the control record
+    # produced, not committed); the next leader's init_transactions aborts it.
+    workers.start("w0", SGM_FAILPOINT="leader_before_commit", SGM_FAILPOINT_HIT="6")
+    workers.wait_log("w0", "leading: publishing the epochs")
+    workers.start("w1")
+    workers.start("w2")
     produce(workers.bootstrap, workers.input, records[1500:3000])
-    workers.stop(leader, signal.SIGKILL)
+    dying = workers.procs.pop("w0")
+    assert dying.wait(timeout=120) == -signal.SIGKILL, workers.log_text()
+    leader = "w0"
     produce(workers.bootstrap, workers.input, records[3000:])
     workers.wait_consumed()
     new_leader = workers.leader()
-    assert new_leader and new_leader != leader, workers.log_text()
+    assert new_leader in ("w1", "w2"), workers.log_text()
     for name in list(workers.procs):
         assert workers.stop(name) == 0, workers.log_text()
     specs = control_epochs(workers)  # consecutive and unique: none published twice
