@@ -292,6 +292,19 @@ class Reader:
         self.consumer.close()
 
 
+def check_retention(reader: Reader, positions: Mapping[Partition, int], where: object) -> None:
+    """Refuse a stored state whose input positions the topics no longer hold: reading on from
+    the earliest record would silently skip updates."""
+    for p, stored in positions.items():
+        low, high = reader.consumer.get_watermark_offsets(TP(p[0], p[1]), timeout=10, cached=False)
+        if stored < low <= high and high > stored:
+            raise StateError(
+                f"the state in {where} reaches {_key(p)} offset {stored}, but the topic now starts "
+                f"at {low} (retention): this worker cannot catch up from the input; give it a new "
+                f"volume (delete its state directory or PVC) and it rebuilds from the changelog"
+            )
+
+
 class GroupMember:
     """The worker's membership of the consumer group: which partitions it owns; reads nothing.
 

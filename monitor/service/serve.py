@@ -211,6 +211,7 @@ def _run_cluster(
     reader = cluster.Reader(
         client, partitions, (cluster.control_topic(settings), 0), positions, control_offset
     )
+    cluster.check_retention(reader, positions, store.path)
     group = cluster.GroupMember(
         _client_config(settings, consumer=True),
         [*settings.input_topics, cluster.control_topic(settings)],

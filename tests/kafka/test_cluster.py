@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Message, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from monitor.query.load import load_queries
 from monitor.service.cluster import EpochSpec, decode_epoch
@@ -302,3 +303,21 @@ def test_consolidated_across_workers_the_output_is_the_single_workers_record_for
     assert max(per_epoch.values()) == 1, "a binding published twice in one epoch"
     check_exactly_once(rows)
     check_exact(workers, records)
+
+
+def test_a_state_older_than_the_input_retention_is_refused(workers: Workers) -> None:
+    records = stream_records(1200, seed=15)
+    produce(workers.bootstrap, workers.input, records[:600])
+    workers.start("w0")
+    workers.wait_consumed()
+    assert workers.stop("w0") == 0, workers.log_text()
+    produce(workers.bootstrap, workers.input, records[600:])
+    admin = AdminClient({"bootstrap.servers": workers.bootstrap})
+    ends = end_offsets(workers.bootstrap, workers.input)
+    gone = [TopicPartition(workers.input, p, o) for p, o in ends.items()]
+    for future in admin.delete_records(gone).values():
+        future.result(timeout=30)  # as retention would: the records after the state are gone
+    workers.start("w0")
+    proc = workers.procs.pop("w0")
+    assert proc.wait(timeout=120) == 4, workers.log_text()
+    assert "cannot catch up from the input" in workers.logs["w0"].read_text()
