@@ -46,7 +46,8 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
 import numpy as np
 import orjson
@@ -177,15 +178,30 @@ def ensure_topics(admin: AdminClient, settings: Settings) -> None:
     }
     existing = admin.list_topics(timeout=10).topics
     missing = [t for name, t in wanted.items() if name not in existing]
-    if not missing:
-        return
-    for name, future in admin.create_topics(missing, operation_timeout=30).items():
+    created = admin.create_topics(missing, operation_timeout=30) if missing else {}
+    for name, future in created.items():
         try:
             future.result(timeout=60)
             log.info("topic created", extra={"topic": name})
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise
+    # A topic another worker has just created may have no leader yet: wait for one.
+    deadline = time.monotonic() + 60
+    while True:
+        topics = admin.list_topics(timeout=10).topics
+        ready = all(
+            name in topics
+            and topics[name].error is None
+            and topics[name].partitions
+            and all(p.leader >= 0 for p in topics[name].partitions.values())
+            for name in wanted
+        )
+        if ready:
+            return
+        if time.monotonic() > deadline:
+            raise StateError(f"topics {sorted(wanted)} have no leader after 60 s")
+        time.sleep(0.2)
 
 
 def input_partitions(admin: AdminClient, topics: Sequence[str]) -> list[Partition]:
@@ -296,7 +312,9 @@ def check_retention(reader: Reader, positions: Mapping[Partition, int], where: o
     """Refuse a stored state whose input positions the topics no longer hold: reading on from
     the earliest record would silently skip updates."""
     for p, stored in positions.items():
-        low, high = reader.consumer.get_watermark_offsets(TP(p[0], p[1]), timeout=10, cached=False)
+        low, high = _retry(
+            partial(reader.consumer.get_watermark_offsets, TP(*p), timeout=10, cached=False)
+        )
         if stored < low <= high and high > stored:
             raise StateError(
                 f"the state in {where} reaches {_key(p)} offset {stored}, but the topic now starts "
@@ -390,7 +408,9 @@ class Leader:
             version=version,
         )
         control = TP(reader.control[0], reader.control[1])
-        _, self.sync_to = reader.consumer.get_watermark_offsets(control, timeout=10, cached=False)
+        _, self.sync_to = _retry(
+            partial(reader.consumer.get_watermark_offsets, control, timeout=10, cached=False)
+        )
         self.synced = False
         self.published: EpochSpec | None = None
         self.last_publish = time.monotonic()
@@ -592,6 +612,32 @@ RETRIABLE_COORDINATOR_ERRORS = (
 )
 
 
+#: Partition-leadership errors that pass (a topic just created, a leader moving).
+RETRIABLE_LEADER_ERRORS = (
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError._TIMED_OUT,
+)
+
+T = TypeVar("T")
+
+
+def _retry(call: Callable[[], T], seconds: float = 60) -> T:
+    """``call()``, retried on partition-leadership errors for up to ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            return call()
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args else None
+            code = error.code() if isinstance(error, KafkaError) else None
+            if code not in RETRIABLE_LEADER_ERRORS or time.monotonic() > deadline:
+                raise
+            log.info("partition leader not available yet (%s); retrying", error)
+            time.sleep(0.5)
+
+
 def committed_offsets(consumer: Consumer, partitions: Iterable[Partition]) -> list[TP]:
     """The group's committed offsets of ``partitions``, retrying coordinator errors for a
     minute (stable offsets: librdkafka waits out pending transactional commits)."""
@@ -626,7 +672,7 @@ def _read_all(consumer: Consumer, partitions: list[TP]) -> Iterable[Message]:
     """Every committed record of ``partitions`` up to their end offsets as of now."""
     ends = {}
     for tp in partitions:
-        _, high = consumer.get_watermark_offsets(tp, timeout=10, cached=False)
+        _, high = _retry(partial(consumer.get_watermark_offsets, tp, timeout=10, cached=False))
         ends[(tp.topic, tp.partition)] = high
     todo = {p for p, e in ends.items() if e > 0}
     consumer.assign([TP(t, p, OFFSET_BEGINNING) for t, p in ends])
