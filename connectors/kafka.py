@@ -38,6 +38,17 @@ MAX_RECORD_BYTES = 1 << 20
 Partition = tuple[str, int]
 
 
+def partition_key(partition: Partition) -> str:
+    """``topic:partition``, as stored positions and logs name a partition."""
+    return f"{partition[0]}:{partition[1]}"
+
+
+def parse_partition_key(key: str) -> Partition:
+    """The partition a :func:`partition_key` names."""
+    topic, _, number = key.rpartition(":")
+    return topic, int(number)
+
+
 @dataclass(frozen=True)
 class KafkaDeadLetter:
     """A record that could not be decoded, where it came from, and why.

@@ -64,7 +64,14 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._listoffsets import OffsetSpec
 from confluent_kafka.cimpl import NewTopic
 
-from connectors.kafka import KafkaSink, Partition, Polled, take_message
+from connectors.kafka import (
+    KafkaSink,
+    Partition,
+    Polled,
+    parse_partition_key,
+    partition_key,
+    take_message,
+)
 from connectors.records import Update, UpdateBatch
 from monitor.engine.owned import change_owner, supports
 from monitor.errors import ConfigError, StateError
@@ -92,15 +99,6 @@ BARRIER_POLL_SECONDS = 0.02
 MAX_BUFFERED = 200_000
 
 
-def _key(partition: Partition) -> str:
-    return f"{partition[0]}:{partition[1]}"
-
-
-def _unkey(key: str) -> Partition:
-    topic, _, number = key.rpartition(":")
-    return topic, int(number)
-
-
 @dataclass(frozen=True)
 class EpochSpec:
     """One global epoch: for every input partition, the offsets it covers ``[start, end)``."""
@@ -119,8 +117,8 @@ class EpochSpec:
         return orjson.dumps(
             {
                 "epoch": self.epoch,
-                "starts": {_key(p): o for p, o in sorted(self.starts.items())},
-                "ends": {_key(p): o for p, o in sorted(self.ends.items())},
+                "starts": {partition_key(p): o for p, o in sorted(self.starts.items())},
+                "ends": {partition_key(p): o for p, o in sorted(self.ends.items())},
                 "leader": self.leader,
                 "at": time.time(),
             }
@@ -131,8 +129,8 @@ class EpochSpec:
         data = orjson.loads(value)
         return cls(
             int(data["epoch"]),
-            {_unkey(k): int(v) for k, v in data["starts"].items()},
-            {_unkey(k): int(v) for k, v in data["ends"].items()},
+            {parse_partition_key(k): int(v) for k, v in data["starts"].items()},
+            {parse_partition_key(k): int(v) for k, v in data["ends"].items()},
             str(data.get("leader", "")),
             offset,
         )
@@ -317,9 +315,10 @@ def check_retention(reader: Reader, positions: Mapping[Partition, int], where: o
         )
         if stored < low <= high and high > stored:
             raise StateError(
-                f"the state in {where} reaches {_key(p)} offset {stored}, but the topic now starts "
-                f"at {low} (retention): this worker cannot catch up from the input; give it a new "
-                f"volume (delete its state directory or PVC) and it rebuilds from the changelog"
+                f"the state in {where} reaches {partition_key(p)} offset {stored}, but the "
+                f"topic now starts at {low} (retention): this worker cannot catch up from the "
+                f"input; give it a new volume (delete its state directory or PVC) and it "
+                f"rebuilds from the changelog"
             )
 
 
@@ -358,13 +357,16 @@ class GroupMember:
         self.owned = {(tp.topic, tp.partition) for tp in partitions}
         self.assigned_once = True
         self.metrics.rebalanced()
-        log.info("partitions assigned", extra={"partitions": sorted(_key(p) for p in self.owned)})
+        log.info(
+            "partitions assigned",
+            extra={"partitions": sorted(partition_key(p) for p in self.owned)},
+        )
 
     def _revoked(self, consumer: Consumer, partitions: list[TP]) -> None:
         lost = {(tp.topic, tp.partition) for tp in partitions}
         self.owned -= lost
         consumer.unassign()
-        log.info("partitions revoked", extra={"partitions": sorted(_key(p) for p in lost)})
+        log.info("partitions revoked", extra={"partitions": sorted(partition_key(p) for p in lost)})
 
     def poll(self) -> None:
         message = self.consumer.poll(0)
@@ -623,40 +625,39 @@ RETRIABLE_LEADER_ERRORS = (
 T = TypeVar("T")
 
 
-def _retry(call: Callable[[], T], seconds: float = 60) -> T:
-    """``call()``, retried on partition-leadership errors for up to ``seconds``."""
-    deadline = time.monotonic() + seconds
+def _retry(
+    call: Callable[[], T], codes: tuple[int, ...] = RETRIABLE_LEADER_ERRORS, what: str = ""
+) -> T:
+    """``call()``, retried for a minute while it fails with one of ``codes`` (errors that pass:
+    a topic just created, a leader or the group coordinator moving)."""
+    deadline = time.monotonic() + 60
     while True:
         try:
             return call()
         except KafkaException as exc:
             error = exc.args[0] if exc.args else None
             code = error.code() if isinstance(error, KafkaError) else None
-            if code not in RETRIABLE_LEADER_ERRORS or time.monotonic() > deadline:
+            if code not in codes or time.monotonic() > deadline:
                 raise
-            log.info("partition leader not available yet (%s); retrying", error)
+            log.info("%s not available yet (%s); retrying", what or "Kafka", error)
             time.sleep(0.5)
 
 
 def committed_offsets(consumer: Consumer, partitions: Iterable[Partition]) -> list[TP]:
-    """The group's committed offsets of ``partitions``, retrying coordinator errors for a
-    minute (stable offsets: librdkafka waits out pending transactional commits)."""
+    """The group's committed offsets of ``partitions`` (stable offsets: librdkafka waits out
+    pending transactional commits), retrying coordinator errors."""
     wanted = [TP(t, p) for t, p in partitions]
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            return list(consumer.committed(wanted, timeout=30))
-        except KafkaException as exc:
-            error = exc.args[0] if exc.args else None
-            code = error.code() if isinstance(error, KafkaError) else None
-            if code not in RETRIABLE_COORDINATOR_ERRORS or time.monotonic() > deadline:
-                raise
-            log.info("committed offsets not available yet (%s); retrying", error)
-            time.sleep(0.5)
+    return list(
+        _retry(
+            partial(consumer.committed, wanted, timeout=30),
+            RETRIABLE_COORDINATOR_ERRORS,
+            "committed offsets",
+        )
+    )
 
 
 def _ends_json(ends: Mapping[Partition, int]) -> dict[str, dict[str, int]]:
-    return {"kafka": {_key(p): o for p, o in sorted(ends.items())}}
+    return {"kafka": {partition_key(p): o for p, o in sorted(ends.items())}}
 
 
 def _epoch_header(message: Message) -> int | None:
@@ -800,7 +801,7 @@ class Worker:
                 "read_s": round(read - started, 4),
                 "published_s": round(published - started, 4) if published else None,
                 "barrier_s": round(time.perf_counter() - (published or read), 4),
-                "offsets": {_key(p): o for p, o in spec.ends.items()},
+                "offsets": {partition_key(p): o for p, o in spec.ends.items()},
             },
         )
 
@@ -840,7 +841,7 @@ class Worker:
                 "epoch transaction failed; checking the offsets again",
                 extra={
                     "epoch": spec.epoch,
-                    "partitions": sorted(map(_key, mine)),
+                    "partitions": sorted(map(partition_key, mine)),
                     "error": str(exc),
                 },
             )
@@ -863,9 +864,9 @@ class Worker:
             "seeds published",
             extra={
                 "epoch": spec.epoch,
-                "partitions": sorted(_key(p) for p in mine),
+                "partitions": sorted(partition_key(p) for p in mine),
                 "deltas": n,
-                "offsets": {_key(p): spec.ends[p] for p in sorted(mine)},
+                "offsets": {partition_key(p): spec.ends[p] for p in sorted(mine)},
             },
         )
         return n
@@ -881,5 +882,5 @@ class Worker:
 def stored_positions(meta: StoredMeta) -> tuple[dict[Partition, int], int]:
     """Input offsets and the control offset the stored state reaches."""
     cluster = meta.position.get("cluster") or {}
-    kafka = {_unkey(k): int(v) for k, v in (cluster.get("kafka") or {}).items()}
+    kafka = {parse_partition_key(k): int(v) for k, v in (cluster.get("kafka") or {}).items()}
     return kafka, int(cluster.get("control", 0))

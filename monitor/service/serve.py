@@ -26,7 +26,14 @@ from importlib.metadata import PackageNotFoundError, version
 from confluent_kafka import OFFSET_BEGINNING, KafkaException
 from confluent_kafka.admin import AdminClient
 
-from connectors.kafka import KafkaSink, KafkaSource, Partition, Polled
+from connectors.kafka import (
+    KafkaSink,
+    KafkaSource,
+    Partition,
+    Polled,
+    parse_partition_key,
+    partition_key,
+)
 from connectors.records import UpdateBatch
 from monitor.errors import ConfigError, StateError
 from monitor.failpoints import failpoint
@@ -49,15 +56,6 @@ def service_version() -> str:
         return version("subgraph-monitor")
     except PackageNotFoundError:
         return "unknown"
-
-
-def _key(partition: Partition) -> str:
-    return f"{partition[0]}:{partition[1]}"
-
-
-def _unkey(key: str) -> Partition:
-    topic, _, number = key.rpartition(":")
-    return topic, int(number)
 
 
 #: How long reading the records of a catch-up may take.
@@ -120,10 +118,10 @@ class Positions:
     @classmethod
     def of(cls, meta: StoredMeta | None) -> Positions:
         raw = (meta.position.get("kafka") if meta else None) or {}
-        return cls({_unkey(k): int(v) for k, v in raw.items()})
+        return cls({parse_partition_key(k): int(v) for k, v in raw.items()})
 
     def to_json(self) -> dict[str, dict[str, int]]:
-        return {"kafka": {_key(p): o for p, o in sorted(self.stored.items())}}
+        return {"kafka": {partition_key(p): o for p, o in sorted(self.stored.items())}}
 
 
 def serve(settings: Settings) -> int:
@@ -421,9 +419,9 @@ def _assigned(
         stored = positions.stored.get(partition)
         if stored is not None and kafka is not None and stored > kafka:
             raise StateError(
-                f"partition {_key(partition)}: the state includes offsets up to {stored} but the "
-                f"group's committed offset is {kafka}; the state belongs to another group or "
-                f"cluster: give a new state directory"
+                f"partition {partition_key(partition)}: the state includes offsets up to "
+                f"{stored} but the group's committed offset is {kafka}; the state belongs to "
+                f"another group or cluster: give a new state directory"
             )
         if stored is not None:
             starts[partition] = stored
@@ -438,7 +436,7 @@ def _assigned(
         log.info(
             "partition assigned",
             extra={
-                "partition": _key(partition),
+                "partition": partition_key(partition),
                 "offset": starts.get(partition),
                 "committed": kafka,
                 "stored": stored,
@@ -449,7 +447,7 @@ def _assigned(
 
 
 def _revoked(partitions: list[Partition], metrics: Metrics, health: Health) -> None:
-    log.info("partitions revoked", extra={"partitions": [_key(p) for p in partitions]})
+    log.info("partitions revoked", extra={"partitions": [partition_key(p) for p in partitions]})
     health.set_assigned(False)
 
 
@@ -469,8 +467,8 @@ def _catch_up(
         reached.get(p, positions.stored.get(p, 0)) >= o for p, o in positions.catch_up.items()
     ):
         if time.monotonic() > deadline:
-            wanted = {_key(p): o for p, o in positions.catch_up.items()}
-            got = {_key(p): o for p, o in reached.items()}
+            wanted = {partition_key(p): o for p, o in positions.catch_up.items()}
+            got = {partition_key(p): o for p, o in reached.items()}
             raise StateError(
                 f"could not read the records up to the committed offsets {wanted} within "
                 f"{CATCH_UP_SECONDS:.0f} s (read up to {got}); are they still in the topic's "
@@ -480,7 +478,9 @@ def _catch_up(
         polled = source.poll(settings.batch_size, 1.0, stop_at=positions.catch_up)
         batches.append(polled.batch)
         reached.update(polled.next_offsets)
-        log.debug("catching up", extra={"reached": {_key(p): o for p, o in reached.items()}})
+        log.debug(
+            "catching up", extra={"reached": {partition_key(p): o for p, o in reached.items()}}
+        )
     batch = UpdateBatch.concat(batches)
     vertices = len(processor.index.dictionary)
     out = processor.process(batch)
@@ -494,7 +494,7 @@ def _catch_up(
         extra={
             "epoch": out.epoch,
             "updates": batch.count,
-            "partitions": {_key(p): o for p, o in positions.catch_up.items()},
+            "partitions": {partition_key(p): o for p, o in positions.catch_up.items()},
         },
     )
     positions.catch_up = {}
@@ -549,7 +549,7 @@ def _epoch(
             extra={
                 "epoch": out.epoch,
                 "error": str(exc),
-                "offsets": {_key(p): o for p, o in restart.items()},
+                "offsets": {partition_key(p): o for p, o in restart.items()},
             },
         )
         sink = _recover_sink(settings, sink, error)
@@ -584,7 +584,7 @@ def _epoch(
             "updates": polled.records,
             "deltas": out.deltas,
             "dead_letters": len(polled.dead_letters),
-            "offsets": {_key(p): o for p, o in polled.next_offsets.items()},
+            "offsets": {partition_key(p): o for p, o in polled.next_offsets.items()},
         },
     )
     return sink
