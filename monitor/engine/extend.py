@@ -98,6 +98,17 @@ class StageRunner:
         return self.checks(prefixes.extended(rows, values))
 
 
+def last_key(index: IndexReader, relation: str, columns: Sequence[I32]) -> npt.NDArray[np.integer]:
+    """The key under which a tuple's last position is stored (its other positions: none,
+    one vertex, or a tuple key): what membership lookups and tuple ids use."""
+    last = len(columns) - 1
+    if last == 0:
+        return np.zeros(columns[0].shape[0], np.int64)
+    if last == 1:
+        return columns[0]
+    return index.keys(relation, last, list(columns[:-1]))
+
+
 class Filters:
     """Checks (membership of fully bound atoms) and comparisons, applied to whole batches."""
 
@@ -116,14 +127,7 @@ class Filters:
         for check, view in self.checks:
             rows = np.flatnonzero(keep)
             cols = [prefixes.columns[c][rows] for c in check.columns]
-            last = len(cols) - 1
-            if last == 0:
-                key: npt.NDArray[np.integer] = np.zeros(rows.shape[0], np.int64)
-            elif last == 1:
-                key = cols[0]
-            else:
-                key = self._index.keys(check.relation, last, cols[:-1])
-            keep[rows] = view.contains(key, cols[-1])
+            keep[rows] = view.contains(last_key(self._index, check.relation, cols), cols[-1])
         return prefixes if keep.all() else prefixes.take(keep)
 
     def compare(self, columns: Sequence[npt.NDArray[np.integer]]) -> npt.NDArray[np.bool_]:

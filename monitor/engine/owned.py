@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 import numpy.typing as npt
 
-from monitor.engine.extend import IndexReader
+from monitor.engine.extend import IndexReader, last_key
 from monitor.index.adjacency import Cut
 from monitor.index.graph import Change
 from monitor.index.levels import I32, I64, pack
@@ -47,15 +47,8 @@ def contains(
     index: IndexReader, relation: str, columns: Sequence[I32], cut: Cut
 ) -> npt.NDArray[np.bool_]:
     """Whether each row's tuple of ``relation`` is present at ``cut``."""
-    last = len(columns) - 1
-    view = index.view(relation, last, cut)
-    if last == 0:
-        key: npt.NDArray[np.integer] = np.zeros(columns[0].shape[0], np.int64)
-    elif last == 1:
-        key = columns[0]
-    else:
-        key = index.keys(relation, last, list(columns[:-1]))
-    return np.asarray(view.contains(key, columns[-1]), np.bool_)
+    view = index.view(relation, len(columns) - 1, cut)
+    return np.asarray(view.contains(last_key(index, relation, columns), columns[-1]), np.bool_)
 
 
 def decide(
@@ -97,12 +90,7 @@ def decide(
 def tuple_ids(index: IndexReader, relation: str, columns: Sequence[I32]) -> I64:
     """One sortable ``int64`` per tuple of ``relation``: its key and last value packed, as the
     index stores it (tuples the index does not know of arity >= 3 share key 0)."""
-    last = len(columns) - 1
-    if last == 0:
-        keys: npt.NDArray[np.integer] = np.zeros(columns[0].shape[0], np.int64)
-    else:
-        keys = index.keys(relation, last, list(columns[:-1]))
-    return pack(keys, columns[-1])
+    return pack(last_key(index, relation, columns), columns[-1])
 
 
 def change_owner(
