@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import numpy.typing as npt
 
-from connectors.records import UpdateBatch
+from core.records import UpdateBatch
 from monitor.engine.delta import DeltaEvaluator
 from monitor.engine.extend import IndexReader, StageRunner
 from monitor.engine.prefixes import Prefixes

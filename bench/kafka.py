@@ -33,7 +33,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
-from connectors.records import RelationUpdates, UpdateBatch
+from core.records import RelationUpdates, UpdateBatch
 from monitor.query.parser import parse_queries
 from monitor.service.epochs import EpochProcessor
 from monitor.service.settings import Settings

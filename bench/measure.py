@@ -16,7 +16,7 @@ import numpy as np
 
 from bench.baselines import recompute_epoch, recount
 from bench.workloads import Workload
-from connectors.records import mirrored
+from core.records import mirrored
 from monitor.index.adjacency import Adjacency
 from monitor.index.graph import GraphIndex
 from monitor.query.ast import Query

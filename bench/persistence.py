@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from bench.workloads import load_graph, rmat_spec
-from connectors.records import RelationUpdates, UpdateBatch
+from core.records import RelationUpdates, UpdateBatch
 from monitor.index.graph import GraphIndex
 from monitor.index.store import StateStore, StoredMeta
 from monitor.query.parser import parse_queries

@@ -28,7 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from bench.rmat import canonical_keys, rmat_edges
-from connectors.records import RelationUpdates, UpdateBatch
+from core.records import RelationUpdates, UpdateBatch
 
 I64 = npt.NDArray[np.int64]
 I8 = npt.NDArray[np.int8]

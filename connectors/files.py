@@ -38,7 +38,8 @@ from connectors.formats import (
     parse_json_record,
     parse_text_line,
 )
-from connectors.records import (
+from core.errors import ConfigError, InputError
+from core.records import (
     Checkpoint,
     DeadLetter,
     RelationUpdates,
@@ -47,7 +48,6 @@ from connectors.records import (
     concat_ids,
     id_column,
 )
-from monitor.errors import ConfigError, InputError
 
 Format = Literal["auto", "text", "json"]
 FORMATS: tuple[Format, ...] = ("auto", "text", "json")
@@ -525,7 +525,7 @@ def _detect_format(block: bytes) -> Format | None:
 
 
 def _id_column(values: list[VertexId]) -> npt.NDArray[np.generic]:
-    """:func:`~connectors.records.id_column`, with a faster test and copy for all-int columns."""
+    """:func:`~core.records.id_column`, with a faster test and copy for all-int columns."""
     if set(map(type, values)) <= {int}:
         return np.fromiter(values, dtype=np.int64, count=len(values))
     return id_column(values)

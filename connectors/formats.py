@@ -23,7 +23,7 @@ JSON records (a JSON Lines file, or the value of a Kafka record)::
 integers within int64 and keep their JSON type (``"12"`` is the string, ``12`` the integer).
 
 Relation names match ``[A-Za-z_][A-Za-z0-9_-]*``. Every decoding error is an
-:class:`~monitor.errors.InputError` carrying the record's position and a message that says what
+:class:`~core.errors.InputError` carrying the record's position and a message that says what
 was wrong and what is allowed.
 """
 
@@ -36,8 +36,8 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
-from connectors.records import INT64_MAX, INT64_MIN, Update, VertexId
-from monitor.errors import InputError
+from core.errors import InputError
+from core.records import INT64_MAX, INT64_MIN, Update, VertexId
 
 DEFAULT_RELATION = "e"
 

@@ -2,7 +2,7 @@
 
 :class:`KafkaSource` consumes the edge topics in a consumer group (``read_committed``, no
 auto-commit: offsets are committed inside the producer's transactions) and decodes records into
-:class:`~connectors.records.UpdateBatch` es, remembering for every partition the offset after
+:class:`~core.records.UpdateBatch` es, remembering for every partition the offset after
 the last record taken. A record that cannot be decoded becomes a :class:`KafkaDeadLetter`.
 
 :class:`KafkaSink` is the transactional producer: per epoch ``begin``, the deltas and dead
@@ -28,9 +28,9 @@ import orjson
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from connectors.formats import decode_json_record
-from connectors.records import Update, UpdateBatch
 from connectors.sinks import check_deltas, id_list
-from monitor.errors import InputError
+from core.errors import InputError
+from core.records import Update, UpdateBatch
 
 #: Largest record value accepted; bigger ones are dead letters.
 MAX_RECORD_BYTES = 1 << 20

@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
-from connectors.records import VertexId
+from core.records import VertexId
 
 CHUNK_ROWS = 1 << 16
 """Rows serialized per write: bounds the memory a huge delta needs on its way out."""

@@ -20,8 +20,7 @@ import click
 import orjson
 
 from connectors.files import EdgeFileSource
-from connectors.records import Checkpoint, DeadLetter, UpdateBatch
-from monitor.errors import (
+from core.errors import (
     ConfigError,
     InputError,
     MonitorError,
@@ -29,6 +28,7 @@ from monitor.errors import (
     QueryError,
     StateError,
 )
+from core.records import Checkpoint, DeadLetter, UpdateBatch
 from monitor.index.graph import GraphIndex
 from monitor.index.store import StateStore
 from monitor.plan.planner import delta_queries, static_plan

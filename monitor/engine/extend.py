@@ -15,8 +15,9 @@ import numpy as np
 import numpy.typing as npt
 
 from monitor.engine.prefixes import Prefixes
-from monitor.index.adjacency import AdjacencyView, Cut
+from monitor.index.adjacency import AdjacencyView
 from monitor.index.levels import I32, I64
+from monitor.plan.cut import Cut
 from monitor.plan.plan import Check, Comparison, Extender, Stage
 
 

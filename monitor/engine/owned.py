@@ -28,9 +28,9 @@ import numpy as np
 import numpy.typing as npt
 
 from monitor.engine.extend import IndexReader, last_key
-from monitor.index.adjacency import Cut
 from monitor.index.graph import Change
 from monitor.index.levels import I32, I64, pack
+from monitor.plan.cut import Cut
 from monitor.query.ast import Query
 
 #: ``owner(relation, tuple columns)``: per row, whether this worker owns that tuple's change.

@@ -14,8 +14,8 @@ import numpy as np
 from monitor.engine.extend import IndexReader
 from monitor.engine.pipeline import run_plan
 from monitor.engine.seeds import seed_prefixes
-from monitor.index.adjacency import Cut
 from monitor.index.levels import I32
+from monitor.plan.cut import Cut
 from monitor.plan.planner import static_plan
 from monitor.query.ast import Query
 

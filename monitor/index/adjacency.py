@@ -16,19 +16,11 @@ epoch) or ``NEW`` (also the epoch's changes). :meth:`Adjacency.view` returns an
 
 from __future__ import annotations
 
-from enum import Enum
-
 import numpy as np
 import numpy.typing as npt
 
 from monitor.index.levels import I8, I32, I64, Level, gather_ranges, merge, pack, unpack
-
-
-class Cut(Enum):
-    """Which version of a relation an atom reads: before the epoch, or including it."""
-
-    OLD = "old"
-    NEW = "new"
+from monitor.plan.cut import Cut
 
 
 class AdjacencyView:

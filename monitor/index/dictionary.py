@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from monitor.errors import InputError
+from core.errors import InputError
 from monitor.index.intmap import IntMap
 from monitor.index.levels import I32, I64
 

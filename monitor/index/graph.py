@@ -23,12 +23,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from connectors.records import RelationUpdates, UpdateBatch
-from monitor.errors import InputError
-from monitor.index.adjacency import Adjacency, AdjacencyView, Cut
+from core.errors import InputError
+from core.records import RelationUpdates, UpdateBatch
+from monitor.index.adjacency import Adjacency, AdjacencyView
 from monitor.index.dictionary import VertexDictionary
 from monitor.index.keys import TupleKeys
 from monitor.index.levels import I8, I32, I64, pack, unpack
+from monitor.plan.cut import Cut
 
 #: The largest arity a relation may have.
 MAX_ARITY = 8

@@ -38,7 +38,7 @@ import numpy.typing as npt
 import orjson
 import rocksdict
 
-from monitor.errors import StateError
+from core.errors import StateError
 from monitor.failpoints import failpoint
 from monitor.index.graph import Change, GraphIndex
 from monitor.index.levels import I8, I32

@@ -3,7 +3,8 @@
 A :class:`DeltaQuery` ``dQ/dR#i`` evaluates the change of a query caused by the changes of its
 i-th atom: it is *seeded* by those changes, binds variables in its :attr:`~DeltaQuery.order`
 (an attribute order starting with the seed atom's variables) one :class:`Stage` at a time, and
-reads every other atom under the :class:`~monitor.index.adjacency.Cut` given by :func:`cut_of`.
+reads every other atom under the :class:`~monitor.plan.cut.Cut` that
+:func:`~monitor.plan.cut.cut_of` gives it.
 A static plan (BiGJoin) has the same shape, seeded by every tuple of one atom's relation.
 
 Within a stage, every :class:`Extender` can count, propose and intersect values for the stage's
@@ -16,19 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from monitor.index.adjacency import Cut
-
-
-def cut_of(atom: int, seed: int | None) -> Cut:
-    """The cut atom ``atom`` reads in the delta query seeded by atom ``seed``.
-
-    Atoms before the seed read ``NEW``, atoms after it ``OLD`` (so that summing the delta queries
-    over all atoms telescopes to ``Q(new) - Q(old)``). A static plan (``seed`` None) reads
-    ``NEW`` everywhere.
-    """
-    if seed is None or atom < seed:
-        return Cut.NEW
-    return Cut.OLD
+from monitor.plan.cut import Cut
 
 
 @dataclass(frozen=True)

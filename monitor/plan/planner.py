@@ -3,16 +3,16 @@
 ``delta_queries(q)`` builds one :class:`~monitor.plan.plan.DeltaQuery` per atom (the paper's
 ``dQ_i``); ``static_plan(q)`` one plan that enumerates all current matches (BiGJoin). Both use
 :func:`attribute_order` and :func:`build`, so the two evaluations share every stage rule; cuts come
-from :func:`~monitor.plan.plan.cut_of` only.
+from :func:`~monitor.plan.cut.cut_of` only.
 """
 
 from __future__ import annotations
 
 from itertools import combinations
 
-from monitor.errors import PlanError
-from monitor.index.adjacency import Cut
-from monitor.plan.plan import Check, Comparison, DeltaQuery, Extender, Seed, Stage, cut_of
+from core.errors import PlanError
+from monitor.plan.cut import Cut, cut_of
+from monitor.plan.plan import Check, Comparison, DeltaQuery, Extender, Seed, Stage
 from monitor.query.ast import Atom, Query
 
 

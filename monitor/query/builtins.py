@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from functools import cache
 
-from monitor.errors import QueryError
+from core.errors import QueryError
 from monitor.query.ast import Query
 from monitor.query.parser import parse_queries
 

@@ -17,7 +17,7 @@ import difflib
 from collections.abc import Sequence
 from pathlib import Path
 
-from monitor.errors import QueryError
+from core.errors import QueryError
 from monitor.query.ast import Atom, Query
 from monitor.query.builtins import BUILTIN_QUERIES, builtin
 from monitor.query.parser import parse_queries

@@ -25,7 +25,7 @@ head variable once, has at least one atom, and its atoms' variables form one con
 variables are adjacent when they share an atom). Filters compare two different variables that
 atoms bind. Within one text, query names are unique and each relation has a single arity.
 
-Every error is a :class:`~monitor.errors.QueryError` with the 1-based line and column of the
+Every error is a :class:`~core.errors.QueryError` with the 1-based line and column of the
 offending token and, when there is one, the offending identifier as ``name``.
 """
 
@@ -34,7 +34,7 @@ from __future__ import annotations
 import string
 from dataclasses import dataclass, field
 
-from monitor.errors import QueryError
+from core.errors import QueryError
 from monitor.query.ast import FILTER_OPERATORS, Atom, Filter, Query
 
 _LETTERS = frozenset(string.ascii_letters + "_")

@@ -3,7 +3,7 @@
 One epoch: :meth:`EpochProcessor.stage` the batch (set semantics, effective changes), evaluate
 every query's delta against the staged index, hand the match deltas to the caller, which emits
 them and then calls :meth:`EpochProcessor.commit`. Sources and sinks live in ``connectors``; the
-processor only sees :class:`~connectors.records.UpdateBatch` es and returns
+processor only sees :class:`~core.records.UpdateBatch` es and returns
 :class:`EpochOutput` with external vertex ids.
 """
 
@@ -17,13 +17,13 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import numpy.typing as npt
 
-from connectors.records import UpdateBatch, mirrored
+from core.records import UpdateBatch, mirrored
 from monitor.engine.delta import DeltaEvaluator
 from monitor.engine.owned import Owns, decide
 from monitor.engine.static import count_matches, enumerate_matches
-from monitor.index.adjacency import Cut
 from monitor.index.graph import Change, GraphIndex
 from monitor.index.levels import I32, I64
+from monitor.plan.cut import Cut
 from monitor.query.ast import Query
 from monitor.service.settings import Settings
 

@@ -20,9 +20,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from connectors.files import EdgeFileSource
-from connectors.records import Checkpoint, exact_batches
 from connectors.sinks import JsonLinesSink, OutputFile
-from monitor.errors import StateError
+from core.errors import StateError
+from core.records import Checkpoint, exact_batches
 from monitor.failpoints import failpoint
 from monitor.index.store import StateStore, StoredMeta
 from monitor.query.ast import Query

@@ -25,7 +25,7 @@ from types import TracebackType
 from typing import Any
 from urllib.parse import urlsplit
 
-from monitor.errors import ConfigError
+from core.errors import ConfigError
 from monitor.service.health import Health
 from monitor.service.metrics import Metrics
 

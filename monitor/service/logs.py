@@ -24,7 +24,7 @@ from pydantic import SecretBytes, SecretStr
 from pythonjsonlogger.core import RESERVED_ATTRS
 from pythonjsonlogger.orjson import OrjsonFormatter
 
-from monitor.errors import ConfigError
+from core.errors import ConfigError
 
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 MASK = "***"

@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 import connectors.files
 from connectors.files import EdgeFileSource
 from connectors.formats import decode_json_record, decode_text_line, parse_text_line
-from connectors.records import INT64_MAX, DeadLetter, UpdateBatch
-from monitor.errors import ConfigError, InputError
+from core.errors import ConfigError, InputError
+from core.records import INT64_MAX, DeadLetter, UpdateBatch
 
 Row = tuple[str, tuple[object, ...], int, int]
 """(relation, ids, diff, seq) of one update."""

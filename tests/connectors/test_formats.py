@@ -22,8 +22,8 @@ from connectors.formats import (
     parse_json_record,
     parse_text_line,
 )
-from connectors.records import INT64_MAX, INT64_MIN, Update
-from monitor.errors import InputError
+from core.errors import InputError
+from core.records import INT64_MAX, INT64_MIN, Update
 
 # Text lines ------------------------------------------------------------------------------------
 

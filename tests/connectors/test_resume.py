@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from connectors.files import EdgeFileSource
-from connectors.records import UpdateBatch
-from monitor.errors import InputError
+from core.errors import InputError
+from core.records import UpdateBatch
 
 
 def rows(batches: list[UpdateBatch]) -> list[tuple[int, str, tuple[object, ...], int]]:

@@ -12,8 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import connectors.sinks
-from connectors.records import INT64_MAX, INT64_MIN, id_column
 from connectors.sinks import JsonLinesSink, ListSink
+from core.records import INT64_MAX, INT64_MIN, id_column
 
 Row = tuple[str, int, tuple[object, ...], int]
 

@@ -187,6 +187,7 @@ def test_build_context_is_only_what_the_image_needs(dockerfile: list[Instruction
     assert files, "nothing admitted"
     for f in files:
         assert f.split("/")[0] in (
+            "core",
             "monitor",
             "connectors",
             "pyproject.toml",

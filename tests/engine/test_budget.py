@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from connectors.records import RelationUpdates, UpdateBatch
+from core.records import RelationUpdates, UpdateBatch
 from monitor.engine.delta import DeltaEvaluator
 from monitor.engine.static import count_matches
 from monitor.index.graph import GraphIndex

@@ -9,7 +9,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from connectors.records import Update, UpdateBatch
+from core.records import Update, UpdateBatch
 from monitor.engine.delta import DeltaEvaluator
 from monitor.index.graph import GraphIndex
 from monitor.query.ast import Query

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from networkx.algorithms.isomorphism import DiGraphMatcher
 
-from connectors.records import RelationUpdates, UpdateBatch
+from core.records import RelationUpdates, UpdateBatch
 from monitor.engine.static import count_matches
 from monitor.query.ast import Query
 from monitor.query.builtins import builtin

@@ -15,7 +15,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from connectors.records import Update, UpdateBatch
+from core.records import Update, UpdateBatch
 from monitor.engine.owned import change_owner, supports
 from monitor.query.load import load_queries
 from monitor.service.epochs import EpochProcessor

@@ -27,7 +27,8 @@ from confluent_kafka import Consumer, Message, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from monitor.query.load import load_queries
-from monitor.service.cluster import EpochSpec, decode_epoch
+from monitor.service.cluster.control import EpochSpec
+from monitor.service.cluster.worker import decode_epoch
 from monitor.service.epochs import EpochProcessor
 from monitor.service.settings import Settings
 from tests.kafka.test_serve import (

@@ -487,7 +487,7 @@ def test_garbage_records_land_in_the_dead_letter_topic_and_change_nothing(
 
 def _is_update(value: bytes) -> bool:
     from connectors.formats import decode_json_record
-    from monitor.errors import InputError
+    from core.errors import InputError
 
     try:
         decode_json_record(value)

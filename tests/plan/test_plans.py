@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from monitor.errors import PlanError
-from monitor.index.adjacency import Cut
-from monitor.plan.plan import DeltaQuery, cut_of
+from core.errors import PlanError
+from monitor.plan.cut import Cut, cut_of
+from monitor.plan.plan import DeltaQuery
 from monitor.plan.planner import attribute_order, delta_queries, static_plan
 from monitor.query.ast import Atom, Query
 from monitor.query.builtins import BUILTIN_QUERIES, builtin

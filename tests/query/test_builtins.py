@@ -7,7 +7,7 @@ from itertools import combinations
 import networkx as nx
 import pytest
 
-from monitor.errors import QueryError
+from core.errors import QueryError
 from monitor.query import BUILTIN_QUERIES, Query, builtin, parse_queries
 
 #: The directed edge lists over relation e, in atom order (see the builtins module docstring).

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from monitor.errors import QueryError
+from core.errors import QueryError
 from monitor.query import Atom, builtin, load_queries, load_queries_many
 
 NAMES = "triangle, 4-clique, diamond, house, 5-clique"

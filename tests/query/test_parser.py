@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from monitor.errors import QueryError
+from core.errors import QueryError
 from monitor.query import FILTER_OPERATORS, Atom, Filter, Query, parse_queries
 
 DESIGN_EXAMPLES = """\

@@ -12,7 +12,7 @@ from email.message import Message
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from monitor.errors import ConfigError
+from core.errors import ConfigError
 from monitor.service.health import Health
 from monitor.service.http import HealthServer
 from monitor.service.metrics import METRIC_NAMES, Metrics

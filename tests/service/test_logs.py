@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from pydantic import SecretStr
 
-from monitor.errors import ConfigError
+from core.errors import ConfigError
 from monitor.service.logs import MASK, configure_logging, redact
 
 

@@ -12,7 +12,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from connectors.files import EdgeFileSource
-from connectors.records import Checkpoint, UpdateBatch
+from core.records import Checkpoint, UpdateBatch
 from monitor.index.graph import GraphIndex
 from monitor.index.store import StateStore
 from monitor.query.parser import parse_queries

@@ -1,0 +1,105 @@
+"""Kafka calls that retry the errors that pass, and whole-partition reads.
+
+A topic just created has no leader for a moment, a group coordinator moves or loads after a
+restart: such errors pass within seconds, and the calls here retry them for a minute before
+giving up. Nothing here knows the engine.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from functools import partial
+from typing import TypeVar
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message
+from confluent_kafka import TopicPartition as TP
+
+from connectors.kafka import Partition
+
+log = logging.getLogger(__name__)
+
+#: Group-coordinator errors that pass: the coordinator moves or loads (a new group, a restart).
+RETRIABLE_COORDINATOR_ERRORS = (
+    KafkaError.NOT_COORDINATOR,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError._TIMED_OUT,
+    KafkaError.REQUEST_TIMED_OUT,
+)
+
+
+#: Partition-leadership errors that pass (a topic just created, a leader moving).
+RETRIABLE_LEADER_ERRORS = (
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError._TIMED_OUT,
+)
+
+T = TypeVar("T")
+
+
+def retry(
+    call: Callable[[], T], codes: tuple[int, ...] = RETRIABLE_LEADER_ERRORS, what: str = ""
+) -> T:
+    """``call()``, retried for a minute while it fails with one of ``codes`` (errors that pass:
+    a topic just created, a leader or the group coordinator moving)."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            return call()
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args else None
+            code = error.code() if isinstance(error, KafkaError) else None
+            if code not in codes or time.monotonic() > deadline:
+                raise
+            log.info("%s not available yet (%s); retrying", what or "Kafka", error)
+            time.sleep(0.5)
+
+
+def committed_offsets(consumer: Consumer, partitions: Iterable[Partition]) -> list[TP]:
+    """The group's committed offsets of ``partitions`` (stable offsets: librdkafka waits out
+    pending transactional commits), retrying coordinator errors."""
+    wanted = [TP(t, p) for t, p in partitions]
+    return list(
+        retry(
+            partial(consumer.committed, wanted, timeout=30),
+            RETRIABLE_COORDINATOR_ERRORS,
+            "committed offsets",
+        )
+    )
+
+
+def epoch_header(message: Message) -> int | None:
+    """The record's ``epoch`` header, if it has one."""
+    headers = message.headers() or []
+    pairs = headers.items() if isinstance(headers, dict) else headers
+    for name, value in pairs:
+        if name == "epoch" and value is not None:
+            return int(value)
+    return None
+
+
+def read_to_end(consumer: Consumer, partitions: list[TP]) -> Iterable[Message]:
+    """Every committed record of ``partitions`` up to their end offsets as of now."""
+    ends = {}
+    for tp in partitions:
+        _, high = retry(partial(consumer.get_watermark_offsets, tp, timeout=10, cached=False))
+        ends[(tp.topic, tp.partition)] = high
+    todo = {p for p, e in ends.items() if e > 0}
+    consumer.assign([TP(t, p, OFFSET_BEGINNING) for t, p in ends])
+    while todo:
+        for message in consumer.consume(num_messages=5000, timeout=0.5):
+            error = message.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    continue
+                raise KafkaException(error)
+            yield message
+        for p in list(todo):
+            (tp,) = consumer.position([TP(p[0], p[1])])
+            if tp.offset >= ends[p]:
+                todo.discard(p)
+    consumer.unassign()

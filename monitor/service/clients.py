@@ -1,0 +1,52 @@
+"""The Kafka clients of the service, configured from the settings: consumers, producers, admins."""
+
+from __future__ import annotations
+
+import logging
+from importlib.metadata import PackageNotFoundError, version
+
+from connectors.kafka import (
+    KafkaSink,
+)
+from monitor.service.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+def service_version() -> str:
+    try:
+        return version("subgraph-monitor")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def client_config(settings: Settings, *, consumer: bool) -> dict[str, str | int | float | bool]:
+    config: dict[str, str | int | float | bool] = {
+        "bootstrap.servers": settings.bootstrap_servers,
+        **settings.kafka_config(),
+    }
+    if consumer:
+        config["group.id"] = settings.group_id
+        # Static membership: a restarted instance takes its old place at once, and a
+        # member with another instance id is another instance.
+        config["group.instance.id"] = settings.instance_id
+        config.setdefault("client.id", f"subgraph-monitor-{settings.instance_id}")
+    return config
+
+
+def transactional_id(settings: Settings) -> str:
+    if settings.transactional_id:
+        return settings.transactional_id
+    if settings.control_topic:  # one producer per worker, fenced by its stable instance id
+        return f"subgraph-monitor-{settings.group_id}-{settings.instance_id}"
+    return f"subgraph-monitor-{settings.group_id}"
+
+
+def new_sink(settings: Settings) -> KafkaSink:
+    return KafkaSink(
+        client_config(settings, consumer=False),
+        transactional_id=transactional_id(settings),
+        output_topic=settings.output_topic,
+        dead_letter_topic=settings.dead_letter_topic,
+        version=service_version(),
+    )

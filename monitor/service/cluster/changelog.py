@@ -1,0 +1,118 @@
+"""The changelog: a worker with a new or lost volume rebuilds its index from it.
+
+With its seeds, the owner of a change writes it to a compacted changelog topic (key
+``[relation, [ids]]``, value ``{"epoch": E}``, a tombstone on delete), in the seed transaction. A
+worker with a new or lost volume rebuilds its index from the changelog at the last epoch every
+partition completed, never from the input topics' retention. The changelog is created with
+``min.compaction.lag.ms`` of an hour, so the records of recent epochs are never compacted away
+under a rebuild that still needs them.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import orjson
+from confluent_kafka import (
+    Consumer,
+)
+from confluent_kafka import TopicPartition as TP
+
+from connectors.kafka import (
+    Partition,
+)
+from connectors.kafka_retry import (
+    committed_offsets,
+    epoch_header,
+    read_to_end,
+)
+from core.records import Update, UpdateBatch
+from monitor.index.store import StateStore, StoredMeta
+from monitor.service.cluster.control import (
+    EpochSpec,
+    changelog_topic,
+    control_topic,
+    ends_json,
+)
+from monitor.service.epochs import EpochProcessor
+from monitor.service.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+def rebuild_from_changelog(
+    settings: Settings,
+    processor: EpochProcessor,
+    store: StateStore,
+    meta: StoredMeta,
+    client: Mapping[str, str | int | float | bool],
+    partitions: Sequence[Partition],
+) -> StoredMeta:
+    """The index at the last epoch every input partition completed, from the changelog.
+
+    Read in this order: the control topic (the epochs' end offsets), the group's committed
+    offsets (which epoch every partition completed: F), the changelog's end, then the changelog
+    up to that end, keeping per tuple its last record of an epoch up to F. Records of later
+    epochs are skipped: their epochs are read from the input as usual.
+    """
+    started = time.perf_counter()
+    probe = Consumer(
+        {
+            **client,
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "auto.offset.reset": "earliest",
+        }
+    )
+    try:
+        control = TP(control_topic(settings), 0)
+        specs = [
+            EpochSpec.from_json(m.value() or b"{}", m.offset() or 0)
+            for m in read_to_end(probe, [control])
+        ]
+        committed = {
+            (tp.topic, tp.partition): tp.offset for tp in committed_offsets(probe, partitions)
+        }
+        done = [s for s in specs if all(committed.get(p, -1) >= e for p, e in s.ends.items())]
+        if not done:
+            log.info("state is new and the cluster has no completed epoch: starting at epoch 0")
+            return meta
+        frontier = done[-1]
+        log_partitions = [TP(changelog_topic(settings), 0)]
+        present: dict[bytes, bool] = {}
+        records = 0
+        for message in read_to_end(probe, log_partitions):
+            records += 1
+            epoch = epoch_header(message)
+            if epoch is None or epoch > frontier.epoch:
+                continue
+            present[message.key() or b""] = message.value() is not None
+    finally:
+        probe.close()
+    updates = []
+    for key, alive in present.items():
+        if alive:
+            decoded: list[Any] = orjson.loads(key)  # [relation, [ids]]
+            updates.append(Update(str(decoded[0]), tuple(decoded[1]), 1))
+    processor.preload(UpdateBatch.from_updates(updates))
+    processor.index.commit()
+    processor.epoch = frontier.epoch
+    position = {"cluster": {"control": frontier.offset + 1, **ends_json(frontier.ends)}}
+    meta = StoredMeta(
+        epoch=frontier.epoch, position=position, queries=meta.queries, settings=meta.settings
+    )
+    meta = store.commit_epoch(processor.index, meta, {}, 0, snapshot=True)
+    log.info(
+        "state rebuilt from the changelog",
+        extra={
+            "changelog_topic": changelog_topic(settings),
+            "epoch": frontier.epoch,
+            "tuples": processor.index.edge_count(),
+            "changelog_records": records,
+            "seconds": time.perf_counter() - started,
+        },
+    )
+    return meta

@@ -1,0 +1,146 @@
+"""Every worker reads everything: the input partitions and the control partition, assigned.
+
+The :class:`Reader` is assigned (never subscribed) every input partition and the control
+partition, never commits, and hands out each epoch's records per partition in offset order, so
+that every worker stages the same changes and nets them the same way.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Mapping, Sequence
+from functools import partial
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+)
+from confluent_kafka import TopicPartition as TP
+
+from connectors.kafka import (
+    Partition,
+    partition_key,
+)
+from connectors.kafka_retry import retry
+from core.errors import StateError
+from monitor.service.cluster.control import (
+    EpochSpec,
+)
+from monitor.service.health import Health
+
+log = logging.getLogger(__name__)
+
+#: A partition's read-ahead buffer is paused above this many records.
+MAX_BUFFERED = 200_000
+
+
+class Reader:
+    """Reads every input partition and the control partition; assigned, never committing."""
+
+    def __init__(
+        self,
+        config: Mapping[str, str | int | float | bool],
+        partitions: Sequence[Partition],
+        control: Partition,
+        positions: Mapping[Partition, int],
+        control_offset: int,
+    ) -> None:
+        self.consumer = Consumer(
+            {
+                **config,
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "isolation.level": "read_committed",
+                "auto.offset.reset": "earliest",
+                "logger": logging.getLogger("librdkafka.reader"),
+            }
+        )
+        self.partitions = list(partitions)
+        self.control = control
+        assignment = [TP(t, p, positions.get((t, p), OFFSET_BEGINNING)) for t, p in partitions]
+        assignment.append(TP(control[0], control[1], control_offset))
+        self.consumer.assign(assignment)
+        self.buffers: dict[Partition, deque[Message]] = {p: deque() for p in self.partitions}
+        self.paused: set[Partition] = set()
+        self.specs: deque[EpochSpec] = deque()
+        self.last_spec: EpochSpec | None = None
+        # The offset after the last record seen, per partition (the consumer's position is
+        # unknown until a first record or marker is read).
+        self.seen: dict[Partition, int] = {p: max(positions.get(p, 0), 0) for p in partitions}
+        self.seen[control] = max(control_offset, 0)
+
+    def _pump(self, timeout: float) -> None:
+        for message in self.consumer.consume(num_messages=5000, timeout=timeout):
+            error = message.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    continue
+                raise KafkaException(error)
+            where = (message.topic() or "", message.partition() or 0)
+            self.seen[where] = (message.offset() or 0) + 1
+            if where == self.control:
+                spec = EpochSpec.from_json(message.value() or b"{}", message.offset() or 0)
+                self.specs.append(spec)
+                self.last_spec = spec
+                continue
+            buffer = self.buffers[where]
+            buffer.append(message)
+            if len(buffer) > MAX_BUFFERED and where not in self.paused:
+                self.consumer.pause([TP(where[0], where[1])])
+                self.paused.add(where)
+
+    def next_spec(self, timeout: float) -> EpochSpec | None:
+        """The next epoch of the control topic, if one arrives within ``timeout``."""
+        if not self.specs:
+            self._pump(timeout)
+        return self.specs.popleft() if self.specs else None
+
+    def position(self, partition: Partition) -> int:
+        """The offset the next record of ``partition`` will have, at least (transaction markers
+        advance the consumer's position past the last record)."""
+        (tp,) = self.consumer.position([TP(partition[0], partition[1])])
+        return max(int(tp.offset), self.seen[partition])
+
+    def read_epoch(self, spec: EpochSpec, health: Health) -> dict[Partition, list[Message]]:
+        """The records of ``spec``, per input partition in offset order."""
+        out: dict[Partition, list[Message]] = {p: [] for p in self.partitions}
+        todo = {p for p in self.partitions if spec.ends.get(p, 0) > spec.starts.get(p, 0)}
+        while todo:
+            for p in list(todo):
+                end, buffer = spec.ends[p], self.buffers[p]
+                while buffer and (buffer[0].offset() or 0) < end:
+                    message = buffer.popleft()
+                    if (message.offset() or 0) >= spec.starts.get(p, 0):
+                        out[p].append(message)
+                if buffer or self.position(p) >= end:
+                    todo.discard(p)
+                if p in self.paused and len(buffer) < MAX_BUFFERED // 2:
+                    self.consumer.resume([TP(p[0], p[1])])
+                    self.paused.discard(p)
+            if todo:
+                health.beat()
+                self._pump(0.2)
+        return out
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+def check_retention(reader: Reader, positions: Mapping[Partition, int], where: object) -> None:
+    """Refuse a stored state whose input positions the topics no longer hold: reading on from
+    the earliest record would silently skip updates."""
+    for p, stored in positions.items():
+        low, high = retry(
+            partial(reader.consumer.get_watermark_offsets, TP(*p), timeout=10, cached=False)
+        )
+        if stored < low <= high and high > stored:
+            raise StateError(
+                f"the state in {where} reaches {partition_key(p)} offset {stored}, but the "
+                f"topic now starts at {low} (retention): this worker cannot catch up from the "
+                f"input; give it a new volume (delete its state directory or PVC) and it "
+                f"rebuilds from the changelog"
+            )

@@ -1,0 +1,293 @@
+"""One worker of the group: stage every epoch, seed and publish its own partitions, commit."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from confluent_kafka import (
+    KafkaException,
+    Message,
+)
+
+from connectors.kafka import (
+    KafkaSink,
+    Partition,
+    Polled,
+    parse_partition_key,
+    partition_key,
+    take_message,
+)
+from core.errors import ConfigError, StateError
+from core.records import Update, UpdateBatch
+from monitor.engine.owned import change_owner, supports
+from monitor.failpoints import failpoint
+from monitor.index.graph import Change
+from monitor.index.store import StateStore, StoredMeta
+from monitor.query.ast import Query
+from monitor.service.cluster.barrier import wait_for_epoch
+from monitor.service.cluster.control import (
+    EpochSpec,
+    changelog_topic,
+    ends_json,
+)
+from monitor.service.cluster.group import GroupMember
+from monitor.service.cluster.leader import Leader
+from monitor.service.cluster.reader import Reader
+from monitor.service.epochs import EpochOutput, EpochProcessor
+from monitor.service.health import Health
+from monitor.service.metrics import Metrics
+from monitor.service.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+def check_queries(settings: Settings, queries: Sequence[Query]) -> None:
+    """Refuse consolidation across workers for queries whose bindings are not join rows."""
+    if not settings.consolidate_across_workers:
+        return
+    projected = [q.name for q in queries if not supports(q)]
+    if projected:
+        raise ConfigError(
+            f"consolidate_across_workers needs every query's head to name all its variables; "
+            f"{', '.join(projected)} project some away: drop the setting or list them in the head"
+        )
+
+
+@dataclass
+class EpochInput:
+    """One epoch's records decoded: the batch, and per partition its dead letters and range of
+    sequence numbers (``bounds[i]`` is the first update of ``partitions[i]``)."""
+
+    batch: UpdateBatch
+    partitions: list[Partition]
+    bounds: np.ndarray
+    polled: dict[Partition, Polled] = field(default_factory=dict)
+
+    def owners(self, seq: np.ndarray) -> np.ndarray:
+        """Index into ``partitions`` of the partition each sequence number came from."""
+        return np.searchsorted(self.bounds, seq, side="right") - 1
+
+
+def decode_epoch(messages: Mapping[Partition, list[Message]], settings: Settings) -> EpochInput:
+    """The epoch's records in the fixed order, partition by partition."""
+    updates: list[Update] = []
+    partitions = sorted(messages)
+    bounds = np.zeros(len(partitions), np.int64)
+    polled: dict[Partition, Polled] = {}
+    for i, p in enumerate(partitions):
+        bounds[i] = len(updates)
+        polled[p] = Polled(UpdateBatch())
+        for message in messages[p]:
+            take_message(
+                message, updates, polled[p], settings.default_relation, settings.topic_relations
+            )
+    return EpochInput(UpdateBatch.from_updates(updates), partitions, bounds, polled)
+
+
+def owned_changes(
+    changes: Mapping[str, Change], data: EpochInput, partitions: set[Partition]
+) -> dict[str, Change]:
+    """The changes decided by updates from ``partitions``."""
+    wanted = np.array([p in partitions for p in data.partitions], np.bool_)
+    out: dict[str, Change] = {}
+    for name, change in changes.items():
+        if change.seq is None:
+            raise StateError("staged changes carry no sequence numbers")
+        mask = wanted[data.owners(change.seq)] if len(wanted) else np.zeros(len(change), bool)
+        if mask.any():
+            out[name] = change.take(mask)
+    return out
+
+
+@dataclass
+class Worker:
+    """One worker of the group: its index, its consumers, its transactional sink."""
+
+    settings: Settings
+    processor: EpochProcessor
+    store: StateStore
+    metrics: Metrics
+    health: Health
+    reader: Reader
+    group: GroupMember
+    partitions: list[Partition]
+    producer_config: Mapping[str, str | int | float | bool]
+    version: str
+    new_sink: Callable[[], KafkaSink]
+    sink: KafkaSink
+    leader: Leader | None = None
+
+    def step(self, timeout: float = 0.1) -> None:
+        """Serve the group and the leadership, then process the next epoch if there is one."""
+        self.health.beat()
+        self._serve_group()
+        spec = self.reader.next_spec(timeout)
+        if spec is None:
+            self.health.set_recovered(True)
+            return
+        if spec.epoch <= self.processor.epoch:
+            return  # applied already (the control topic is read from the stored position)
+        if spec.epoch != self.processor.epoch + 1:
+            raise StateError(
+                f"the control topic jumps from epoch {self.processor.epoch} to {spec.epoch}"
+            )
+        if self.reader.specs:
+            self.health.set_recovered(False)  # catching up: more epochs are waiting
+        self.run_epoch(spec)
+
+    def _serve_group(self) -> None:
+        self.group.poll()
+        if self.group.assigned_once:
+            self.health.set_assigned(True)
+        leads = self.reader.control in self.group.owned
+        if leads and self.leader is None:
+            self.leader = Leader(self.settings, self.producer_config, self.reader, self.version)
+        elif not leads and self.leader is not None:
+            log.info("no longer leading")
+            self.leader.close()
+            self.leader = None
+        if self.leader is not None:
+            try:
+                self.leader.tick(self.processor.epoch)
+            except KafkaException as exc:
+                log.warning("publishing an epoch failed (%s); leading anew", exc)
+                self.leader.close()
+                self.leader = None
+
+    def run_epoch(self, spec: EpochSpec) -> None:
+        """Stage ``spec``, publish the partitions this worker owns that are still to do, wait
+        until every partition is done, then commit the epoch to the index and the store."""
+        started = time.perf_counter()
+        data = decode_epoch(self.reader.read_epoch(spec, self.health), self.settings)
+        read = time.perf_counter()
+        vertices = len(self.processor.index.dictionary)
+        staged = self.processor.stage(data.batch)
+        deltas = 0
+        published = 0.0
+
+        def publish(mine: set[Partition]) -> None:
+            nonlocal deltas, published
+            deltas += self._publish(spec, staged, data, mine)
+            published = time.perf_counter()
+
+        done = wait_for_epoch(
+            spec, self.group, self.partitions, publish, self._serve_group, self.health
+        )
+        if not done:
+            self.processor.abort()
+            return
+        self.processor.commit()
+        position = {"cluster": {"control": spec.offset + 1, **ends_json(spec.ends)}}
+        previous = self.store.meta or StoredMeta()
+        meta = StoredMeta(
+            epoch=spec.epoch,
+            position=position,
+            queries=previous.queries,
+            settings=previous.settings,
+        )
+        self.store.commit_epoch(self.processor.index, meta, staged.changes, vertices)
+        now = time.time()
+        self.metrics.epoch(time.perf_counter() - started, spec.records)
+        self.metrics.committed(spec.epoch, 0.0, [], now)
+        self.metrics.ignored(staged.ignored)
+        self.metrics.index(
+            {name: len(rel) for name, rel in self.processor.index.relations.items()},
+            self.processor.index.nbytes,
+        )
+        log.info(
+            "epoch committed",
+            extra={
+                "epoch": spec.epoch,
+                "updates": spec.records,
+                "deltas": deltas,
+                "leader": spec.leader,
+                "read_s": round(read - started, 4),
+                "published_s": round(published - started, 4) if published else None,
+                "barrier_s": round(time.perf_counter() - (published or read), 4),
+                "offsets": {partition_key(p): o for p, o in spec.ends.items()},
+            },
+        )
+
+    def _publish(
+        self, spec: EpochSpec, staged: EpochOutput, data: EpochInput, mine: set[Partition]
+    ) -> int:
+        """One transaction: the deltas seeded by ``mine``'s changes, their dead letters and
+        changelog records, and ``mine``'s offsets at the epoch's end. Returns the deltas."""
+        commit_started = time.perf_counter()
+        changes = owned_changes(staged.changes, data, mine)
+        if self.settings.consolidate_across_workers:
+            wanted = np.array([p in mine for p in data.partitions], np.bool_)
+            owns = change_owner(
+                self.processor.index, staged.changes, lambda seq: wanted[data.owners(seq)]
+            )
+            outputs = self.processor.evaluate_decided(changes, owns)
+        else:
+            outputs = self.processor.evaluate(changes)
+        decode = self.processor.index.dictionary.decode
+        try:
+            self.sink.begin()
+            for q in outputs:
+                self.sink.write_deltas(q.query, spec.epoch, q.variables, q.columns, q.diff)
+            for p in sorted(mine):
+                for letter in data.polled[p].dead_letters:
+                    self.sink.write_dead_letter(letter)
+            for name, change in changes.items():
+                columns = [decode(c) for c in change.columns]
+                self.sink.write_changelog(
+                    changelog_topic(self.settings), name, spec.epoch, columns, change.diff
+                )
+            failpoint("worker_before_commit")
+            self.sink.commit({p: spec.ends[p] for p in mine}, self.group.group_metadata())
+        except KafkaException as exc:
+            self.metrics.aborted()
+            log.warning(
+                "epoch transaction failed; checking the offsets again",
+                extra={
+                    "epoch": spec.epoch,
+                    "partitions": sorted(map(partition_key, mine)),
+                    "error": str(exc),
+                },
+            )
+            self.sink = self.new_sink()
+            return 0
+        now = time.time()
+        latencies = [now - t for p in mine for t in data.polled[p].timestamps]
+        self.metrics.committed(spec.epoch, time.perf_counter() - commit_started, latencies, now)
+        for p in mine:
+            polled = data.polled[p]
+            for topic, n in polled.per_topic.items():
+                self.metrics.consumed(topic, n)
+            for letter in polled.dead_letters:
+                self.metrics.dead_letter(letter.category)
+        for q in outputs:
+            plus = int((q.diff > 0).sum())
+            self.metrics.deltas(q.query, plus, len(q) - plus)
+        n = sum(len(q) for q in outputs)
+        log.info(
+            "seeds published",
+            extra={
+                "epoch": spec.epoch,
+                "partitions": sorted(partition_key(p) for p in mine),
+                "deltas": n,
+                "offsets": {partition_key(p): spec.ends[p] for p in sorted(mine)},
+            },
+        )
+        return n
+
+    def close(self) -> None:
+        if self.leader is not None:
+            self.leader.close()
+        self.group.close()
+        self.reader.close()
+        self.sink.flush()
+
+
+def stored_positions(meta: StoredMeta) -> tuple[dict[Partition, int], int]:
+    """Input offsets and the control offset the stored state reaches."""
+    cluster = meta.position.get("cluster") or {}
+    kafka = {parse_partition_key(k): int(v) for k, v in (cluster.get("kafka") or {}).items()}
+    return kafka, int(cluster.get("control", 0))

@@ -1,0 +1,204 @@
+"""Recovery of the service: the stored state, and the records it missed.
+
+At start the stored index is loaded and checked against the settings and queries it was built
+with. On assignment, a partition whose offset committed in Kafka is ahead of the stored one holds
+records whose output is already committed but that the store does not include (a crash between
+the two commits). They are read again and applied to the index as one epoch without emitting
+anything (:func:`catch_up`); then the stream goes on from the committed offsets.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from confluent_kafka import OFFSET_BEGINNING
+
+from connectors.kafka import (
+    KafkaSource,
+    Partition,
+    parse_partition_key,
+    partition_key,
+)
+from core.errors import StateError
+from core.records import UpdateBatch
+from monitor.index.store import StateStore, StoredMeta
+from monitor.service.epochs import EpochProcessor
+from monitor.service.health import Health
+from monitor.service.metrics import Metrics
+from monitor.service.settings import Settings
+
+log = logging.getLogger(__name__)
+
+#: How long reading the records of a catch-up may take.
+CATCH_UP_SECONDS = 300.0
+
+
+@dataclass
+class Positions:
+    """Per partition, the offset after the last record the stored state includes."""
+
+    stored: dict[Partition, int] = field(default_factory=dict)
+    catch_up: dict[Partition, int] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, meta: StoredMeta | None) -> Positions:
+        raw = (meta.position.get("kafka") if meta else None) or {}
+        return cls({parse_partition_key(k): int(v) for k, v in raw.items()})
+
+    def to_json(self) -> dict[str, dict[str, int]]:
+        return {"kafka": {partition_key(p): o for p, o in sorted(self.stored.items())}}
+
+
+def load_state(
+    settings: Settings, processor: EpochProcessor, store: StateStore, mode: str = "kafka"
+) -> StoredMeta:
+    meta = store.meta
+    texts = tuple(str(q) for q in processor.queries)
+    wanted = {
+        "mode": mode,
+        "undirected": settings.undirected,
+        "default_relation": settings.default_relation,
+        "topic_relations": dict(sorted(settings.topic_relations.items())),
+    }
+    if meta is None:
+        position: dict[str, object] = {"kafka": {}} if mode == "kafka" else {}
+        meta = StoredMeta(epoch=0, position=position, queries=texts, settings=wanted)
+        return store.commit_epoch(processor.index, meta, {}, 0)
+    for name, value in wanted.items():
+        if meta.settings.get(name) != value:
+            raise StateError(
+                f"state in {store.path} was built with {name}={meta.settings.get(name)!r}, this "
+                f"service has {name}={value!r}; use the same setting, or a new state directory "
+                f"and consumer group"
+            )
+    if meta.queries != texts:
+        raise StateError(
+            f"state in {store.path} was built for the queries {list(meta.queries)}, this "
+            f"service has {list(texts)}; changing queries of a running Kafka service is not "
+            f"supported yet: deploy the new queries with a new state directory and group id"
+        )
+    started = time.perf_counter()
+    store.load(processor.index)
+    processor.epoch = meta.epoch
+    log.info(
+        "state loaded",
+        extra={
+            "state_dir": str(store.path),
+            "epoch": meta.epoch,
+            "tuples": processor.index.edge_count(),
+            "seconds": time.perf_counter() - started,
+        },
+    )
+    return meta
+
+
+def assigned(
+    partitions: list[Partition],
+    source: KafkaSource,
+    positions: Positions,
+    metrics: Metrics,
+    health: Health,
+) -> Mapping[Partition, int]:
+    """Where each assigned partition starts; partitions to catch up on are noted."""
+    metrics.rebalanced()
+    committed = source.committed(partitions)
+    starts: dict[Partition, int] = {}
+    for partition in partitions:
+        kafka = committed.get(partition)
+        stored = positions.stored.get(partition)
+        if stored is not None and kafka is not None and stored > kafka:
+            raise StateError(
+                f"partition {partition_key(partition)}: the state includes offsets up to "
+                f"{stored} but the group's committed offset is {kafka}; the state belongs to "
+                f"another group or cluster: give a new state directory"
+            )
+        if stored is not None:
+            starts[partition] = stored
+            if kafka is not None and kafka > stored:
+                positions.catch_up[partition] = kafka
+        elif kafka is not None:
+            # The group consumed this partition, but the state holds none of it (the crash came
+            # right after its first epoch, or the state directory is new): rebuild it from the
+            # start of the partition, emitting nothing up to the committed offset.
+            starts[partition] = OFFSET_BEGINNING
+            positions.catch_up[partition] = kafka
+        log.info(
+            "partition assigned",
+            extra={
+                "partition": partition_key(partition),
+                "offset": starts.get(partition),
+                "committed": kafka,
+                "stored": stored,
+            },
+        )
+    health.set_assigned(True)
+    return starts
+
+
+def revoked(partitions: list[Partition], metrics: Metrics, health: Health) -> None:
+    log.info("partitions revoked", extra={"partitions": [partition_key(p) for p in partitions]})
+    health.set_assigned(False)
+
+
+def catch_up(
+    settings: Settings,
+    processor: EpochProcessor,
+    store: StateStore,
+    source: KafkaSource,
+    positions: Positions,
+    health: Health,
+) -> None:
+    """Apply the records between the stored and the committed offsets, emitting nothing."""
+    batches: list[UpdateBatch] = []
+    reached: dict[Partition, int] = {}
+    deadline = time.monotonic() + CATCH_UP_SECONDS
+    while not all(
+        reached.get(p, positions.stored.get(p, 0)) >= o for p, o in positions.catch_up.items()
+    ):
+        if time.monotonic() > deadline:
+            wanted = {partition_key(p): o for p, o in positions.catch_up.items()}
+            got = {partition_key(p): o for p, o in reached.items()}
+            raise StateError(
+                f"could not read the records up to the committed offsets {wanted} within "
+                f"{CATCH_UP_SECONDS:.0f} s (read up to {got}); are they still in the topic's "
+                f"retention?"
+            )
+        health.beat()
+        polled = source.poll(settings.batch_size, 1.0, stop_at=positions.catch_up)
+        batches.append(polled.batch)
+        reached.update(polled.next_offsets)
+        log.debug(
+            "catching up", extra={"reached": {partition_key(p): o for p, o in reached.items()}}
+        )
+    batch = UpdateBatch.concat(batches)
+    vertices = len(processor.index.dictionary)
+    out = processor.process(batch)
+    processor.commit()
+    positions.stored.update(reached)
+    positions.stored.update(positions.catch_up)
+    meta = stored_meta(store, processor, positions, out.epoch)
+    store.commit_epoch(processor.index, meta, out.changes, vertices)
+    log.info(
+        "caught up without emitting: the output of these records was already committed",
+        extra={
+            "epoch": out.epoch,
+            "updates": batch.count,
+            "partitions": {partition_key(p): o for p, o in positions.catch_up.items()},
+        },
+    )
+    positions.catch_up = {}
+
+
+def stored_meta(
+    store: StateStore, processor: EpochProcessor, positions: Positions, epoch: int
+) -> StoredMeta:
+    previous = store.meta or StoredMeta()
+    return StoredMeta(
+        epoch=epoch,
+        position=positions.to_json(),
+        queries=previous.queries,
+        settings=previous.settings,
+    )
