@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from tests.kafka_broker import KafkaCluster
 
@@ -81,10 +81,27 @@ def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
 
 
 def committed(bootstrap: str, group: str, topic: str, partitions: list[int]) -> dict[int, int]:
+    """The group's committed offsets; a coordinator that loads or moves (a new group, a broker
+    restart) is asked again for up to 30 s."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
-    found = consumer.committed([TopicPartition(topic, p) for p in partitions], timeout=10)
-    consumer.close()
-    return {tp.partition: tp.offset for tp in found}
+    deadline = time.monotonic() + 30
+    try:
+        while True:
+            try:
+                found = consumer.committed(
+                    [TopicPartition(topic, p) for p in partitions], timeout=10
+                )
+                return {tp.partition: tp.offset for tp in found}
+            except KafkaException as exc:
+                passing = exc.args[0].retriable() or exc.args[0].code() in COORDINATOR_MOVES
+                if not passing or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+    finally:
+        consumer.close()
+
+
+COORDINATOR_MOVES = (KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS)
 
 
 def wait_consumed(
