@@ -49,7 +49,11 @@ def done(bootstrap: str, group: str, topic: str) -> bool:
 
 
 def run(
-    bootstrap: str, tmp: Path, workers: int, rows: list[tuple[int, int, int]]
+    bootstrap: str,
+    tmp: Path,
+    workers: int,
+    rows: list[tuple[int, int, int]],
+    consolidate: bool = True,
 ) -> dict[str, float]:
     topic = f"scale-{workers}-{uuid.uuid4().hex[:6]}"
     topics(bootstrap, (topic, PARTITIONS), (f"{topic}-out", 1), (f"{topic}-dlq", 1))
@@ -73,6 +77,7 @@ def run(
             "SGM_BATCH_SIZE": str(BATCH),
             "SGM_MAX_BATCH_DELAY_MS": "1000",
             "SGM_HTTP_PORT": "0",
+            "SGM_CONSOLIDATE_ACROSS_WORKERS": str(consolidate).lower(),
         }
         proc = subprocess.Popen(
             [sys.executable, "-m", "monitor", "serve"],
@@ -96,9 +101,9 @@ def run(
     first, last = committed[0], committed[-1]
     records = sum(int(x["updates"]) for x in committed[1:])
     seconds = stamp(last) - stamp(first)
-    seeds = sum(
-        1 for _, log in procs for x in log_lines(log) if x.get("message") == "seeds published"
-    )
+    published = [x for _, log in procs for x in log_lines(log)]
+    seeds = sum(1 for x in published if x.get("message") == "seeds published")
+    deltas = sum(int(x["deltas"]) for x in published if x.get("message") == "seeds published")
     # Per epoch of worker 0: reading and decoding (every worker does it all), then staging,
     # evaluating its share and the transaction (published_s), then the wait for the others.
     timed = [x for x in committed[1:] if x.get("published_s") is not None]
@@ -115,6 +120,8 @@ def run(
         "seconds": seconds,
         "rss_mib": max(rss) / 2**20,
         "transactions": seeds,
+        "deltas": deltas,
+        "consolidated": consolidate,
     }
 
 
@@ -129,8 +136,10 @@ def main() -> int:
         broker = KafkaBroker(tmp / "broker")
         broker.start()
         try:
-            for workers in (1, 2, 3):
-                result = run(broker.bootstrap, tmp, workers, rows)
+            # Each worker count consolidated (the default) and, for 2 and 3, with per-worker
+            # sums (SGM_CONSOLIDATE_ACROSS_WORKERS=false), back to back.
+            for workers, consolidate in ((1, True), (2, True), (2, False), (3, True), (3, False)):
+                result = run(broker.bootstrap, tmp, workers, rows, consolidate)
                 print(result, file=sys.stderr)
                 results.append(result)
         finally:
@@ -141,14 +150,17 @@ def main() -> int:
         f"{len(rows):,} JSON records (inserts, then 10% deletes) on {PARTITIONS} partitions, "
         f"symmetry-broken triangles, epochs of {BATCH:,} updates, all workers on this 2-core "
         "machine with the broker.\n",
-        "| workers | updates/s | vs 1 | epochs | seed transactions | peak RSS per worker "
+        "| workers | output | updates/s | vs 1 | epochs | seed transactions | delta records "
+        "| peak RSS per worker "
         "| per epoch of worker 0: read+decode / stage+evaluate+transaction / barrier wait |",
-        "|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
+        mode = "consolidated" if r["consolidated"] else "per-worker sums"
         lines.append(
-            f"| {r['workers']:.0f} | {r['rate']:,.0f} | {r['rate'] / base:.2f}x | "
-            f"{r['epochs']:.0f} | {r['transactions']:.0f} | {r['rss_mib']:,.0f} MiB | "
+            f"| {r['workers']:.0f} | {mode} | {r['rate']:,.0f} | {r['rate'] / base:.2f}x | "
+            f"{r['epochs']:.0f} | {r['transactions']:.0f} | {r['deltas']:,.0f} | "
+            f"{r['rss_mib']:,.0f} MiB | "
             f"{r['read_s'] * 1000:,.0f} / {r['publish_s'] * 1000:,.0f} / "
             f"{r['barrier_s'] * 1000:,.0f} ms |"
         )

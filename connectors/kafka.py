@@ -238,6 +238,7 @@ class KafkaSink:
         dead_letter_topic: str,
         version: str,
         timeout: float = 15.0,
+        transaction_timeout_ms: int = 30_000,
     ) -> None:
         self.output_topic = output_topic
         self.dead_letter_topic = dead_letter_topic
@@ -248,7 +249,10 @@ class KafkaSink:
                 "transactional.id": transactional_id,
                 "enable.idempotence": True,
                 "linger.ms": 5,
-                "transaction.timeout.ms": 60_000,
+                # How long the coordinator lets an open transaction live before it aborts it:
+                # a dead producer's transaction blocks read_committed readers that long
+                # unless a producer with the same transactional id starts first.
+                "transaction.timeout.ms": transaction_timeout_ms,
                 "logger": logging.getLogger("librdkafka.producer"),
                 **config,
             }

@@ -4,9 +4,9 @@ Scale-out splits an epoch's changes between workers, and each worker sums the de
 over its own share. A binding two of whose tuples changed in shares of different workers gets
 a contribution from each (``+1`` and ``-1``, say, where the single worker publishes nothing).
 
-Every worker has the whole index and the whole epoch staged, so it can compute, for any
-binding ``b`` of a query with atoms ``R1 .. Rn``, both the binding's whole change
-``NEW(b) - OLD(b)`` and each delta query's contribution
+Every worker has the whole epoch staged, so it can compute, for any binding ``b`` of a query
+with atoms ``R1 .. Rn``, both the binding's whole change ``NEW(b) - OLD(b)`` and each delta
+query's contribution
 
     c_i(b) = (NEW_i(t_i) - OLD_i(t_i)) * prod_{l < i} NEW_l(t_l) * prod_{l > i} OLD_l(t_l)
 
@@ -16,6 +16,12 @@ binding ``b`` of a query with atoms ``R1 .. Rn``, both the binding's whole chang
 ``b`` with the whole change. Every other worker that found ``b`` drops it. Each worker thus
 examines the bindings its seeds produced (before its own summing) and keeps those it decides.
 
+No index lookup is needed for it: every binding a delta query produces has each atom's tuple
+present in ``OLD`` or in ``NEW``, so a tuple the epoch did not change is present in both, and
+one it changed is present only in ``NEW`` (diff ``+1``) or only in ``OLD`` (``-1``). The
+epoch's table of changed tuples (:class:`ChangedTuples`, one sorted array per relation, built
+once per epoch) answers everything: which tuples changed, how, and whose change it was.
+
 The rule needs the query's head to name every body variable (a projection sums over hidden
 variables, so a binding is not one join row); the settings refuse it otherwise.
 """
@@ -23,18 +29,15 @@ variables, so a binding is not one join row); the settings refuse it otherwise.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
 from monitor.engine.extend import IndexReader, last_key
 from monitor.index.graph import Change
-from monitor.index.levels import I32, I64, pack
-from monitor.plan.cut import Cut
+from monitor.index.levels import I8, I32, I64, pack
 from monitor.query.ast import Query
-
-#: ``owner(relation, tuple columns)``: per row, whether this worker owns that tuple's change.
-Owns = Callable[[str, Sequence[I32]], npt.NDArray[np.bool_]]
 
 
 def supports(query: Query) -> bool:
@@ -43,81 +46,76 @@ def supports(query: Query) -> bool:
     return body <= set(query.head)
 
 
-def contains(
-    index: IndexReader, relation: str, columns: Sequence[I32], cut: Cut
-) -> npt.NDArray[np.bool_]:
-    """Whether each row's tuple of ``relation`` is present at ``cut``."""
-    view = index.view(relation, len(columns) - 1, cut)
-    return np.asarray(view.contains(last_key(index, relation, columns), columns[-1]), np.bool_)
-
-
-def decide(
-    query: Query, index: IndexReader, bindings: Sequence[I32], owns: Owns
-) -> tuple[list[I32], I64]:
-    """Of ``bindings`` (distinct, head order, dense ids), those this worker publishes, with
-    their whole change (+1 or -1)."""
-    n = bindings[0].shape[0] if bindings else 0
-    if n == 0:
-        return [b[:0] for b in bindings], np.empty(0, np.int64)
-    position = {v: i for i, v in enumerate(query.head)}
-    tuples = [[bindings[position[v]] for v in atom.variables] for atom in query.atoms]
-    new = [
-        contains(index, a.relation, t, Cut.NEW) for a, t in zip(query.atoms, tuples, strict=True)
-    ]
-    old = [
-        contains(index, a.relation, t, Cut.OLD) for a, t in zip(query.atoms, tuples, strict=True)
-    ]
-    total = np.logical_and.reduce(new).astype(np.int64) - np.logical_and.reduce(old).astype(
-        np.int64
-    )
-    first = np.full(n, -1, np.int64)
-    for i in range(len(query.atoms)):
-        c = new[i] != old[i]
-        for k in range(i):
-            c &= new[k]
-        for k in range(i + 1, len(query.atoms)):
-            c &= old[k]
-        first[(first < 0) & c] = i
-    mine = np.zeros(n, np.bool_)
-    for i, (atom, cols) in enumerate(zip(query.atoms, tuples, strict=True)):
-        rows = np.flatnonzero(first == i)
-        if rows.size:
-            mine[rows] = owns(atom.relation, [c[rows] for c in cols])
-    keep = mine & (total != 0)
-    return [b[keep] for b in bindings], total[keep]
-
-
 def tuple_ids(index: IndexReader, relation: str, columns: Sequence[I32]) -> I64:
     """One sortable ``int64`` per tuple of ``relation``: its key and last value packed, as the
     index stores it (tuples the index does not know of arity >= 3 share key 0)."""
     return pack(last_key(index, relation, columns), columns[-1])
 
 
-def change_owner(
-    index: IndexReader,
-    changes: Mapping[str, Change],
-    owned_seq: Callable[[npt.NDArray[np.int64]], npt.NDArray[np.bool_]],
-) -> Owns:
-    """``owns`` for an epoch's staged ``changes``: a tuple's change is this worker's when
-    ``owned_seq`` says so of the sequence number of the update that decided it."""
-    tables: dict[str, tuple[I64, npt.NDArray[np.bool_]]] = {}
-    for name, change in changes.items():
-        if change.seq is None or not len(change):
-            continue
-        ids = tuple_ids(index, name, change.columns)
-        order = np.argsort(ids, kind="stable")
-        tables[name] = (ids[order], owned_seq(change.seq[order]))
+@dataclass(frozen=True)
+class ChangedTuples:
+    """The staged epoch's changed tuples: per relation, sorted tuple ids with their diff and
+    whether this worker owns the change (the partition of the update that decided it)."""
 
-    def owns(relation: str, columns: Sequence[I32]) -> npt.NDArray[np.bool_]:
-        out = np.zeros(columns[0].shape[0], np.bool_)
-        table = tables.get(relation)
-        if table is None or not out.size:
-            return out
-        ids, owned = table
-        wanted = tuple_ids(index, relation, columns)
+    index: IndexReader
+    tables: dict[str, tuple[I64, I8, npt.NDArray[np.bool_]]]
+
+    @classmethod
+    def of(
+        cls,
+        index: IndexReader,
+        changes: Mapping[str, Change],
+        owned_seq: Callable[[npt.NDArray[np.int64]], npt.NDArray[np.bool_]],
+    ) -> ChangedTuples:
+        """The table of ``changes`` (all of the epoch's); ``owned_seq`` says of an update's
+        sequence number whether its partition is this worker's."""
+        tables: dict[str, tuple[I64, I8, npt.NDArray[np.bool_]]] = {}
+        for name, change in changes.items():
+            if change.seq is None or not len(change):
+                continue
+            ids = tuple_ids(index, name, change.columns)
+            order = np.argsort(ids, kind="stable")
+            tables[name] = (ids[order], change.diff[order], owned_seq(change.seq[order]))
+        return cls(index, tables)
+
+    def lookup(self, relation: str, columns: Sequence[I32]) -> tuple[I8, npt.NDArray[np.bool_]]:
+        """Per row: the diff of the tuple's change (0 when unchanged), and whether it is ours."""
+        n = columns[0].shape[0]
+        diff, owned = np.zeros(n, np.int8), np.zeros(n, np.bool_)
+        table = self.tables.get(relation)
+        if table is None or not n:
+            return diff, owned
+        ids, diffs, mine = table
+        wanted = tuple_ids(self.index, relation, columns)
         at = np.minimum(np.searchsorted(ids, wanted), ids.shape[0] - 1)
         found = ids[at] == wanted
-        out[found] = owned[at[found]]
-        return out
+        diff[found] = diffs[at[found]]
+        owned[found] = mine[at[found]]
+        return diff, owned
 
-    return owns
+
+def decide(query: Query, bindings: Sequence[I32], changed: ChangedTuples) -> tuple[list[I32], I64]:
+    """Of ``bindings`` (distinct, head order, dense ids, each produced by a delta query of this
+    epoch), those this worker publishes, with their whole change (+1 or -1)."""
+    n = bindings[0].shape[0] if bindings else 0
+    if n == 0:
+        return [b[:0] for b in bindings], np.empty(0, np.int64)
+    position = {v: i for i, v in enumerate(query.head)}
+    diffs, owned = [], []
+    for atom in query.atoms:
+        d, o = changed.lookup(atom.relation, [bindings[position[v]] for v in atom.variables])
+        diffs.append(d)
+        owned.append(o)
+    diff = np.stack(diffs)  # atoms x bindings
+    new, old = diff >= 0, diff <= 0
+    total: I64 = np.asarray(new.all(axis=0), np.int64) - np.asarray(old.all(axis=0), np.int64)
+    # c_i != 0: atom i changed, every atom before it present at NEW, every one after at OLD.
+    before = np.ones_like(new)
+    before[1:] = np.logical_and.accumulate(new[:-1], axis=0)
+    after = np.ones_like(old)
+    after[:-1] = np.logical_and.accumulate(old[::-1], axis=0)[::-1][1:]
+    contributes = (diff != 0) & before & after
+    first = np.asarray(np.argmax(contributes, axis=0), np.intp)
+    mine = np.stack(owned)[first, np.arange(n)]
+    keep = mine & (total != 0)
+    return [b[keep] for b in bindings], total[keep]

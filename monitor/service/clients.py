@@ -49,4 +49,5 @@ def new_sink(settings: Settings) -> KafkaSink:
         output_topic=settings.output_topic,
         dead_letter_topic=settings.dead_letter_topic,
         version=service_version(),
+        transaction_timeout_ms=settings.transaction_timeout_ms,
     )

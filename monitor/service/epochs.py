@@ -19,7 +19,7 @@ import numpy.typing as npt
 
 from core.records import UpdateBatch, mirrored
 from monitor.engine.delta import DeltaEvaluator
-from monitor.engine.owned import Owns, decide
+from monitor.engine.owned import ChangedTuples, decide
 from monitor.engine.static import count_matches, enumerate_matches
 from monitor.index.graph import Change, GraphIndex
 from monitor.index.levels import I32, I64
@@ -158,7 +158,9 @@ class EpochProcessor:
         self.index.abort()
         self.epoch -= 1
 
-    def evaluate_decided(self, changes: dict[str, Change], owns: Owns) -> list[QueryOutput]:
+    def evaluate_decided(
+        self, changes: dict[str, Change], changed: ChangedTuples
+    ) -> list[QueryOutput]:
         """Every query's deltas seeded by ``changes``, consolidated across workers: only the
         bindings this worker decides (``monitor.engine.owned``), each with its whole change."""
         if not any(len(c) for c in changes.values()):
@@ -167,7 +169,7 @@ class EpochProcessor:
         outputs = []
         for query in self.queries:
             found = self.evaluator.bindings(query, self.index, changes)
-            columns, diff = decide(query, self.index, found, owns)
+            columns, diff = decide(query, found, changed)
             if len(diff):
                 outputs.append(
                     QueryOutput(query.name, query.head, [decode(c) for c in columns], diff)

@@ -94,7 +94,9 @@ def _run(
     if connection is None:
         return 0
     source, sink = connection
-    watchdog = Watchdog(WATCHDOG_SECONDS)
+    # Past the transaction time-out the broker has aborted the epoch: a call still blocked
+    # then is librdkafka stuck, not a slow epoch.
+    watchdog = Watchdog(max(WATCHDOG_SECONDS, settings.transaction_timeout_s() + 30.0))
     try:
         while not Stop.requested:
             health.beat()

@@ -84,10 +84,20 @@ class Settings(BaseSettings):
         description="scale-out: the compacted graph changelog a new worker rebuilds from "
         "(default: GROUP-changelog)",
     )
+    transaction_timeout_ms: int = Field(
+        30_000,
+        ge=1_000,
+        le=900_000,
+        description="how long the broker keeps a dead worker's open transaction before it aborts "
+        "it; read_committed consumers wait that long on the partitions it wrote, unless a "
+        "worker with the same instance id starts first (a transaction.timeout.ms in SGM_KAFKA "
+        "wins over it)",
+    )
     consolidate_across_workers: bool = Field(
-        False,
-        description="scale-out: publish each changed binding once per epoch, by one worker "
-        "(never +1 and -1 from two workers); costs membership lookups per found binding",
+        True,
+        description="scale-out: publish each changed binding once per epoch, by one worker, so "
+        "that every record is a real transition; false publishes each worker's own sum (a "
+        "binding may get +1 and -1 from two workers in one epoch)",
     )
     queries: str = Field("triangle", description="a built-in name, a query file, or query text")
     topic_relations: Annotated[dict[str, str], NoDecode] = Field(
@@ -168,6 +178,11 @@ class Settings(BaseSettings):
         }
         config.update(self.kafka_secrets())
         return config
+
+    def transaction_timeout_s(self) -> float:
+        """The producers' effective ``transaction.timeout.ms``, in seconds."""
+        value = self.kafka_config().get("transaction.timeout.ms", self.transaction_timeout_ms)
+        return int(value) / 1000.0
 
     def kafka_secrets(self) -> dict[str, str]:
         """The settings of ``kafka_secrets_dir``; hidden files (a mounted Secret's ``..data``

@@ -9,7 +9,8 @@ import time
 
 log = logging.getLogger(__name__)
 
-#: How long one epoch's transaction may take before the watchdog ends the process.
+#: How long one epoch's transaction may take before the watchdog ends the process (at least;
+#: never less than the transaction time-out and half a minute).
 WATCHDOG_SECONDS = 90.0
 
 

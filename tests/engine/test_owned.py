@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from core.records import Update, UpdateBatch
-from monitor.engine.owned import change_owner, supports
+from monitor.engine.owned import ChangedTuples, supports
 from monitor.query.load import load_queries
 from monitor.service.epochs import EpochProcessor
 from monitor.service.settings import Settings
@@ -83,8 +83,10 @@ def test_workers_together_publish_the_single_workers_deltas_once(
             for name, change in staged.changes.items()
             if change.seq is not None
         }
-        owns = change_owner(processor.index, staged.changes, lambda s, w=w: owner_of_update[s] == w)
-        decided = outputs(processor, processor.evaluate_decided(mine, owns))
+        changed = ChangedTuples.of(
+            processor.index, staged.changes, lambda s, w=w: owner_of_update[s] == w
+        )
+        decided = outputs(processor, processor.evaluate_decided(mine, changed))
         for key, diff in decided.items():
             assert key not in union, f"{key} published by two workers"
             union[key] = diff

@@ -4,8 +4,11 @@ The workers run as subprocesses sharing the input, output, control and changelog
 consumer group, each with its own state directory and instance id. The check is epoch by epoch:
 the control topic says what each epoch contained; replaying those epochs through one in-process
 :class:`EpochProcessor` (the single worker) gives each epoch's consolidated deltas, and the
-workers' output, summed per epoch and binding, must be exactly that. The final result is also
-checked against the file job over the same records (an independent run of the engine).
+workers' output must be exactly that, record for record: no binding twice in an epoch, and read
+key by key in offset order (as a keyed consumer reads it) every binding's running sum stays in
+{0, 1}. The output is read only once every transaction on it is resolved (a killed worker's open
+one aborted), to its end. The final result is also checked against the file job over the same
+records (an independent run of the engine).
 """
 
 from __future__ import annotations
@@ -23,8 +26,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Message, TopicPartition
+from confluent_kafka import Consumer, IsolationLevel, Message, TopicPartition
 from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._listoffsets import OffsetSpec
 
 from monitor.query.load import load_queries
 from monitor.service.cluster.control import EpochSpec
@@ -38,7 +42,6 @@ from tests.kafka.test_serve import (
     end_offsets,
     expected_matches,
     produce,
-    read_topic,
     stream_records,
 )
 from tests.kafka_broker import KafkaCluster
@@ -59,6 +62,8 @@ class Workers:
         self.dead = make_topic(1, prefix="sgm-dlq")
         self.group = f"sgm-{uuid.uuid4().hex[:8]}"
         self.control = f"{self.group}-control"
+        #: What the workers' seed transactions write: the output and the changelog.
+        self.written = (self.output, f"{self.group}-changelog")
         self.tmp = tmp
         tmp.mkdir(parents=True, exist_ok=True)
         (tmp / "queries.q").write_text(QUERIES)
@@ -156,15 +161,70 @@ def read_all(bootstrap: str, topic: str, partitions: int) -> dict[int, list[Mess
     consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     out: dict[int, list[Message]] = defaultdict(list)
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+    while True:
         for m in consumer.consume(1000, timeout=0.5):
             if m.error() is None:
                 out[m.partition() or 0].append(m)
         positions = consumer.position([TopicPartition(topic, p) for p in range(partitions)])
         if all(tp.offset >= ends[tp.partition] for tp in positions):
             break
+        assert time.monotonic() < deadline, f"{topic} not read to its end {ends}: {positions}"
     consumer.close()
     return out
+
+
+def last_stable_lag(bootstrap: str, *topics: str) -> int:
+    """How many offsets of ``topics`` lie past their last stable offset (in open
+    transactions)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    lag = 0
+    for topic in topics:
+        lag += _lag(admin, topic)
+    return lag
+
+
+def _lag(admin: AdminClient, topic: str) -> int:
+    meta = admin.list_topics(topic, timeout=10).topics[topic]
+    lag = 0
+    for p in meta.partitions:
+        tp = {TopicPartition(topic, p): OffsetSpec.latest()}  # type: ignore[no-untyped-call]
+        stable = admin.list_offsets(tp, isolation_level=IsolationLevel.READ_COMMITTED)
+        high = admin.list_offsets(tp, isolation_level=IsolationLevel.READ_UNCOMMITTED)
+        lag += high[TopicPartition(topic, p)].result().offset
+        lag -= stable[TopicPartition(topic, p)].result().offset
+    return lag
+
+
+def wait_resolved(w: Workers, timeout: float) -> float:
+    """Wait until no transaction on the output or the changelog is open (read_committed
+    readers see their ends); returns the seconds waited."""
+    started = time.monotonic()
+    while last_stable_lag(w.bootstrap, *w.written):
+        assert time.monotonic() - started < timeout, (
+            f"{w.written} still have open transactions after {timeout} s\n{w.log_text()}"
+        )
+        time.sleep(0.5)
+    return time.monotonic() - started
+
+
+def output_rows(w: Workers) -> list[dict[str, object]]:
+    """The whole output in offset order, read once every transaction on it is resolved."""
+    wait_resolved(w, timeout=90)
+    messages = read_all(w.bootstrap, w.output, 1)[0]
+    offsets = [m.offset() or 0 for m in messages]
+    assert offsets == sorted(offsets)
+    return [json.loads(m.value() or b"") for m in messages]
+
+
+def check_transitions(rows: list[dict[str, object]]) -> None:
+    """Every record is a real transition: no binding twice in one epoch, and every binding's
+    running sum, record by record in offset order, stays in {0, 1}."""
+    per_epoch: Counter[tuple[int, Binding]] = Counter(
+        (int(r["epoch"]), (str(r["query"]), tuple(r["match"].values())))  # type: ignore[call-overload, attr-defined]
+        for r in rows
+    )
+    assert not per_epoch or max(per_epoch.values()) == 1, "a binding published twice in an epoch"
+    check_exactly_once(rows)
 
 
 def control_epochs(w: Workers) -> list[EpochSpec]:
@@ -200,20 +260,22 @@ def single_worker_deltas(w: Workers, specs: list[EpochSpec]) -> dict[int, dict[B
     return out
 
 
-def workers_deltas(w: Workers) -> dict[int, dict[Binding, int]]:
+def workers_deltas(rows: list[dict[str, object]]) -> dict[int, dict[Binding, int]]:
     """The workers' output, summed per epoch and binding (zeros dropped)."""
     sums: dict[int, Counter[Binding]] = defaultdict(Counter)
-    for _, value, _ in read_topic(w.bootstrap, w.output):
-        row = json.loads(value)
-        key = (str(row["query"]), tuple(row["match"].values()))
-        sums[int(row["epoch"])][key] += int(row["diff"])
+    for row in rows:
+        key = (str(row["query"]), tuple(row["match"].values()))  # type: ignore[attr-defined]
+        sums[int(row["epoch"])][key] += int(row["diff"])  # type: ignore[call-overload]
     return {e: {k: v for k, v in c.items() if v} for e, c in sums.items()}
 
 
-def check_exact(w: Workers, records: list[dict[str, object]]) -> None:
+def check_exact(w: Workers, records: list[dict[str, object]], *, transitions: bool = True) -> None:
+    rows = output_rows(w)
+    if transitions:
+        check_transitions(rows)
     specs = control_epochs(w)
     expected = single_worker_deltas(w, specs)
-    got = workers_deltas(w)
+    got = workers_deltas(rows)
     for epoch in sorted(set(expected) | set(got)):
         assert got.get(epoch, {}) == expected.get(epoch, {}), f"epoch {epoch} differs"
     final: Counter[Binding] = Counter()
@@ -241,14 +303,22 @@ def test_three_workers_on_six_partitions_equal_the_single_worker(workers: Worker
 
 
 def test_a_worker_killed_and_another_added_stays_exact(workers: Workers) -> None:
+    """w1 dies inside a transaction and never comes back: the broker aborts its transaction
+    after SGM_TRANSACTION_TIMEOUT_MS, readers then go on, and none of it is delivered."""
     records = stream_records(6000, seed=12)
     produce(workers.bootstrap, workers.input, records[:1500])
     workers.start("w0")
     # w1 is SIGKILLed inside its 4th seed transaction (deltas produced, offsets not committed)
-    workers.start("w1", SGM_FAILPOINT="worker_before_commit", SGM_FAILPOINT_HIT="4")
+    workers.start(
+        "w1",
+        SGM_FAILPOINT="worker_before_commit",
+        SGM_FAILPOINT_HIT="4",
+        SGM_TRANSACTION_TIMEOUT_MS="5000",
+    )
     produce(workers.bootstrap, workers.input, records[1500:3000])
     dying = workers.procs.pop("w1")
     assert dying.wait(timeout=120) == -signal.SIGKILL, workers.log_text()
+    assert last_stable_lag(workers.bootstrap, *workers.written) > 0, "no open transaction left"
     produce(workers.bootstrap, workers.input, records[3000:4500])
     workers.start("w2")  # a new volume: rebuilt from the changelog
     workers.wait_log("w2", "state rebuilt from the changelog")
@@ -256,6 +326,35 @@ def test_a_worker_killed_and_another_added_stays_exact(workers: Workers) -> None
     workers.wait_consumed()
     for name in list(workers.procs):
         assert workers.stop(name) == 0, workers.log_text()
+    check_exact(workers, records)
+
+
+def test_a_worker_restarted_under_its_name_releases_the_readers_at_once(workers: Workers) -> None:
+    """w1 dies inside a transaction whose time-out is 15 minutes: read_committed readers stop
+    at it (records exist past the last stable offset) until w1 starts again under its instance
+    id, whose producer aborts it at once; then the output is exact and every record a real
+    transition."""
+    records = stream_records(4000, seed=16)
+    produce(workers.bootstrap, workers.input, records[:1500])
+    workers.start("w0")
+    workers.start(
+        "w1",
+        SGM_FAILPOINT="worker_before_commit",
+        SGM_FAILPOINT_HIT="3",
+        SGM_TRANSACTION_TIMEOUT_MS="900000",
+    )
+    produce(workers.bootstrap, workers.input, records[1500:2500])
+    dying = workers.procs.pop("w1")
+    assert dying.wait(timeout=120) == -signal.SIGKILL, workers.log_text()
+    time.sleep(2.0)
+    assert last_stable_lag(workers.bootstrap, *workers.written) > 0, "readers are not blocked"
+    workers.start("w1", SGM_TRANSACTION_TIMEOUT_MS="900000")  # same id, same volume
+    produce(workers.bootstrap, workers.input, records[2500:])
+    workers.wait_consumed()
+    waited = wait_resolved(workers, timeout=120)  # far below 15 minutes
+    for name in list(workers.procs):
+        assert workers.stop(name) == 0, workers.log_text()
+    assert waited < 120
     check_exact(workers, records)
 
 
@@ -283,27 +382,18 @@ def test_leader_killed_during_an_epoch_a_new_leader_continues(workers: Workers) 
     check_exact(workers, records)
 
 
-def test_consolidated_across_workers_the_output_is_the_single_workers_record_for_record(
-    workers: Workers,
-) -> None:
-    """With SGM_CONSOLIDATE_ACROSS_WORKERS each changed binding is published once per epoch:
-    the records themselves (not only their sums) are the single worker's, every running sum
-    stays in {0, 1}, and no epoch has a binding twice."""
+def test_unconsolidated_opt_in_is_exact_summed_per_epoch(workers: Workers) -> None:
+    """SGM_CONSOLIDATE_ACROSS_WORKERS=false publishes each worker's own sum: summed per epoch
+    and binding the output is the single worker's (records need not be transitions)."""
     records = stream_records(5000, seed=14)
     produce(workers.bootstrap, workers.input, records[:2000])
     for name in ("w0", "w1", "w2"):
-        workers.start(name, SGM_CONSOLIDATE_ACROSS_WORKERS="true")
+        workers.start(name, SGM_CONSOLIDATE_ACROSS_WORKERS="false")
     produce(workers.bootstrap, workers.input, records[2000:])
     workers.wait_consumed()
     for name in list(workers.procs):
         assert workers.stop(name) == 0, workers.log_text()
-    rows = [json.loads(v) for _, v, _ in read_topic(workers.bootstrap, workers.output)]
-    per_epoch: Counter[tuple[int, Binding]] = Counter(
-        (int(r["epoch"]), (str(r["query"]), tuple(r["match"].values()))) for r in rows
-    )
-    assert max(per_epoch.values()) == 1, "a binding published twice in one epoch"
-    check_exactly_once(rows)
-    check_exact(workers, records)
+    check_exact(workers, records, transitions=False)
 
 
 def test_a_state_older_than_the_input_retention_is_refused(workers: Workers) -> None:

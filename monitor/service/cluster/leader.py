@@ -64,6 +64,7 @@ class Leader:
             output_topic=self.topic,
             dead_letter_topic=self.topic,
             version=version,
+            transaction_timeout_ms=settings.transaction_timeout_ms,
         )
         control = TP(reader.control[0], reader.control[1])
         _, self.sync_to = retry(

@@ -23,7 +23,7 @@ from connectors.kafka import (
 )
 from core.errors import ConfigError, StateError
 from core.records import Update, UpdateBatch
-from monitor.engine.owned import change_owner, supports
+from monitor.engine.owned import ChangedTuples, supports
 from monitor.failpoints import failpoint
 from monitor.index.graph import Change
 from monitor.index.store import StateStore, StoredMeta
@@ -46,14 +46,16 @@ log = logging.getLogger(__name__)
 
 
 def check_queries(settings: Settings, queries: Sequence[Query]) -> None:
-    """Refuse consolidation across workers for queries whose bindings are not join rows."""
+    """Refuse, at start, queries whose output scale-out cannot publish as the single worker
+    would: consolidation across workers needs every binding to be one join row."""
     if not settings.consolidate_across_workers:
         return
     projected = [q.name for q in queries if not supports(q)]
     if projected:
         raise ConfigError(
-            f"consolidate_across_workers needs every query's head to name all its variables; "
-            f"{', '.join(projected)} project some away: drop the setting or list them in the head"
+            f"scale-out publishes each changed binding once, which needs every query's head to "
+            f"name all its body variables; {', '.join(projected)} project some away: list "
+            f"every variable in the head, or run one worker (no SGM_CONTROL_TOPIC)"
         )
 
 
@@ -219,12 +221,16 @@ class Worker:
         changelog records, and ``mine``'s offsets at the epoch's end. Returns the deltas."""
         commit_started = time.perf_counter()
         changes = owned_changes(staged.changes, data, mine)
-        if self.settings.consolidate_across_workers:
+        if mine >= set(data.partitions):
+            # Every partition in one transaction: no other worker publishes any of this epoch,
+            # so the sum over this worker's seeds is already the single worker's output.
+            outputs = self.processor.evaluate(changes)
+        elif self.settings.consolidate_across_workers:
             wanted = np.array([p in mine for p in data.partitions], np.bool_)
-            owns = change_owner(
+            changed = ChangedTuples.of(
                 self.processor.index, staged.changes, lambda seq: wanted[data.owners(seq)]
             )
-            outputs = self.processor.evaluate_decided(changes, owns)
+            outputs = self.processor.evaluate_decided(changes, changed)
         else:
             outputs = self.processor.evaluate(changes)
         decode = self.processor.index.dictionary.decode
@@ -240,6 +246,7 @@ class Worker:
                 self.sink.write_changelog(
                     changelog_topic(self.settings), name, spec.epoch, columns, change.diff
                 )
+            self.sink.flush()  # on the broker, in the open transaction (commit would flush too)
             failpoint("worker_before_commit")
             self.sink.commit({p: spec.ends[p] for p in mine}, self.group.group_metadata())
         except KafkaException as exc:
