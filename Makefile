@@ -46,6 +46,7 @@ bench: $(DEV)
 	$(BIN)/python -m bench.persistence
 	$(BIN)/python -m bench.kafka
 	$(BIN)/python -m bench.cluster
+	$(BIN)/python -m bench.consolidation
 	$(BIN)/python -m bench.run
 
 bench-quick: $(DEV)

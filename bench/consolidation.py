@@ -92,7 +92,7 @@ def measure(query: str, workers: int, epochs: int) -> dict[str, float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=OUT)
-    parser.add_argument("--epochs", type=int, default=20)
+    parser.add_argument("--epochs", type=int, default=6)
     args = parser.parse_args()
     lines = [
         "# Consolidation across workers: what it costs",

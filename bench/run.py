@@ -36,6 +36,7 @@ NOTES = Path(__file__).resolve().parent / "NOTES.md"
 PERSISTENCE = Path(__file__).resolve().parent / "persistence.md"
 KAFKA = Path(__file__).resolve().parent / "kafka.md"
 CLUSTER = Path(__file__).resolve().parent / "cluster.md"
+CONSOLIDATION = Path(__file__).resolve().parent / "consolidation.md"
 
 
 def parse_count(text: str) -> int:
@@ -281,6 +282,8 @@ def main(argv: list[str] | None = None) -> int:
     persistence = PERSISTENCE.read_text() if PERSISTENCE.exists() else None
     kafka = KAFKA.read_text() if KAFKA.exists() else None
     cluster = CLUSTER.read_text() if CLUSTER.exists() else None
+    if cluster and CONSOLIDATION.exists():
+        cluster += "\n" + CONSOLIDATION.read_text().replace("# ", "### ", 1)
     out_dir = args.out.resolve().parent
     args.out.write_text(render(results, info, notes, out_dir, persistence, kafka, cluster))
     print(stdout_summary(results, info))

@@ -52,13 +52,41 @@ def tuple_ids(index: IndexReader, relation: str, columns: Sequence[I32]) -> I64:
     return pack(last_key(index, relation, columns), columns[-1])
 
 
+#: Bits of the membership filter per changed tuple (a false positive costs a binary search).
+FILTER_BITS_PER_TUPLE = 64
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing: multiply, keep the top bits
+
+
+def _hash(ids: I64, bits: int) -> npt.NDArray[np.uint64]:
+    return (ids.view(np.uint64) * _GOLDEN) >> np.uint64(64 - bits)
+
+
+@dataclass(frozen=True)
+class Table:
+    """One relation's changed tuples: sorted ids, their diffs and owners, and a one-hash
+    filter over the ids that rules most unchanged tuples out before any binary search."""
+
+    ids: I64
+    diff: I8
+    owned: npt.NDArray[np.bool_]
+    filter: npt.NDArray[np.bool_]
+    bits: int
+
+    @classmethod
+    def of(cls, ids: I64, diff: I8, owned: npt.NDArray[np.bool_]) -> Table:
+        bits = max(10, int(ids.shape[0] * FILTER_BITS_PER_TUPLE).bit_length())
+        filter_ = np.zeros(1 << bits, np.bool_)
+        filter_[_hash(ids, bits)] = True
+        return cls(ids, diff, owned, filter_, bits)
+
+
 @dataclass(frozen=True)
 class ChangedTuples:
     """The staged epoch's changed tuples: per relation, sorted tuple ids with their diff and
     whether this worker owns the change (the partition of the update that decided it)."""
 
     index: IndexReader
-    tables: dict[str, tuple[I64, I8, npt.NDArray[np.bool_]]]
+    tables: dict[str, Table]
 
     @classmethod
     def of(
@@ -69,13 +97,13 @@ class ChangedTuples:
     ) -> ChangedTuples:
         """The table of ``changes`` (all of the epoch's); ``owned_seq`` says of an update's
         sequence number whether its partition is this worker's."""
-        tables: dict[str, tuple[I64, I8, npt.NDArray[np.bool_]]] = {}
+        tables: dict[str, Table] = {}
         for name, change in changes.items():
             if change.seq is None or not len(change):
                 continue
             ids = tuple_ids(index, name, change.columns)
             order = np.argsort(ids, kind="stable")
-            tables[name] = (ids[order], change.diff[order], owned_seq(change.seq[order]))
+            tables[name] = Table.of(ids[order], change.diff[order], owned_seq(change.seq[order]))
         return cls(index, tables)
 
     def lookup(self, relation: str, columns: Sequence[I32]) -> tuple[I8, npt.NDArray[np.bool_]]:
@@ -85,12 +113,13 @@ class ChangedTuples:
         table = self.tables.get(relation)
         if table is None or not n:
             return diff, owned
-        ids, diffs, mine = table
         wanted = tuple_ids(self.index, relation, columns)
-        at = np.minimum(np.searchsorted(ids, wanted), ids.shape[0] - 1)
-        found = ids[at] == wanted
-        diff[found] = diffs[at[found]]
-        owned[found] = mine[at[found]]
+        maybe = np.flatnonzero(table.filter[_hash(wanted, table.bits)])
+        at = np.minimum(np.searchsorted(table.ids, wanted[maybe]), table.ids.shape[0] - 1)
+        hit = table.ids[at] == wanted[maybe]
+        rows, at = maybe[hit], at[hit]
+        diff[rows] = table.diff[at]
+        owned[rows] = table.owned[at]
         return diff, owned
 
 
