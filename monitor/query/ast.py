@@ -1,7 +1,9 @@
 """The parsed form of a query: plain frozen data, no behaviour beyond printing.
 
-A :class:`Query` is a conjunction of :class:`Atom` s (uses of relations) and :class:`Filter` s
-(comparisons between variables), with an optional ``distinct`` flag. Variables are query vertices.
+A :class:`Query` is a conjunction of :class:`Atom` s (uses of relations), :class:`Filter` s
+(comparisons between vertex variables) and :class:`Predicate` s (comparisons of event fields),
+with an optional ``distinct`` flag. Vertex variables are query vertices; an atom written
+``transfer(a, b) as t`` also binds the *edge variable* ``t`` to one event of the relation.
 Positions (``line``, ``column``) are 1-based and point at the first character of the construct in
 the query text; built-in queries carry positions in their own text.
 """
@@ -13,18 +15,89 @@ from dataclasses import dataclass, field
 #: Comparison operators a filter may use, between two variables.
 FILTER_OPERATORS = ("<", "<=", ">", ">=", "!=")
 
+#: Comparison operators a predicate may use, between event fields and literals.
+PREDICATE_OPERATORS = ("<", "<=", ">", ">=", "=", "!=")
+
+#: A literal in a predicate: a number, a double-quoted string, ``true`` or ``false``.
+LiteralValue = int | float | str | bool
+
 
 @dataclass(frozen=True)
 class Atom:
-    """One use of a relation: ``transfer(a, b)``. Arity = ``len(variables)``."""
+    """One use of a relation: ``transfer(a, b)``, or ``transfer(a, b) as t`` to bind the edge
+    variable ``t`` to one event of the relation. Arity = ``len(variables)``."""
 
     relation: str
     variables: tuple[str, ...]
     line: int = field(default=0, compare=False)
     column: int = field(default=0, compare=False)
+    edge: str | None = None
 
     def __str__(self) -> str:
-        return f"{self.relation}({', '.join(self.variables)})"
+        atom = f"{self.relation}({', '.join(self.variables)})"
+        return f"{atom} as {self.edge}" if self.edge else atom
+
+
+@dataclass(frozen=True)
+class FieldRef:
+    """``t.amount``: field ``name`` of the event bound to edge variable ``edge``."""
+
+    edge: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.edge}.{self.name}"
+
+
+@dataclass(frozen=True)
+class Literal:
+    """A constant in a predicate."""
+
+    value: LiteralValue
+
+    @property
+    def kind(self) -> str:
+        """``number``, ``string`` or ``bool``: the field type it compares with."""
+        if isinstance(self.value, bool):
+            return "bool"
+        return "string" if isinstance(self.value, str) else "number"
+
+    def __str__(self) -> str:
+        if isinstance(self.value, bool):
+            return "true" if self.value else "false"
+        if isinstance(self.value, str):
+            return '"' + self.value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        return repr(self.value)
+
+
+@dataclass(frozen=True)
+class Predicate:
+    """``left op right`` over event fields: ``t.amount >= 1000``, ``t2.amount <= t1.amount``.
+
+    With one edge variable it is a *selection* of that variable's atom (applied where the
+    atom's events are stored); across two it is a *join filter* (applied at the first stage
+    where both are bound). A field an event lacks makes the predicate false for it.
+    """
+
+    left: FieldRef
+    op: str
+    right: FieldRef | Literal
+    line: int = field(default=0, compare=False)
+    column: int = field(default=0, compare=False)
+
+    @property
+    def edges(self) -> tuple[str, ...]:
+        """The edge variables it reads, in order, each once."""
+        if isinstance(self.right, FieldRef) and self.right.edge != self.left.edge:
+            return (self.left.edge, self.right.edge)
+        return (self.left.edge,)
+
+    @property
+    def is_selection(self) -> bool:
+        return len(self.edges) == 1
+
+    def __str__(self) -> str:
+        return f"{self.left} {self.op} {self.right}"
 
 
 @dataclass(frozen=True)
@@ -61,6 +134,17 @@ class Query:
     distinct: bool = False
     line: int = field(default=0, compare=False)
     column: int = field(default=0, compare=False)
+    predicates: tuple[Predicate, ...] = ()
+
+    @property
+    def edges(self) -> tuple[str, ...]:
+        """The edge variables, in atom order."""
+        return tuple(a.edge for a in self.atoms if a.edge is not None)
+
+    @property
+    def has_events(self) -> bool:
+        """Whether the query binds events or compares their fields."""
+        return bool(self.edges or self.predicates)
 
     @property
     def variables(self) -> tuple[str, ...]:
@@ -74,6 +158,7 @@ class Query:
 
     def __str__(self) -> str:
         body = [str(a) for a in self.atoms] + [str(f) for f in self.filters]
+        body += [str(p) for p in self.predicates]
         if self.distinct:
             body.append("distinct")
         return f"{self.name}({', '.join(self.head)}) := {', '.join(body)}."

@@ -6,24 +6,37 @@ The language is a small Datalog dialect, one query per rule, each rule ending wi
     triangle(a, b, c) := e(a, b), e(b, c), e(a, c).
     cycle3(a, b, c)   := transfer(a, b), transfer(b, c), transfer(c, a), distinct.
     ring(a, b, c)     := shares(a, b), shares(b, c), shares(a, c), a < b, b < c.
+    flag(a, b)        := transfer(a, b) as t, t.amount >= 1000, t.channel != "cash".
 
 Grammar::
 
     text     := query*
     query    := NAME "(" VAR ("," VAR)* ")" ":=" item ("," item)* "."
-    item     := RELATION "(" VAR ("," VAR)* ")"      an atom, any arity >= 1
-              | VAR OP VAR                            a filter, OP in FILTER_OPERATORS
-              | "distinct"                            at most once per query
+    item     := RELATION "(" VAR ("," VAR)* ")" ["as" EDGE]
+                                                  an atom, any arity >= 1; 'as' binary only
+              | VAR OP VAR                        a filter, OP in FILTER_OPERATORS
+              | FIELD OP (FIELD | LITERAL)        a predicate, OP in PREDICATE_OPERATORS
+              | "distinct"                        at most once per query
+    FIELD    := EDGE "." NAME                     no spaces: t1.amount
+    LITERAL  := NUMBER | STRING | "true" | "false"
+                                                  1000, -2.5e3, "cash" (escapes \\" and \\\\)
 
 Names: a query name is ASCII letters, digits, ``_`` and ``-`` starting with a letter or ``_``, or
 with a digit when it contains a letter (``4-clique``); a relation name the same but never starting
-with a digit; a variable letters, digits and ``_`` starting with a letter or ``_``. ``distinct`` is
-a keyword, never a variable or relation.
+with a digit; a variable (vertex or edge) and a field name letters, digits and ``_`` starting with
+a letter or ``_``. ``distinct`` and ``as`` are keywords, never variables or relations. The ``.``
+that ends a query is followed by whitespace, a comment or the end of the text; a ``.`` directly
+between two word characters is part of a field reference or a number (:mod:`.tokens`).
 
 A valid query uses every head variable in some atom and every atom variable in its head, lists each
 head variable once, has at least one atom, and its atoms' variables form one connected graph (two
-variables are adjacent when they share an atom). Filters compare two different variables that
-atoms bind. Within one text, query names are unique and each relation has a single arity.
+variables are adjacent when they share an atom). Filters compare two different vertex variables
+that atoms bind. An edge variable is bound by one binary atom, is no vertex variable and is not in
+the head. Predicates compare two different fields, or a field with a literal, of edge variables the
+query binds; ``<``, ``<=``, ``>`` and ``>=`` need numbers; ``id``, ``src`` and ``dst`` compare with
+``=`` and ``!=`` only, with each other or a string or number literal. Within one text, query names
+are unique, each relation has a single arity and each field a single type
+(:func:`~monitor.query.types.field_types`).
 
 Every error is a :class:`~core.errors.QueryError` with the 1-based line and column of the
 offending token and, when there is one, the offending identifier as ``name``.
@@ -31,20 +44,32 @@ offending token and, when there is one, the offending identifier as ``name``.
 
 from __future__ import annotations
 
-import string
+import math
 from dataclasses import dataclass, field
 
 from core.errors import QueryError
-from monitor.query.ast import FILTER_OPERATORS, Atom, Filter, Query
+from monitor.query.ast import (
+    FILTER_OPERATORS,
+    PREDICATE_OPERATORS,
+    Atom,
+    FieldRef,
+    Filter,
+    Literal,
+    Predicate,
+    Query,
+)
+from monitor.query.tokens import DIGITS, LETTERS, NAME_CHARS, VARIABLE_CHARS, number_value, tokenize
+from monitor.query.tokens import Token as _Token
+from monitor.query.types import ID_FIELDS, ORDER_OPERATORS, FieldTypes
 
-_LETTERS = frozenset(string.ascii_letters + "_")
-_DIGITS = frozenset(string.digits)
-_VARIABLE_CHARS = _LETTERS | _DIGITS
-_NAME_CHARS = _VARIABLE_CHARS | {"-"}
-_PUNCTUATION = frozenset("(),.")
-_COMMENT_STARTS = frozenset("%#")
 _DISTINCT = "distinct"
+_AS = "as"
+_KEYWORDS = (_DISTINCT, _AS)
+_BOOLEANS = {"true": True, "false": False}
 _OPERATORS_TEXT = ", ".join(FILTER_OPERATORS)
+_PREDICATE_OPERATORS_TEXT = ", ".join(PREDICATE_OPERATORS)
+#: Token kinds read where a name is expected; an invalid one gets the name rule in its error.
+_NAMES = ("word", "number", "field")
 
 _QUERY_NAME_RULE = (
     "query names use ASCII letters, digits, '_' and '-', and start with a letter or '_' "
@@ -54,22 +79,14 @@ _RELATION_NAME_RULE = (
     "relation names use ASCII letters, digits, '_' and '-', and start with a letter or '_'"
 )
 _VARIABLE_RULE = "variables use ASCII letters, digits and '_', and start with a letter or '_'"
-
-
-@dataclass(frozen=True)
-class _Token:
-    """One token: ``kind`` is ``word``, ``op``, ``:=``, one of ``(),.``, ``other`` or ``end``."""
-
-    kind: str
-    text: str
-    line: int
-    column: int
-
-    def describe(self) -> str:
-        """The token as error messages show it after "found"."""
-        if self.kind == "end":
-            return "end of text"
-        return repr(self.text) if self.kind == "other" else f"'{self.text}'"
+_FIELD_RULE = (
+    "a field reference is an edge variable, '.' and a field name with no spaces, like t.amount; "
+    "both use ASCII letters, digits and '_', and start with a letter or '_'"
+)
+_ID_RULE = (
+    "id, src and dst compare with = and != only, against a string or number literal or the "
+    "id, src or dst of an event"
+)
 
 
 @dataclass
@@ -81,6 +98,10 @@ class _ParsedQuery:
     atoms: list[tuple[Atom, list[_Token]]] = field(default_factory=list)
     filters: list[tuple[Filter, _Token, _Token]] = field(default_factory=list)
     distinct: _Token | None = None
+    #: Each atom with 'as', and the token of its edge variable.
+    bindings: list[tuple[Atom, _Token]] = field(default_factory=list)
+    #: Each predicate, with the token of each field reference it reads (left first).
+    predicates: list[tuple[Predicate, list[_Token]]] = field(default_factory=list)
 
 
 def parse_queries(text: str, source: str = "<query>") -> tuple[Query, ...]:
@@ -89,7 +110,7 @@ def parse_queries(text: str, source: str = "<query>") -> tuple[Query, ...]:
     ``source`` names where the text came from (a file path, say); it is added to error messages
     unless it is the default ``<query>``. Raises :class:`QueryError` at the first problem.
     """
-    return _Parser(_tokenize(text), source).parse()
+    return _Parser(tokenize(text), source).parse()
 
 
 def _error(message: str, token: _Token, source: str, name: str | None = None) -> QueryError:
@@ -99,47 +120,6 @@ def _error(message: str, token: _Token, source: str, name: str | None = None) ->
     return QueryError(message, line=token.line, column=token.column, name=name)
 
 
-def _tokenize(text: str) -> list[_Token]:
-    """Split ``text`` into tokens, dropping whitespace and comments; the last token is ``end``.
-
-    A character that starts no token becomes an ``other`` token, so that the parser reports it
-    with what it expected at that place.
-    """
-    tokens: list[_Token] = []
-    line, line_start, i = 1, 0, 0
-    while i < len(text):
-        char, column = text[i], i - line_start + 1
-        if char == "\n":
-            line, line_start, i = line + 1, i + 1, i + 1
-        elif char.isspace():
-            i += 1
-        elif char in _COMMENT_STARTS:
-            end = text.find("\n", i)
-            i = len(text) if end < 0 else end
-        elif char in _NAME_CHARS and char != "-":
-            start = i
-            while i < len(text) and text[i] in _NAME_CHARS:
-                i += 1
-            tokens.append(_Token("word", text[start:i], line, column))
-        elif char in _PUNCTUATION:
-            tokens.append(_Token(char, char, line, column))
-            i += 1
-        elif text.startswith(":=", i):
-            tokens.append(_Token(":=", ":=", line, column))
-            i += 2
-        elif text.startswith(("<=", ">=", "!="), i):
-            tokens.append(_Token("op", text[i : i + 2], line, column))
-            i += 2
-        elif char in "<>":
-            tokens.append(_Token("op", char, line, column))
-            i += 1
-        else:
-            tokens.append(_Token("other", char, line, column))
-            i += 1
-    tokens.append(_Token("end", "", line, len(text) - line_start + 1))
-    return tokens
-
-
 def _count(n: int, noun: str) -> str:
     """``n`` and ``noun``, plural unless ``n`` is 1: ``2 variables``."""
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
@@ -147,19 +127,19 @@ def _count(n: int, noun: str) -> str:
 
 def _is_variable(word: str) -> bool:
     """Whether ``word`` is a valid variable name."""
-    return word[0] in _LETTERS and all(c in _VARIABLE_CHARS for c in word)
+    return word[0] in LETTERS and all(c in VARIABLE_CHARS for c in word)
 
 
 def _is_relation_name(word: str) -> bool:
     """Whether ``word`` is a valid relation name."""
-    return word[0] in _LETTERS and all(c in _NAME_CHARS for c in word)
+    return word[0] in LETTERS and all(c in NAME_CHARS for c in word)
 
 
 def _is_query_name(word: str) -> bool:
     """Whether ``word`` is a valid query name (digit-first names need a letter, like 4-clique)."""
-    if not all(c in _NAME_CHARS for c in word):
+    if not all(c in NAME_CHARS for c in word):
         return False
-    return word[0] in _LETTERS or (word[0] in _DIGITS and any(c.isalpha() for c in word))
+    return word[0] in LETTERS or (word[0] in DIGITS and any(c.isalpha() for c in word))
 
 
 class _Parser:
@@ -172,14 +152,31 @@ class _Parser:
         self.query: str | None = None
         self.query_names: dict[str, _Token] = {}
         self.arities: dict[str, tuple[int, Atom]] = {}
+        self.field_types = FieldTypes()
 
     def parse(self) -> tuple[Query, ...]:
         """Parse queries until the end of the text."""
         queries: list[Query] = []
         while self._peek().kind != "end":
             self.query = None
-            queries.append(self._query())
+            query = self._query()
+            self._type_fields(query)
+            queries.append(query)
         return tuple(queries)
+
+    def _type_fields(self, query: Query) -> None:
+        """Add ``query``'s field uses to the text's field types (see :func:`field_types`)."""
+        try:
+            self.field_types.add(query)
+        except QueryError as error:
+            if self.source == "<query>":
+                raise
+            raise QueryError(
+                f"{error.message} (in {self.source})",
+                line=error.line,
+                column=error.column,
+                name=error.name,
+            ) from None
 
     def _peek(self, ahead: int = 0) -> _Token:
         """The token ``ahead`` places after the current one (``end`` past the end)."""
@@ -192,7 +189,12 @@ class _Parser:
         return token
 
     def _fail(self, message: str, token: _Token, name: str | None = None) -> QueryError:
-        """A :class:`QueryError` at ``token`` naming ``name``, else the query being parsed."""
+        """A :class:`QueryError` at ``token`` naming ``name``, else the query being parsed.
+
+        At a malformed token (an ``error`` token) the token's own problem is the message.
+        """
+        if token.kind == "error":
+            message = token.problem
         return _error(message, token, self.source, name or self.query)
 
     def _fail_on(self, token: _Token, message: str) -> QueryError:
@@ -208,7 +210,7 @@ class _Parser:
 
     def _query(self) -> Query:
         """Parse one query, from its name to its final ``.``, and validate it."""
-        name = self._expect(("word",), "a query name", "to start a query")
+        name = self._expect(_NAMES, "a query name", "to start a query")
         if not _is_query_name(name.text):
             raise self._fail(
                 f"'{name.text}' is not a valid query name; {_QUERY_NAME_RULE}", name, name.text
@@ -231,10 +233,10 @@ class _Parser:
         """Parse ``VAR ("," VAR)* ")"`` (the ``(`` is already consumed) and return the tokens."""
         variables: list[_Token] = []
         while True:
-            token = self._expect(("word",), "a variable", f"in {where}")
-            if token.text == _DISTINCT:
+            token = self._expect(_NAMES, "a variable", f"in {where}")
+            if token.text in _KEYWORDS:
                 raise self._fail_on(
-                    token, f"'{_DISTINCT}' is a keyword, not a variable, in {where}"
+                    token, f"'{token.text}' is a keyword, not a variable, in {where}"
                 )
             if not _is_variable(token.text):
                 raise self._fail_on(
@@ -246,33 +248,34 @@ class _Parser:
                 return variables
 
     def _item(self, parsed: _ParsedQuery) -> None:
-        """Parse one body item (atom, filter or ``distinct``) into ``parsed``."""
+        """Parse one body item (atom, filter, predicate or ``distinct``) into ``parsed``."""
         query = parsed.name.text
         word = self._expect(
-            ("word",),
+            (*_NAMES, "string"),
             "an atom like e(a, b), a filter like a < b, or 'distinct'",
             f"in the body of query '{query}'",
         )
         follower = self._peek()
-        if word.text == _DISTINCT and follower.kind not in ("(", "op"):
-            if parsed.distinct is not None:
-                first = parsed.distinct
-                raise self._fail_on(
-                    word,
-                    f"'{_DISTINCT}' appears twice in query '{query}' (first at line {first.line}, "
-                    f"column {first.column}); write it once",
-                )
-            parsed.distinct = word
+        if word.text in _KEYWORDS and follower.kind not in ("(", "op"):
+            self._keyword(parsed, word)
         elif follower.kind == "(":
             self._atom(parsed, word)
-        elif follower.kind == "op":
-            self._filter(parsed, word)
+        elif word.kind == "field":
+            self._predicate(parsed, word)
+        elif word.kind in ("number", "string"):
+            raise self._fail(
+                f"{word.describe()} cannot start an item in the body of query '{query}'; a "
+                "predicate puts the field first, like t.amount >= 1000",
+                word,
+            )
         elif follower.text == "=":
             raise self._fail(
                 f"'=' is not a filter operator in query '{query}'; filters use one of "
                 f"{_OPERATORS_TEXT} (to require equal values, use the same variable twice)",
                 follower,
             )
+        elif follower.kind == "op":
+            self._filter(parsed, word)
         else:
             raise self._fail(
                 f"expected '(' (for an atom) or one of {_OPERATORS_TEXT} (for a filter) after "
@@ -280,17 +283,36 @@ class _Parser:
                 follower,
             )
 
+    def _keyword(self, parsed: _ParsedQuery, word: _Token) -> None:
+        """``distinct`` as a body item; ``as`` out of place."""
+        query = parsed.name.text
+        if word.text == _AS:
+            raise self._fail_on(
+                word,
+                f"'{_AS}' starts an item in the body of query '{query}'; it binds an edge "
+                "variable right after an atom, like transfer(a, b) as t",
+            )
+        if parsed.distinct is not None:
+            first = parsed.distinct
+            raise self._fail_on(
+                word,
+                f"'{_DISTINCT}' appears twice in query '{query}' (first at line {first.line}, "
+                f"column {first.column}); write it once",
+            )
+        parsed.distinct = word
+
     def _atom(self, parsed: _ParsedQuery, relation: _Token) -> None:
-        """Parse ``RELATION(VAR, ...)`` and check the relation's arity against earlier uses."""
-        if relation.text == _DISTINCT or not _is_relation_name(relation.text):
-            rule = f"'{_DISTINCT}' is a keyword" if relation.text == _DISTINCT else None
+        """Parse ``RELATION(VAR, ...) [as EDGE]`` and check the relation's arity against earlier
+        uses."""
+        if relation.text in _KEYWORDS or not _is_relation_name(relation.text):
+            rule = f"'{relation.text}' is a keyword" if relation.text in _KEYWORDS else None
             raise self._fail_on(
                 relation,
                 f"'{relation.text}' is not a valid relation name; {rule or _RELATION_NAME_RULE}",
             )
         self._next()
-        where = f"atom '{relation.text}' of query '{parsed.name.text}'"
-        uses = self._variables(where)
+        query = parsed.name.text
+        uses = self._variables(f"atom '{relation.text}' of query '{query}'")
         atom = Atom(relation.text, tuple(t.text for t in uses), relation.line, relation.column)
         known = self.arities.setdefault(atom.relation, (len(uses), atom))
         if known[0] != len(uses):
@@ -302,18 +324,48 @@ class _Parser:
                 atom.relation,
             )
         parsed.atoms.append((atom, uses))
+        if self._peek().kind == "word" and self._peek().text == _AS:
+            self._next()
+            self._edge(parsed, atom, uses)
+
+    def _edge(self, parsed: _ParsedQuery, atom: Atom, uses: list[_Token]) -> None:
+        """Parse the edge variable after ``as`` and bind it to ``atom`` (the last atom parsed)."""
+        where = f"after '{_AS}' in atom '{atom}' of query '{parsed.name.text}'"
+        edge = self._expect(_NAMES, "an edge variable", where)
+        if edge.text in _KEYWORDS:
+            raise self._fail_on(edge, f"'{edge.text}' is a keyword, not an edge variable, {where}")
+        if not _is_variable(edge.text):
+            raise self._fail_on(
+                edge, f"'{edge.text}' is not a valid edge variable {where}; {_VARIABLE_RULE}"
+            )
+        if len(uses) != 2:
+            raise self._fail_on(
+                edge,
+                f"atom '{atom}' binds edge variable '{edge.text}' with '{_AS}', but only binary "
+                "relations hold events (src, dst)",
+            )
+        bound = Atom(atom.relation, atom.variables, atom.line, atom.column, edge=edge.text)
+        parsed.atoms[-1] = (bound, uses)
+        parsed.bindings.append((bound, edge))
 
     def _filter(self, parsed: _ParsedQuery, left: _Token) -> None:
         """Parse ``VAR OP VAR``; both sides must be variables, and different ones."""
         query = parsed.name.text
         op = self._next()
-        right = self._expect(("word",), "a variable", f"after '{op.text}' in query '{query}'")
+        right = self._expect(_NAMES, "a variable", f"after '{op.text}' in query '{query}'")
+        if right.kind == "field":
+            raise self._fail_on(
+                right,
+                f"filter '{left.text} {op.text} {right.text}' of query '{query}' compares vertex "
+                f"variable '{left.text}' with field '{right.text}'; filters compare vertex "
+                "variables, and predicates compare fields, like t.amount > u.amount",
+            )
         for side in (left, right):
-            if side.text == _DISTINCT or not _is_variable(side.text):
+            if side.text in _KEYWORDS or not _is_variable(side.text):
+                rule = f"'{_AS}' is a keyword" if side.text == _AS else _VARIABLE_RULE
                 raise self._fail_on(
                     side,
-                    f"'{side.text}' is not a valid variable in a filter of query '{query}'; "
-                    f"{_VARIABLE_RULE}",
+                    f"'{side.text}' is not a valid variable in a filter of query '{query}'; {rule}",
                 )
         comparison = Filter(left.text, op.text, right.text, left.line, left.column)
         if left.text == right.text:
@@ -323,6 +375,108 @@ class _Parser:
                 f"'{query}'; a filter compares two different variables",
             )
         parsed.filters.append((comparison, left, right))
+
+    def _predicate(self, parsed: _ParsedQuery, left_token: _Token) -> None:
+        """Parse ``FIELD OP (FIELD | LITERAL)`` and check the operator fits the operands."""
+        query = parsed.name.text
+        left = self._field(left_token, query)
+        op = self._next()
+        if op.kind != "op":
+            raise self._fail(
+                f"expected one of {_PREDICATE_OPERATORS_TEXT} after field '{left_token.text}' in "
+                f"query '{query}', found {op.describe()}",
+                op,
+            )
+        operand = self._next()
+        right = self._operand(operand, op, query)
+        predicate = Predicate(left, op.text, right, left_token.line, left_token.column)
+        tokens = [left_token, operand] if isinstance(right, FieldRef) else [left_token]
+        self._check_predicate(predicate, query, tokens, op, operand)
+        parsed.predicates.append((predicate, tokens))
+
+    def _field(self, token: _Token, query: str) -> FieldRef:
+        """The field reference ``token`` (a ``field`` token) spells."""
+        edge, _, name = token.text.partition(".")
+        if not _is_variable(edge) or not _is_variable(name):
+            raise self._fail_on(
+                token,
+                f"'{token.text}' is not a valid field reference in query '{query}'; {_FIELD_RULE}",
+            )
+        return FieldRef(edge, name)
+
+    def _operand(self, token: _Token, op: _Token, query: str) -> FieldRef | Literal:
+        """The right side of a predicate: a field reference or a literal."""
+        if token.kind == "field":
+            return self._field(token, query)
+        if token.kind == "string":
+            return Literal(token.value)
+        if token.kind == "word" and token.text in _BOOLEANS:
+            return Literal(_BOOLEANS[token.text])
+        if token.kind == "number":
+            try:
+                value = number_value(token.text)
+            except ValueError:  # an int of more digits than Python converts
+                value = math.inf
+            if isinstance(value, float) and not math.isfinite(value):
+                raise self._fail(
+                    f"number {token.text} in query '{query}' is too large; predicates use "
+                    "64-bit floating-point numbers",
+                    token,
+                )
+            return Literal(value)
+        hint = ""
+        if token.kind == "word":
+            hint = f' (write a string in double quotes: "{token.text}")'
+        raise self._fail(
+            f"expected a field like t.amount, a number, a double-quoted string, true or false "
+            f"after '{op.text}' in query '{query}', found {token.describe()}{hint}",
+            token,
+        )
+
+    def _check_predicate(
+        self,
+        predicate: Predicate,
+        query: str,
+        tokens: list[_Token],
+        op: _Token,
+        operand: _Token,
+    ) -> None:
+        """Fail if ``predicate`` compares a field with itself or with the wrong kind of operand."""
+        left, right = predicate.left, predicate.right
+        where = f"predicate '{predicate}' of query '{query}'"
+        if right == left:
+            raise self._fail(
+                f"{where} compares field '{left}' with itself; a predicate compares two different "
+                "fields, or a field with a literal",
+                tokens[0],
+                left.name,
+            )
+        refs = [left, right] if isinstance(right, FieldRef) else [left]
+        ids = [ref.name for ref in refs if ref.name in ID_FIELDS]
+        if ids:
+            id_field = f"field '{ids[0]}', {ID_FIELDS[ids[0]]},"
+            if predicate.op in ORDER_OPERATORS:
+                message = f"{where} orders {id_field} with '{predicate.op}'; {_ID_RULE}"
+                raise self._fail(message, op, ids[0])
+            if isinstance(right, Literal) and right.kind == "bool":
+                message = f"{where} compares {id_field} with {right}; {_ID_RULE}"
+                raise self._fail(message, operand, ids[0])
+            for ref, token in zip(refs, tokens, strict=True):
+                if ref.name not in ID_FIELDS:
+                    message = f"{where} compares {id_field} with field '{ref.name}'; {_ID_RULE}"
+                    raise self._fail(message, token, ref.name)
+        elif (
+            isinstance(right, Literal)
+            and right.kind != "number"
+            and predicate.op in ORDER_OPERATORS
+        ):
+            kind = "a string" if right.kind == "string" else "a boolean"
+            raise self._fail(
+                f"{where} compares field '{left.name}' with {kind} using '{predicate.op}'; <, <=, "
+                "> and >= need numbers, and strings and booleans compare with = and != only",
+                op,
+                left.name,
+            )
 
     def _validate(self, parsed: _ParsedQuery) -> Query:
         """Check one parsed query (see the module docstring) and build its :class:`Query`."""
@@ -353,6 +507,8 @@ class _Parser:
             )
         uses = [token for _, tokens in parsed.atoms for token in tokens]
         bound = {token.text for token in uses}
+        self._check_edges(parsed)
+        edges = {token.text for _, token in parsed.bindings}
         for token in parsed.head:
             if token.text not in bound:
                 raise self._fail_on(
@@ -369,12 +525,21 @@ class _Parser:
                 )
         for _, left, right in parsed.filters:
             for side in (left, right):
+                if side.text in edges:
+                    raise self._fail_on(
+                        side,
+                        f"filter variable '{side.text}' of query '{name}' is an edge variable; "
+                        "filters compare vertex variables, and predicates compare the fields of "
+                        f"events, like {side.text}.amount > 100",
+                    )
                 if side.text not in bound:
                     raise self._fail_on(
                         side,
                         f"filter variable '{side.text}' of query '{name}' is not used by any "
                         "atom; filters may only compare variables that atoms bind",
                     )
+        for predicate, tokens in parsed.predicates:
+            self._check_predicate_edges(name, predicate, tokens, edges, bound)
         self._check_connected(name, parsed.atoms)
         return Query(
             name=name,
@@ -384,7 +549,70 @@ class _Parser:
             distinct=parsed.distinct is not None,
             line=parsed.name.line,
             column=parsed.name.column,
+            predicates=tuple(predicate for predicate, _ in parsed.predicates),
         )
+
+    def _check_edges(self, parsed: _ParsedQuery) -> None:
+        """Fail if an edge variable is bound twice, is in the head or is also a vertex variable."""
+        name = parsed.name.text
+        head = {token.text: token for token in parsed.head}
+        vertex_atoms: dict[str, Atom] = {}
+        for atom, tokens in parsed.atoms:
+            for token in tokens:
+                vertex_atoms.setdefault(token.text, atom)
+        first_bindings: dict[str, Atom] = {}
+        for atom, token in parsed.bindings:
+            edge = token.text
+            if edge in first_bindings:
+                first = first_bindings[edge]
+                raise self._fail_on(
+                    token,
+                    f"edge variable '{edge}' is bound twice in query '{name}' (first by "
+                    f"'{first}' at line {first.line}, column {first.column}); an edge variable "
+                    "names the event of one atom",
+                )
+            first_bindings[edge] = atom
+            if edge in vertex_atoms:
+                raise self._fail_on(
+                    token,
+                    f"'{edge}' is both an edge variable and a vertex variable (in "
+                    f"'{vertex_atoms[edge]}') of query '{name}'; give the edge variable a name "
+                    "of its own",
+                )
+            if edge in head:
+                raise self._fail_on(
+                    head[edge],
+                    f"'{edge}' is listed in the head of query '{name}' but is an edge variable "
+                    f"(bound by '{atom}'); the head lists vertex variables only, and matches "
+                    "give edge variables as edges",
+                )
+
+    def _check_predicate_edges(
+        self,
+        name: str,
+        predicate: Predicate,
+        tokens: list[_Token],
+        edges: set[str],
+        vertices: set[str],
+    ) -> None:
+        """Fail if ``predicate`` reads a field of an edge variable no atom binds."""
+        refs = [predicate.left, predicate.right]
+        for ref, token in zip(refs, tokens, strict=False):
+            if not isinstance(ref, FieldRef) or ref.edge in edges:
+                continue
+            where = f"predicate '{predicate}' of query '{name}'"
+            if ref.edge in vertices:
+                message = (
+                    f"{where} reads field '{ref.name}' of vertex variable '{ref.edge}'; fields "
+                    "belong to events: bind one with 'as', like transfer(a, b) as t, and compare "
+                    f"t.{ref.name}"
+                )
+            else:
+                message = (
+                    f"{where} uses edge variable '{ref.edge}', which no atom binds; bind it with "
+                    f"'as', like transfer(a, b) as {ref.edge}"
+                )
+            raise self._fail(message, token, ref.edge)
 
     def _check_connected(self, name: str, atoms: list[tuple[Atom, list[_Token]]]) -> None:
         """Fail at the first variable (in text order) not connected to the first atom's ones."""
