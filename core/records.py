@@ -66,6 +66,48 @@ class RelationUpdates:
         return RelationUpdates([c[mask] for c in self.columns], self.diff[mask], self.seq[mask])
 
 
+@dataclass
+class EventUpdates:
+    """The event updates of one relation inside a batch, in stream order.
+
+    ``ids[i]`` is the event's identity (its ``id``, or its source position); ``src``/``dst``
+    its pair (external vertex ids; meaningful for inserts); ``fields[i]`` its other fields.
+    ``diff`` is +1 (insert) or -1 (delete by id); ``seq`` the stream sequence numbers.
+    """
+
+    ids: npt.NDArray[np.generic]
+    diff: npt.NDArray[np.int8]
+    seq: npt.NDArray[np.int64]
+    src: npt.NDArray[np.generic]
+    dst: npt.NDArray[np.generic]
+    fields: list[dict[str, object]]
+
+    def __len__(self) -> int:
+        return int(self.diff.shape[0])
+
+    def take(self, mask: npt.NDArray[np.bool_]) -> EventUpdates:
+        rows = np.flatnonzero(mask).tolist()
+        return EventUpdates(
+            self.ids[mask],
+            self.diff[mask],
+            self.seq[mask],
+            self.src[mask],
+            self.dst[mask],
+            [self.fields[r] for r in rows],
+        )
+
+    @classmethod
+    def concat(cls, parts: Sequence[EventUpdates]) -> EventUpdates:
+        return cls(
+            concat_ids([p.ids for p in parts]),
+            np.concatenate([p.diff for p in parts]),
+            np.concatenate([p.seq for p in parts]),
+            concat_ids([p.src for p in parts]),
+            concat_ids([p.dst for p in parts]),
+            [f for p in parts for f in p.fields],
+        )
+
+
 @dataclass(frozen=True)
 class Checkpoint:
     """A place in an input stream a source can restart from.
@@ -102,6 +144,8 @@ class UpdateBatch:
     first_seq: int = 0
     count: int = 0
     resume: Checkpoint | None = None
+    #: Updates of event relations (records with an identity and fields), per relation.
+    events: dict[str, EventUpdates] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return self.count
@@ -135,9 +179,17 @@ class UpdateBatch:
                 head[relation] = part.take(before)
             if not before.all():
                 tail[relation] = part.take(~before)
+        head_events: dict[str, EventUpdates] = {}
+        tail_events: dict[str, EventUpdates] = {}
+        for relation, events in self.events.items():
+            before = events.seq < boundary
+            if before.any():
+                head_events[relation] = events.take(before)
+            if not before.all():
+                tail_events[relation] = events.take(~before)
         return (
-            UpdateBatch(head, self.first_seq, n, self.resume),
-            UpdateBatch(tail, boundary, self.count - n, self.resume),
+            UpdateBatch(head, self.first_seq, n, self.resume, head_events),
+            UpdateBatch(tail, boundary, self.count - n, self.resume, tail_events),
         )
 
     @classmethod
@@ -159,7 +211,13 @@ class UpdateBatch:
                 np.concatenate([p.diff for p in pieces]),
                 np.concatenate([p.seq for p in pieces]),
             )
-        return cls(parts, batches[0].first_seq, sum(b.count for b in batches), batches[-1].resume)
+        grouped: dict[str, list[EventUpdates]] = {}
+        for batch in batches:
+            for relation, events in batch.events.items():
+                grouped.setdefault(relation, []).append(events)
+        merged_events = {r: EventUpdates.concat(e) for r, e in grouped.items()}
+        count = sum(b.count for b in batches)
+        return cls(parts, batches[0].first_seq, count, batches[-1].resume, merged_events)
 
 
 def id_column(values: Iterable[VertexId]) -> npt.NDArray[np.generic]:
@@ -206,7 +264,7 @@ def mirrored(batch: UpdateBatch, relations: set[str] | None = None) -> UpdateBat
             np.concatenate([part.diff, back.diff]),
             np.concatenate([part.seq, back.seq]),
         )
-    return UpdateBatch(parts, batch.first_seq, batch.count, batch.resume)
+    return UpdateBatch(parts, batch.first_seq, batch.count, batch.resume, batch.events)
 
 
 def exact_batches(batches: Iterable[UpdateBatch], size: int) -> Iterator[UpdateBatch]:

@@ -31,6 +31,7 @@ from core.errors import (
 from core.records import Checkpoint, DeadLetter, UpdateBatch
 from monitor.index.graph import GraphIndex
 from monitor.index.store import StateStore
+from monitor.plan.events import event_relations, refuse_events, rewrite
 from monitor.plan.planner import delta_queries, static_plan
 from monitor.query.ast import Query
 from monitor.query.load import load_queries_many
@@ -62,9 +63,11 @@ def _fail(error: MonitorError) -> NoReturn:
 
 def _queries(specs: tuple[str, ...]) -> tuple[Query, ...]:
     queries = load_queries_many(specs)
+    events = event_relations(queries)
     for query in queries:
-        delta_queries(query)
-        static_plan(query)
+        internal = rewrite(query, events).internal
+        delta_queries(internal)
+        static_plan(internal)
     return queries
 
 
@@ -216,7 +219,7 @@ def run(
             raise ConfigError("--output needs --state-dir: exactly-once output needs stored state")
         if initial and preload is None:
             raise ConfigError("--initial emits the matches of the --preload graph; give --preload")
-        processor = EpochProcessor(_queries(query_specs), settings)
+        processor = EpochProcessor(refuse_events(_queries(query_specs)), settings)
         started = time.perf_counter()
 
         def open_source(path: str, start: Checkpoint | None, skip_to: int) -> EdgeFileSource:
@@ -307,7 +310,7 @@ def count(
         settings = _settings(
             undirected=undirected, default_relation=default_relation, max_prefixes=max_prefixes
         )
-        processor = EpochProcessor(_queries(query_specs), settings)
+        processor = EpochProcessor(refuse_events(_queries(query_specs)), settings)
         source = _source(edges, settings, fmt, strict, quiet=False)
         for batch in _batches(source, 1 << 20):
             processor.preload(batch)
@@ -322,11 +325,16 @@ def count(
 def explain(query_specs: tuple[str, ...]) -> None:
     """Print every plan of the queries: the delta queries, then the static plan."""
     try:
-        for query in _queries(query_specs):
+        queries = _queries(query_specs)
+        events = event_relations(tuple(queries))
+        for query in queries:
             click.echo(f"# {query}")
-            for plan in delta_queries(query):
+            internal = rewrite(query, events).internal
+            if internal is not query:
+                click.echo(f"# over the index: {internal}")
+            for plan in delta_queries(internal):
                 click.echo(plan.describe())
-            click.echo(static_plan(query).describe())
+            click.echo(static_plan(internal).describe())
             click.echo()
     except MonitorError as error:
         _fail(error)

@@ -9,16 +9,17 @@ Checks and comparisons then drop the prefixes that fail them. All of it is array
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
+from core.fields import compare
 from monitor.engine.prefixes import Prefixes
 from monitor.index.adjacency import AdjacencyView
 from monitor.index.levels import I32, I64
 from monitor.plan.cut import Cut
-from monitor.plan.plan import Check, Comparison, Extender, Stage
+from monitor.plan.plan import Check, Comparison, Extender, FieldFilter, Stage
 
 
 class IndexReader(Protocol):
@@ -31,6 +32,8 @@ class IndexReader(Protocol):
     def tuples(self, relation: str, cut: Cut = ...) -> list[I32]: ...
 
     def order_keys(self) -> I64: ...
+
+    def field_values(self, relation: str, name: str, eids: I32) -> npt.NDArray[Any] | None: ...
 
 
 def _keys(extender: Extender, prefixes: Prefixes, index: IndexReader) -> npt.NDArray[np.integer]:
@@ -51,7 +54,7 @@ class StageRunner:
         self.index = index
         self.views = [index.view(e.relation, e.position, e.cut) for e in stage.extenders]
         self.comparisons = Filters((), stage.comparisons, index)
-        self.checks = Filters(stage.checks, (), index)
+        self.checks = Filters(stage.checks, (), index, stage.fields)
 
     def counts(self, prefixes: Prefixes) -> tuple[npt.NDArray[np.intp], I64]:
         """For every prefix, the extender with the fewest values, and that number."""
@@ -114,22 +117,39 @@ class Filters:
     """Checks (membership of fully bound atoms) and comparisons, applied to whole batches."""
 
     def __init__(
-        self, checks: Sequence[Check], comparisons: Sequence[Comparison], index: IndexReader
+        self,
+        checks: Sequence[Check],
+        comparisons: Sequence[Comparison],
+        index: IndexReader,
+        fields: Sequence[FieldFilter] = (),
     ) -> None:
         self.checks = [(c, index.view(c.relation, len(c.columns) - 1, c.cut)) for c in checks]
         self.comparisons = list(comparisons)
+        self.fields = list(fields)
         self._index = index
 
     def __call__(self, prefixes: Prefixes) -> Prefixes:
-        """The prefixes that pass every comparison and every check."""
-        if not len(prefixes) or not (self.checks or self.comparisons):
+        """The prefixes that pass every comparison, every check and every join filter."""
+        if not len(prefixes) or not (self.checks or self.comparisons or self.fields):
             return prefixes
         keep = self.compare(prefixes.columns)
         for check, view in self.checks:
             rows = np.flatnonzero(keep)
             cols = [prefixes.columns[c][rows] for c in check.columns]
             keep[rows] = view.contains(last_key(self._index, check.relation, cols), cols[-1])
+        for join in self.fields:
+            rows = np.flatnonzero(keep)
+            left, right = prefixes.columns[join.left][rows], prefixes.columns[join.right][rows]
+            keep[rows] = self._join(join, left, right)
         return prefixes if keep.all() else prefixes.take(keep)
+
+    def _join(self, join: FieldFilter, left: I32, right: I32) -> npt.NDArray[np.bool_]:
+        """Field comparison of the events in two columns (false where a field is absent)."""
+        a = self._index.field_values(join.left_relation, join.left_field, left)
+        b = self._index.field_values(join.right_relation, join.right_field, right)
+        if a is None or b is None or a.dtype != b.dtype:
+            return np.zeros(left.shape[0], np.bool_)
+        return compare(a, join.op, b)
 
     def compare(self, columns: Sequence[npt.NDArray[np.integer]]) -> npt.NDArray[np.bool_]:
         """Which rows of ``columns`` pass every comparison (checks are not applied)."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -27,8 +28,10 @@ from core.errors import InputError
 from core.records import RelationUpdates, UpdateBatch
 from monitor.index.adjacency import Adjacency, AdjacencyView
 from monitor.index.dictionary import VertexDictionary
+from monitor.index.events import EventStore
 from monitor.index.keys import TupleKeys
 from monitor.index.levels import I8, I32, I64, pack, unpack
+from monitor.index.netting import net
 from monitor.plan.cut import Cut
 
 #: The largest arity a relation may have.
@@ -38,11 +41,27 @@ MAX_ARITY = 8
 class Relation:
     """One relation: its arity, and an adjacency (with its key map) per position."""
 
-    def __init__(self, name: str, arity: int, compaction: tuple[float, int]) -> None:
+    def __init__(
+        self,
+        name: str,
+        arity: int,
+        compaction: tuple[float, int],
+        indexed: tuple[int, ...] | None = None,
+    ) -> None:
         self.name = name
         self.arity = arity
+        #: The positions with an adjacency (all by default; the last one always: it is primary).
+        self.indexed = tuple(range(arity)) if indexed is None else tuple(sorted(indexed))
+        if arity - 1 not in self.indexed:
+            raise ValueError(f"relation {name!r}: its last position must be indexed")
         self.by_position = [Adjacency(*compaction) for _ in range(arity)]
-        self.tuple_keys = [TupleKeys(arity - 1) if arity >= 3 else None for _ in range(arity)]
+        self.tuple_keys = [
+            TupleKeys(arity - 1) if arity >= 3 and p in self.indexed else None for p in range(arity)
+        ]
+
+    def adjacencies(self) -> list[tuple[int, Adjacency]]:
+        """The indexed positions and their adjacencies."""
+        return [(p, self.by_position[p]) for p in self.indexed]
 
     @property
     def primary(self) -> Adjacency:
@@ -65,7 +84,7 @@ class Relation:
     @property
     def nbytes(self) -> int:
         keys = sum(k.nbytes for k in self.tuple_keys if k is not None)
-        return keys + sum(a.nbytes for a in self.by_position)
+        return keys + sum(a.nbytes for _, a in self.adjacencies())
 
     def keys(
         self, position: int, columns: Sequence[npt.NDArray[np.integer]], n: int, add: bool
@@ -131,11 +150,14 @@ class GraphIndex:
         self.dictionary = VertexDictionary()
         self.relations: dict[str, Relation] = {}
         self._compaction = (compaction_ratio, compaction_min)
+        #: The events of event relations, by relation (``monitor.index.event_relations``).
+        self.event_stores: dict[str, EventStore] = {}
 
     # -- relations ---------------------------------------------------------------------------
 
-    def relation(self, name: str, arity: int) -> Relation:
-        """The relation ``name``, created empty if new; its arity must match."""
+    def relation(self, name: str, arity: int, indexed: tuple[int, ...] | None = None) -> Relation:
+        """The relation ``name``, created empty if new (with adjacencies for the ``indexed``
+        positions, all by default); its arity must match."""
         existing = self.relations.get(name)
         if existing is not None:
             if existing.arity != arity:
@@ -143,14 +165,17 @@ class GraphIndex:
             return existing
         if not 1 <= arity <= MAX_ARITY:
             raise InputError(f"relation {name!r} has arity {arity}; allowed are 1 to {MAX_ARITY}")
-        created = Relation(name, arity, self._compaction)
+        created = Relation(name, arity, self._compaction, indexed)
         self.relations[name] = created
-        self._ensure_keys()
+        self.ensure_keys()
         return created
 
     def view(self, relation: str, position: int, cut: Cut) -> AdjacencyView:
         """The adjacency proposing ``position`` of ``relation``, as read under ``cut``."""
-        return self.relations[relation].by_position[position].view(cut)
+        rel = self.relations[relation]
+        if position not in rel.indexed:
+            raise ValueError(f"relation {relation!r} has no adjacency for position {position}")
+        return rel.by_position[position].view(cut)
 
     def keys(self, relation: str, position: int, columns: Sequence[I32]) -> I64:
         """Keys of ``position``'s adjacency for the other positions' values (0 if unknown)."""
@@ -171,6 +196,10 @@ class GraphIndex:
         assert tuple_keys is not None
         return [*tuple_keys.decode(keys), values]
 
+    def field_values(self, relation: str, name: str, eids: I32) -> npt.NDArray[Any] | None:
+        """Field ``name`` of the events ``eids`` of ``relation`` (None: no event has it)."""
+        return self.event_stores[relation].column(name, eids)
+
     def order_keys(self) -> I64:
         """Per dense id, a key ordering vertices as their external ids."""
         return self.dictionary.order_keys()
@@ -184,7 +213,8 @@ class GraphIndex:
         """Tuples stored, over all relations."""
         return sum(len(r) for r in self.relations.values())
 
-    def _ensure_keys(self) -> None:
+    def ensure_keys(self) -> None:
+        """Every binary adjacency has a row for every vertex of the dictionary."""
         n = len(self.dictionary)
         for rel in self.relations.values():
             if rel.arity == 2:
@@ -221,43 +251,33 @@ class GraphIndex:
     ) -> Change:
         insert = part.diff > 0
         dense = [_encode(self.dictionary, c, insert) for c in part.columns]
-        self._ensure_keys()
+        self.ensure_keys()
         known = np.logical_and.reduce([d >= 0 for d in dense])
         seq = part.seq
         if not known.all():
             ignored["absent_delete"] += int((~known).sum())
             dense = [d[known] for d in dense]
             insert, seq = insert[known], seq[known]
+        return self.stage_dense(rel, dense, insert, seq, ignored)
+
+    def stage_dense(
+        self,
+        rel: Relation,
+        dense: Sequence[I32],
+        insert: npt.NDArray[np.bool_],
+        seq: I64,
+        ignored: Counter[str],
+    ) -> Change:
+        """Stage updates of ``rel`` given as dense columns (see :meth:`stage`)."""
         last_position = rel.arity - 1
         keys = rel.keys(last_position, dense[:-1], insert.shape[0], add=bool(insert.any()))
-        packed = pack(keys, dense[-1])
-        order = np.lexsort((seq, packed))
-        packed, insert = packed[order], insert[order]
-        n = packed.shape[0]
-        if n == 0:
-            return Change([np.empty(0, np.int32) for _ in range(rel.arity)], np.empty(0, np.int8))
-        first = np.ones(n, np.bool_)
-        first[1:] = packed[1:] != packed[:-1]
-        last = np.ones(n, np.bool_)
-        last[:-1] = first[1:]
-        starts = np.flatnonzero(first)
-        k, v = unpack(packed[starts])
-        present = rel.primary.view(Cut.OLD).contains(k, v)
-        before = np.empty(n, np.bool_)
-        before[1:] = insert[:-1]
-        before[starts] = present
-        noop = insert == before
-        ignored["duplicate_insert"] += int((noop & insert).sum())
-        ignored["absent_delete"] += int((noop & ~insert).sum())
-        final = insert[last]
-        effective = final != present
-        changes = np.add.reduceat((~noop).astype(np.int64), starts)
-        ignored["netted"] += int(changes.sum()) - int(effective.sum())
-        rows = order[starts[effective]]
-        last_seq = seq[order[np.flatnonzero(last)[effective]]].astype(np.int64)
-        columns = [d[rows] for d in dense]
-        diff = np.where(final[effective], np.int8(1), np.int8(-1)).astype(np.int8)
-        for position, adjacency in enumerate(rel.by_position):
+        view = rel.primary.view(Cut.OLD)
+        netted = net(
+            pack(keys, dense[-1]), insert, seq, lambda k: view.contains(*unpack(k)), ignored
+        )
+        columns = [d[netted.rows] for d in dense]
+        diff, last_seq = netted.diff, netted.seq
+        for position, adjacency in rel.adjacencies():
             others = rel.others(position, columns)
             keys = rel.keys(position, others, diff.shape[0], add=True)
             pairs = pack(keys, columns[position])
@@ -268,24 +288,24 @@ class GraphIndex:
     def commit(self) -> None:
         """Make the staged epoch part of the committed state."""
         for rel in self.relations.values():
-            for adjacency in rel.by_position:
+            for _, adjacency in rel.adjacencies():
                 adjacency.commit()
 
     def abort(self) -> None:
         """Forget the staged epoch."""
         for rel in self.relations.values():
-            for adjacency in rel.by_position:
+            for _, adjacency in rel.adjacencies():
                 adjacency.abort()
 
     def load_relation(self, name: str, arity: int, columns: Sequence[I32]) -> Relation:
         """Bulk-load a relation from its unique tuples (dense ids), as committed state."""
         rel = self.relation(name, arity)
         n = columns[0].shape[0] if columns else 0
-        for position, adjacency in enumerate(rel.by_position):
+        for position, adjacency in rel.adjacencies():
             keys = rel.keys(position, rel.others(position, list(columns)), n, add=True)
             pairs = np.sort(pack(keys, columns[position]))
             adjacency.load(pairs)
-        self._ensure_keys()
+        self.ensure_keys()
         return rel
 
     def apply(self, batch: UpdateBatch) -> StagedEpoch:

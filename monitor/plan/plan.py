@@ -73,6 +73,25 @@ class Comparison:
 
 
 @dataclass(frozen=True)
+class FieldFilter:
+    """A join filter: field ``left_field`` of the event in column ``left`` (of relation
+    ``left_relation``) against ``right_field`` of the event in column ``right``."""
+
+    left: int
+    left_relation: str
+    left_field: str
+    op: str
+    right: int
+    right_relation: str
+    right_field: str
+
+    def describe(self, order: tuple[str, ...]) -> str:
+        return (
+            f"{order[self.left]}.{self.left_field} {self.op} {order[self.right]}.{self.right_field}"
+        )
+
+
+@dataclass(frozen=True)
 class Stage:
     """Bind ``variable`` (a new prefix column), then apply the checks and comparisons."""
 
@@ -80,6 +99,7 @@ class Stage:
     extenders: tuple[Extender, ...]
     checks: tuple[Check, ...]
     comparisons: tuple[Comparison, ...]
+    fields: tuple[FieldFilter, ...] = ()
 
     def describe(self, order: tuple[str, ...]) -> str:
         parts = [f"extend {self.variable}: " + ", ".join(e.describe(order) for e in self.extenders)]
@@ -87,6 +107,8 @@ class Stage:
             parts.append("check " + ", ".join(c.describe(order) for c in self.checks))
         if self.comparisons:
             parts.append("filter " + ", ".join(c.describe(order) for c in self.comparisons))
+        if self.fields:
+            parts.append("join " + ", ".join(f.describe(order) for f in self.fields))
         return "; ".join(parts)
 
 
@@ -121,6 +143,7 @@ class DeltaQuery:
     comparisons: tuple[Comparison, ...]
     stages: tuple[Stage, ...]
     output: tuple[int, ...]
+    fields: tuple[FieldFilter, ...] = ()
 
     def describe(self) -> str:
         """The plan as text, as ``subgraph-monitor explain`` prints it."""
@@ -138,5 +161,7 @@ class DeltaQuery:
             lines.append(
                 "         filter " + ", ".join(c.describe(order) for c in self.comparisons)
             )
+        if self.fields:
+            lines.append("         join " + ", ".join(f.describe(order) for f in self.fields))
         lines.extend(f"  stage {i + 1}: {s.describe(order)}" for i, s in enumerate(self.stages))
         return "\n".join(lines)

@@ -11,9 +11,18 @@ from __future__ import annotations
 from itertools import combinations
 
 from core.errors import PlanError
+from core.fields import base_relation
 from monitor.plan.cut import Cut, cut_of
-from monitor.plan.plan import Check, Comparison, DeltaQuery, Extender, Seed, Stage
-from monitor.query.ast import Atom, Query
+from monitor.plan.plan import (
+    Check,
+    Comparison,
+    DeltaQuery,
+    Extender,
+    FieldFilter,
+    Seed,
+    Stage,
+)
+from monitor.query.ast import Atom, FieldRef, Query
 
 
 def delta_queries(query: Query) -> tuple[DeltaQuery, ...]:
@@ -68,10 +77,17 @@ def build(query: Query, seed: int, *, delta: bool) -> DeltaQuery:
     used = {seed}
     comparisons = _comparisons(query, column)
     placed: set[Comparison] = set()
+    joins = _field_filters(query, column)
+    joined: set[FieldFilter] = set()
 
     def comparisons_until(width: int) -> tuple[Comparison, ...]:
         ready = tuple(c for c in comparisons if max(c.left, c.right) < width and c not in placed)
         placed.update(ready)
+        return ready
+
+    def joins_until(width: int) -> tuple[FieldFilter, ...]:
+        ready = tuple(f for f in joins if max(f.left, f.right) < width and f not in joined)
+        joined.update(ready)
         return ready
 
     def checks_until(width: int) -> tuple[Check, ...]:
@@ -93,6 +109,7 @@ def build(query: Query, seed: int, *, delta: bool) -> DeltaQuery:
     seed_plan = Seed(seed, seed_atom.relation, tuple(column[v] for v in seed_atom.variables), delta)
     first_checks = checks_until(width)
     first_comparisons = comparisons_until(width)
+    first_joins = joins_until(width)
     stages = []
     for var in order[width:]:
         extenders = []
@@ -113,6 +130,7 @@ def build(query: Query, seed: int, *, delta: bool) -> DeltaQuery:
                 tuple(extenders),
                 checks_until(column[var] + 1),
                 comparisons_until(column[var] + 1),
+                joins_until(column[var] + 1),
             )
         )
     rule = _rule(query, seed, delta, comparisons)
@@ -125,7 +143,34 @@ def build(query: Query, seed: int, *, delta: bool) -> DeltaQuery:
         first_comparisons,
         tuple(stages),
         tuple(column[v] for v in query.head),
+        first_joins,
     )
+
+
+def _field_filters(query: Query, column: dict[str, int]) -> list[FieldFilter]:
+    """The query's join filters (predicates across edge variables) over prefix columns."""
+    relation_of = {
+        a.variables[-1]: base_relation(a.relation)
+        for a in query.atoms
+        if a.relation.endswith("#events")
+    }
+    out = []
+    for p in query.predicates:
+        left, right = p.left, p.right
+        if not isinstance(right, FieldRef) or right.edge == left.edge:
+            raise PlanError(f"query {query.name!r}: {p} is a selection, not a join filter")
+        out.append(
+            FieldFilter(
+                column[left.edge],
+                relation_of[left.edge],
+                left.name,
+                p.op,
+                column[right.edge],
+                relation_of[right.edge],
+                right.name,
+            )
+        )
+    return out
 
 
 def _binds(atom: Atom, var: str, bound: set[str]) -> bool:

@@ -17,25 +17,30 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import numpy.typing as npt
 
-from core.records import UpdateBatch, mirrored
+from core.records import EventUpdates, UpdateBatch, mirrored
 from monitor.engine.delta import DeltaEvaluator
 from monitor.engine.owned import ChangedTuples, decide
 from monitor.engine.static import count_matches, enumerate_matches
-from monitor.index.graph import Change, GraphIndex
+from monitor.index.event_relations import EventIndex, Selection, selections_of
+from monitor.index.graph import Change, GraphIndex, StagedEpoch
 from monitor.index.levels import I32, I64
 from monitor.plan.cut import Cut
+from monitor.plan.events import event_relations, rewrite
 from monitor.query.ast import Query
 from monitor.service.settings import Settings
 
 
 @dataclass(frozen=True)
 class QueryOutput:
-    """One query's match deltas in one epoch, with external vertex ids (one column per var)."""
+    """One query's match deltas in one epoch, with external vertex ids (one column per vertex
+    variable) and, for a query with edge variables, per edge variable the matched events
+    (``{"id", "src", "dst", fields...}`` per row)."""
 
     query: str
     variables: tuple[str, ...]
     columns: list[npt.NDArray[np.generic]]
     diff: I64
+    edges: dict[str, list[dict[str, object]]] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return int(self.diff.shape[0])
@@ -86,12 +91,19 @@ class EpochProcessor:
 
     def __init__(self, queries: Sequence[Query], settings: Settings) -> None:
         self.settings = settings
+        #: The queries as written; ``internal`` are the same over the index's relations
+        #: (``monitor.plan.events``: event relations become pairs and events relations).
         self.queries = list(queries)
+        events = event_relations(tuple(self.queries))
+        self.rewritten = [rewrite(q, events) for q in self.queries]
+        self.internal = [r.internal for r in self.rewritten]
         self.index = GraphIndex(settings.compaction_ratio, settings.compaction_min)
-        for query in self.queries:
+        found = [Selection(r, t) for q in self.rewritten for r, t in q.selections]
+        self.events = EventIndex(self.index, selections_of(found))
+        for query in self.internal:
             for relation, arity in query.relations.items():
                 self.index.relation(relation, arity)
-        self.evaluator = DeltaEvaluator(self.queries, settings.max_prefixes)
+        self.evaluator = DeltaEvaluator(self.internal, settings.max_prefixes)
         self.epoch = 0
         self.totals = RunTotals()
 
@@ -100,11 +112,42 @@ class EpochProcessor:
 
     def preload(self, batch: UpdateBatch) -> Counter[str]:
         """Load updates into the index without evaluating (epoch 0); returns what was ignored."""
-        staged = self.index.apply(self._prepare(batch))
+        staged = self._stage(batch)
+        self.commit()
         self.totals.updates += batch.count
         self.totals.applied += staged.applied
         self.totals.ignored.update(staged.ignored)
         return staged.ignored
+
+    def _stage(self, batch: UpdateBatch) -> StagedEpoch:
+        """Stage tuples and events; records of an event relation without an id are events
+        whose identity is their stream position, and such deletes are counted, not applied."""
+        batch = self._prepare(batch)
+        events = dict(batch.events)
+        parts = dict(batch.parts)
+        ignored: Counter[str] = Counter()
+        for name in self.events.relations & set(parts):
+            part = parts.pop(name)
+            insert = part.diff > 0
+            ignored["delete_without_id"] += int((~insert).sum())
+            if part.arity != 2:
+                ignored["wrong_arity"] += int(insert.sum())
+                continue
+            ids = np.array([f"@{s}" for s in part.seq[insert].tolist()], dtype=object)
+            positional = EventUpdates(
+                ids,
+                part.diff[insert],
+                part.seq[insert],
+                part.columns[0][insert],
+                part.columns[1][insert],
+                [{} for _ in range(ids.shape[0])],
+            )
+            known = events.get(name)
+            events[name] = positional if known is None else EventUpdates.concat([known, positional])
+        staged = self.index.stage(replace(batch, parts=parts, events={}))
+        staged.ignored.update(ignored)
+        staged.changes.update(self.events.stage(events, staged.ignored))
+        return staged
 
     def process(self, batch: UpdateBatch) -> EpochOutput:
         """Stage the next epoch and evaluate every query's change; call :meth:`commit` after."""
@@ -126,7 +169,7 @@ class EpochProcessor:
         """
         started = time.perf_counter()
         self.epoch += 1
-        staged = self.index.stage(self._prepare(batch))
+        staged = self._stage(batch)
         return EpochOutput(
             self.epoch,
             batch.count,
@@ -142,20 +185,29 @@ class EpochProcessor:
         if not any(len(c) for c in changes.values()):
             return []
         results = self.evaluator.evaluate(self.index, changes)
+        return [self._output(i, r.columns, r.diff) for i, r in enumerate(results) if len(r)]
+
+    def _output(self, i: int, columns: Sequence[I32], diff: I64) -> QueryOutput:
+        """External ids for query ``i``'s dense binding columns, and its matched events."""
+        source = self.rewritten[i].source
         decode = self.index.dictionary.decode
-        return [
-            QueryOutput(r.query, r.variables, [decode(c) for c in r.columns], r.diff)
-            for r in results
-            if len(r)
-        ]
+        width = len(source.head)
+        edges = {
+            var: self.events.stores[relation].records(columns[width + k], decode)
+            for k, (var, relation) in enumerate(self.rewritten[i].edges.items())
+        }
+        vertices = [decode(c) for c in columns[:width]]
+        return QueryOutput(source.name, source.head, vertices, diff, edges)
 
     def commit(self) -> None:
         """Make the staged epoch part of the committed state."""
         self.index.commit()
+        self.events.commit()
 
     def abort(self) -> None:
         """Forget the staged epoch (its output was not committed); its number is reused."""
         self.index.abort()
+        self.events.abort()
         self.epoch -= 1
 
     def evaluate_decided(
@@ -165,40 +217,32 @@ class EpochProcessor:
         bindings this worker decides (``monitor.engine.owned``), each with its whole change."""
         if not any(len(c) for c in changes.values()):
             return []
-        decode = self.index.dictionary.decode
         outputs = []
-        for query in self.queries:
+        for i, query in enumerate(self.internal):
             found = self.evaluator.bindings(query, self.index, changes)
             columns, diff = decide(query, found, changed)
             if len(diff):
-                outputs.append(
-                    QueryOutput(query.name, query.head, [decode(c) for c in columns], diff)
-                )
+                outputs.append(self._output(i, columns, diff))
         return outputs
 
     def counts(self) -> dict[str, int]:
         """The number of current matches of every query (static evaluation)."""
         return {
             q.name: count_matches(q, self.index, max_prefixes=self.settings.max_prefixes)
-            for q in self.queries
+            for q in self.internal
         }
 
     def initial(
         self, emit: Callable[[QueryOutput], None], queries: Sequence[Query] | None = None
     ) -> None:
         """Emit every current match of every query (or of ``queries``) as +1 deltas."""
-        decode = self.index.dictionary.decode
-        for query in self.queries if queries is None else queries:
+        names = None if queries is None else {q.name for q in queries}
+        for i, query in enumerate(self.internal):
+            if names is not None and query.name not in names:
+                continue
 
-            def send(columns: list[I32], query: Query = query) -> None:
-                emit(
-                    QueryOutput(
-                        query.name,
-                        query.head,
-                        [decode(c) for c in columns],
-                        np.ones(columns[0].shape[0], np.int64),
-                    )
-                )
+            def send(columns: list[I32], i: int = i) -> None:
+                emit(self._output(i, columns, np.ones(columns[0].shape[0], np.int64)))
 
             enumerate_matches(
                 query, self.index, send, max_prefixes=self.settings.max_prefixes, cut=Cut.NEW

@@ -30,6 +30,7 @@ from connectors.kafka import (
 from core.errors import ConfigError
 from monitor.failpoints import failpoint
 from monitor.index.store import StateStore
+from monitor.plan.events import refuse_events
 from monitor.plan.planner import delta_queries
 from monitor.query.load import load_queries
 from monitor.service.clients import client_config, new_sink
@@ -55,7 +56,7 @@ log = logging.getLogger(__name__)
 
 def serve(settings: Settings) -> int:
     """Run the service until SIGTERM; returns the exit code."""
-    queries = load_queries(settings.queries)
+    queries = refuse_events(load_queries(settings.queries))
     for query in queries:
         delta_queries(query)
     metrics = Metrics()

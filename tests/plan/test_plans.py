@@ -9,6 +9,7 @@ import pytest
 
 from core.errors import PlanError
 from monitor.plan.cut import Cut, cut_of
+from monitor.plan.events import event_relations, rewrite
 from monitor.plan.plan import DeltaQuery
 from monitor.plan.planner import attribute_order, delta_queries, static_plan
 from monitor.query.ast import Atom, Query
@@ -28,15 +29,44 @@ QUERIES.update(
             """
             sym(a, b, c) := e(a, b), e(b, c), e(a, c), a < b, b < c.
             loops(a, b) := e(a, a), f(a, b), e(b, a), distinct.
+            big_ring(a, b, c) :=
+                transfer(a, b) as t1, transfer(b, c) as t2, transfer(c, a) as t3,
+                t1.amount >= 1000, t2.amount >= 1000, t3.amount >= 1000,
+                t2.amount <= t1.amount, t3.amount <= t2.amount,
+                t1.channel != "cash",
+                distinct.
             """
         )
     }
 )
+EVENTS = event_relations(tuple(QUERIES.values()))
 
 
 def explain(query: Query) -> str:
-    plans = [p.describe() for p in delta_queries(query)] + [static_plan(query).describe()]
+    """The plans of ``query`` over the index relations (events rewritten, see plan/events.py)."""
+    internal = rewrite(query, EVENTS).internal
+    plans = [p.describe() for p in delta_queries(internal)] + [static_plan(internal).describe()]
     return f"# {query}\n" + "\n".join(plans) + "\n"
+
+
+def test_an_event_atom_reads_its_selection_and_expands_its_events_last() -> None:
+    """Selections move into the relation the atom reads; join filters run at the stage that
+    binds their second edge variable; distinct compares edge variables of one relation."""
+    internal = rewrite(QUERIES["big_ring"], EVENTS).internal
+    assert [a.relation for a in internal.atoms[:2]] == [
+        "transfer{amount >= 1000, channel != 'cash'}",
+        "transfer{amount >= 1000, channel != 'cash'}#events",
+    ]
+    assert internal.atoms[1].variables == ("a", "b", "t1")
+    assert [str(p) for p in internal.predicates] == [
+        "t2.amount <= t1.amount",
+        "t3.amount <= t2.amount",
+    ]
+    for plan in delta_queries(internal):
+        for stage in plan.stages:
+            for join in stage.fields:
+                bound = max(join.left, join.right)
+                assert plan.order[bound] == stage.variable, plan.describe()
 
 
 @pytest.mark.parametrize("name", sorted(QUERIES))
@@ -63,7 +93,7 @@ def atoms_used(plan: DeltaQuery) -> list[int]:
 
 @pytest.mark.parametrize("name", sorted(QUERIES))
 def test_every_plan_uses_each_atom_once_with_its_cut(name: str) -> None:
-    query = QUERIES[name]
+    query = rewrite(QUERIES[name], EVENTS).internal
     for seed, plan in enumerate(delta_queries(query)):
         assert plan.seed.atom == seed and plan.seed.delta
         assert sorted(atoms_used(plan)) == list(range(len(query.atoms)))
@@ -83,7 +113,7 @@ def test_every_plan_uses_each_atom_once_with_its_cut(name: str) -> None:
 
 @pytest.mark.parametrize("name", sorted(QUERIES))
 def test_filters_are_placed_at_the_first_stage_binding_both_variables(name: str) -> None:
-    query = QUERIES[name]
+    query = rewrite(QUERIES[name], EVENTS).internal
     for plan in (*delta_queries(query), static_plan(query)):
         width = plan.seed.width
         for c in plan.comparisons:

@@ -1,0 +1,98 @@
+"""Event fields as typed columns, and the comparisons predicates make over them.
+
+A field has one kind per relation: ``number`` (``float64``; NaN where an event lacks it),
+``string`` (``int32`` codes into the field's own dictionary; -1 where absent) or ``bool``
+(``int8`` 1 or 0; -1 where absent). A comparison with an absent value is false, whatever the
+operator (``!=`` included): a field a record lacks makes the predicate false for it.
+
+:class:`FieldTest` is one predicate in the form both the index (selections, applied where an
+atom's events are stored) and the engine (join filters across edge variables) evaluate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+KINDS = ("number", "string", "bool")
+OPERATORS = ("<", "<=", ">", ">=", "=", "!=")
+#: Operators that need an order: numbers only.
+ORDERED = ("<", "<=", ">", ">=")
+
+DTYPES = {"number": np.float64, "string": np.int32, "bool": np.int8}
+ABSENT = {"number": np.nan, "string": -1, "bool": -1}
+
+
+def kind_of(value: object) -> str | None:
+    """The kind of a JSON value (None for null, lists and objects, which are not fields)."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return None
+
+
+def present(values: npt.NDArray[Any]) -> npt.NDArray[np.bool_]:
+    """Where a column holds a value."""
+    if values.dtype == np.float64:
+        return np.asarray(~np.isnan(values), np.bool_)
+    return np.asarray(values >= 0, np.bool_)
+
+
+def compare(left: npt.NDArray[Any], op: str, right: Any) -> npt.NDArray[np.bool_]:
+    """``left op right`` row by row; false where either side is absent."""
+    if op == "<":
+        out = left < right
+    elif op == "<=":
+        out = left <= right
+    elif op == ">":
+        out = left > right
+    elif op == ">=":
+        out = left >= right
+    elif op == "=":
+        out = left == right
+    elif op == "!=":
+        out = left != right
+    else:
+        raise ValueError(f"unknown comparison {op!r}; allowed are {', '.join(OPERATORS)}")
+    keep = np.asarray(out, np.bool_) & present(left)
+    if isinstance(right, np.ndarray):
+        keep &= present(right)
+    return keep
+
+
+@dataclass(frozen=True)
+class FieldTest:
+    """``field op other_field`` (both of one event) or ``field op literal``."""
+
+    field: str
+    op: str
+    literal: float | int | str | bool | None = None
+    other_field: str | None = None
+
+    def __str__(self) -> str:
+        right = self.other_field if self.other_field is not None else repr(self.literal)
+        return f"{self.field} {self.op} {right}"
+
+
+def selection_name(relation: str, tests: tuple[FieldTest, ...]) -> str:
+    """The index relation of the pairs a selection keeps: ``transfer`` (no tests) or
+    ``transfer{amount >= 1000}`` (a name no query can write, so none collides)."""
+    if not tests:
+        return relation
+    return f"{relation}{{{', '.join(sorted(str(t) for t in tests))}}}"
+
+
+def events_name(relation: str, tests: tuple[FieldTest, ...]) -> str:
+    """The index relation of the events a selection keeps: ``transfer{...}#events``."""
+    return f"{selection_name(relation, tests)}#events"
+
+
+def base_relation(name: str) -> str:
+    """The event relation an index relation derives from (``transfer{..}#events``: transfer)."""
+    return name.split("{", 1)[0].split("#", 1)[0]

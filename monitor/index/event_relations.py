@@ -1,0 +1,162 @@
+"""Event relations in the graph index: what their atoms read, kept up to date from the events.
+
+An atom over an event relation reads it through one *selection* (its edge variable's tests;
+none for an atom without predicates). For each selection the index keeps two ordinary
+relations, derived from the events that pass it:
+
+- ``pairs`` (binary): ``(src, dst)`` is present while at least one selected event joins them.
+  The worst-case optimal extension counts, proposes and intersects over it, so a selective
+  predicate shrinks the adjacency before any prefix touches it. The selection with no tests is
+  the relation itself (``transfer``): what an atom without ``as`` reads (set semantics).
+- ``events`` (ternary, ``(src, dst, eid)``, indexed by its pair only): the selected events of
+  a pair, which expand an edge variable once both its vertices are bound.
+
+Both are staged with the epoch, from the effective event changes, so delta queries are seeded
+by changed events with the same cuts as any relation.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from core.fields import FieldTest, events_name, selection_name
+from core.records import EventUpdates
+from monitor.index.events import EventStore
+from monitor.index.graph import Change, GraphIndex
+from monitor.index.levels import I32, pack
+from monitor.plan.cut import Cut
+
+
+@dataclass(frozen=True)
+class Selection:
+    """One selection of an event relation, and the two relations kept for it."""
+
+    relation: str
+    tests: tuple[FieldTest, ...] = ()
+
+    @property
+    def pairs(self) -> str:
+        return selection_name(self.relation, self.tests)
+
+    @property
+    def events(self) -> str:
+        return events_name(self.relation, self.tests)
+
+
+@dataclass
+class EventIndex:
+    """The event stores of a graph index and the relations derived from them."""
+
+    graph: GraphIndex
+    selections: list[Selection] = field(default_factory=list)
+    stores: dict[str, EventStore] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.graph.event_stores = self.stores
+        for selection in self.selections:
+            self.stores.setdefault(selection.relation, EventStore(selection.relation))
+            self.graph.relation(selection.pairs, 2)
+            self.graph.relation(selection.events, 3, indexed=(2,))
+
+    @property
+    def relations(self) -> set[str]:
+        """The event relations."""
+        return set(self.stores)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(s.nbytes for s in self.stores.values())
+
+    def stage(self, events: dict[str, EventUpdates], ignored: Counter[str]) -> dict[str, Change]:
+        """Stage an epoch's event updates; the changes of every derived relation."""
+        changes: dict[str, Change] = {}
+        for relation, updates in events.items():
+            store = self.stores.get(relation)
+            if store is None:
+                ignored["not_an_event_relation"] += len(updates)
+                continue
+            insert = updates.diff > 0
+            src = self._vertices(updates.src, insert)
+            dst = self._vertices(updates.dst, insert)
+            changed = store.stage(
+                updates.ids, insert, updates.seq, src, dst, updates.fields, ignored
+            )
+            for selection in self.selections:
+                if selection.relation == relation:
+                    keep = store.select(changed.eids, selection.tests)
+                    self._stage_selection(
+                        selection,
+                        store,
+                        changed.eids[keep],
+                        changed.diff[keep],
+                        changed.seq[keep],
+                        changes,
+                    )
+        return changes
+
+    def _vertices(self, column: np.ndarray, insert: np.ndarray) -> I32:
+        out = np.zeros(column.shape[0], np.int32)
+        if insert.any():
+            out[insert] = self.graph.dictionary.encode(column[insert], add=True)
+        self.graph.ensure_keys()
+        return out
+
+    def _stage_selection(
+        self,
+        selection: Selection,
+        store: EventStore,
+        eids: I32,
+        diff: np.ndarray,
+        seq: np.ndarray,
+        changes: dict[str, Change],
+    ) -> None:
+        if not eids.shape[0]:
+            return
+        internal: Counter[str] = Counter()
+        src, dst = store.src[eids], store.dst[eids]
+        events = self.graph.relations[selection.events]
+        # Selected events of each changed pair before the epoch, then after it.
+        pairs, inverse = np.unique(pack(src, dst), return_inverse=True)
+        delta = np.bincount(
+            inverse.reshape(-1), weights=diff.astype(np.int64), minlength=pairs.shape[0]
+        )
+        first = np.full(pairs.shape[0], -1, np.int64)
+        np.maximum.at(first, inverse.reshape(-1), np.arange(eids.shape[0]))
+        ps, pt = src[first], dst[first]
+        keys = self.graph.keys(selection.events, 2, [ps, pt])
+        before = self.graph.view(selection.events, 2, Cut.OLD).count(keys)
+        after = before + delta.astype(np.int64)
+        change = self.graph.stage_dense(events, [src, dst, eids], diff > 0, seq, internal)
+        if len(change):
+            changes[selection.events] = change
+        flips = (before > 0) != (after > 0)
+        if flips.any():
+            pair_seq = np.zeros(pairs.shape[0], np.int64)
+            np.maximum.at(pair_seq, inverse.reshape(-1), seq)
+            rel = self.graph.relations[selection.pairs]
+            change = self.graph.stage_dense(
+                rel, [ps[flips], pt[flips]], (after > 0)[flips], pair_seq[flips], internal
+            )
+            if len(change):
+                changes[selection.pairs] = change
+
+    def commit(self) -> None:
+        for store in self.stores.values():
+            store.commit()
+
+    def abort(self) -> None:
+        for store in self.stores.values():
+            store.abort()
+
+
+def selections_of(found: Iterable[Selection]) -> list[Selection]:
+    """Unique selections, in first-seen order, always with each relation's plain one."""
+    out: dict[Selection, None] = {}
+    for selection in found:
+        out.setdefault(Selection(selection.relation), None)
+        out.setdefault(selection, None)
+    return list(out)

@@ -1,0 +1,290 @@
+"""The events of one relation: identity, pair, typed fields, by column.
+
+An event is one record of a relation with its own identity (its ``id``, or its source position
+when the record has none), its pair ``(src, dst)`` and typed fields. An identity has a *slot*
+(dense, from the id dictionary) and each insert of it that takes effect a new dense event id
+(``eid``, ``int32``): an id deleted and inserted again is a new event, even within one epoch.
+Every field is a column indexed by eid (:mod:`core.fields`: numbers as ``float64``, strings as
+codes into the field's dictionary, booleans as ``int8``), never a Python object per event.
+``alive`` says which events are present, ``current`` which eid a slot holds (-1: none).
+
+An id is deleted by id; inserting an id that is present is a duplicate and changes nothing.
+The store follows the epoch protocol of the index: :meth:`stage` applies an epoch's effective
+changes, :meth:`commit` keeps them, :meth:`abort` undoes them.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from core.errors import InputError
+from core.fields import ABSENT, DTYPES, FieldTest, compare, kind_of
+from monitor.index.dictionary import VertexDictionary
+from monitor.index.levels import I8, I32, I64
+from monitor.index.netting import net
+
+#: Fields every event has, from its identity and pair (not stored as columns).
+BUILT_IN_FIELDS = ("id", "src", "dst")
+
+
+class FieldColumn:
+    """One field's values by eid, of one kind."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self.values: npt.NDArray[Any] = np.empty(0, DTYPES[kind])
+        self.codes: dict[str, int] = {}
+        self.strings: list[str] = []
+
+    def grow(self, capacity: int) -> None:
+        old = self.values.shape[0]
+        if capacity > old:
+            values = np.full(capacity, ABSENT[self.kind], DTYPES[self.kind])
+            values[:old] = self.values
+            self.values = values
+
+    def code(self, literal: object) -> Any:
+        """The stored form of a literal of this field's kind (-2: a string never seen)."""
+        if self.kind == "string":
+            return self.codes.get(str(literal), -2)
+        if self.kind == "bool":
+            return int(bool(literal))
+        return float(literal)  # type: ignore[arg-type]
+
+    def store(self, eids: I32, values: Sequence[object]) -> None:
+        """Write ``values`` (JSON values of this kind, or None for absent) at ``eids``."""
+        if self.kind == "number":
+            column = np.array([np.nan if v is None else v for v in values], np.float64)
+        elif self.kind == "bool":
+            column = np.array([-1 if v is None else int(bool(v)) for v in values], np.int8)
+        else:
+            column = np.array([-1 if v is None else self._intern(str(v)) for v in values])
+        self.values[eids] = column
+
+    def _intern(self, text: str) -> int:
+        code = self.codes.get(text)
+        if code is None:
+            code = self.codes[text] = len(self.strings)
+            self.strings.append(text)
+        return code
+
+    def decode(self, eids: I32) -> list[object]:
+        """The values at ``eids`` as JSON values (None where absent)."""
+        raw = self.values[eids]
+        if self.kind == "number":
+            return [
+                None if np.isnan(v) else (int(v) if v.is_integer() else v) for v in raw.tolist()
+            ]
+        if self.kind == "bool":
+            return [None if v < 0 else bool(v) for v in raw.tolist()]
+        return [None if v < 0 else self.strings[v] for v in raw.tolist()]
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.values.nbytes) + sum(len(s) + 60 for s in self.strings)
+
+
+@dataclass(frozen=True)
+class EventChanges:
+    """An epoch's effective event changes: eids, +1/-1, the deciding update's ``seq``."""
+
+    eids: I32
+    diff: I8
+    seq: I64
+
+
+class EventStore:
+    """The events of one relation."""
+
+    def __init__(self, relation: str, kinds: Mapping[str, str] | None = None) -> None:
+        self.relation = relation
+        self.ids = VertexDictionary()
+        self.current: I32 = np.empty(0, np.int32)
+        self.size = 0
+        self.slot: I32 = np.empty(0, np.int32)
+        self.src: I32 = np.empty(0, np.int32)
+        self.dst: I32 = np.empty(0, np.int32)
+        self.alive: npt.NDArray[np.bool_] = np.empty(0, np.bool_)
+        self.fields: dict[str, FieldColumn] = {k: FieldColumn(v) for k, v in (kinds or {}).items()}
+        self._undo: tuple[EventChanges, I32, I32] | None = None
+
+    def __len__(self) -> int:
+        return int(self.alive.sum())
+
+    @property
+    def nbytes(self) -> int:
+        columns = self.src.nbytes + self.dst.nbytes + self.alive.nbytes + self.slot.nbytes
+        columns += self.current.nbytes
+        return int(columns) + self.ids.nbytes + sum(f.nbytes for f in self.fields.values())
+
+    def _grow_slots(self, n: int) -> None:
+        if n > self.current.shape[0]:
+            current = np.full(max(n, 2 * self.current.shape[0], 1024), -1, np.int32)
+            current[: self.current.shape[0]] = self.current
+            self.current = current
+
+    def _allocate(self, n: int) -> I32:
+        """``n`` new eids (dead until staged alive)."""
+        start, self.size = self.size, self.size + n
+        if self.size > self.alive.shape[0]:
+            capacity = max(self.size, 2 * self.alive.shape[0], 1024)
+            self.src = np.resize(self.src, capacity)
+            self.dst = np.resize(self.dst, capacity)
+            self.slot = np.resize(self.slot, capacity)
+            alive = np.zeros(capacity, np.bool_)
+            alive[: self.alive.shape[0]] = self.alive
+            self.alive = alive
+            for column in self.fields.values():
+                column.grow(capacity)
+        return np.arange(start, self.size, dtype=np.int32)
+
+    def kind(self, name: str) -> str | None:
+        column = self.fields.get(name)
+        return column.kind if column is not None else None
+
+    def stage(
+        self,
+        ids: npt.NDArray[np.generic],
+        insert: npt.NDArray[np.bool_],
+        seq: I64,
+        src: I32,
+        dst: I32,
+        fields: Sequence[Mapping[str, object]],
+        ignored: Counter[str],
+    ) -> EventChanges:
+        """Apply an epoch's updates (in stream order per id, set semantics) as uncommitted.
+
+        ``src``/``dst`` (dense vertex ids) and ``fields`` matter for inserts only. A field whose
+        value has another kind than the field's is an :class:`InputError` (checked before
+        anything changes); a field seen for the first time takes the value's kind.
+        """
+        self._check_kinds(fields, insert)
+        slots = self.ids.encode(ids, add=True)
+        self._grow_slots(len(self.ids))
+        current = self.current
+        netted = net(slots.astype(np.int64), insert, seq, lambda k: current[k] >= 0, ignored)
+        changed = netted.keys.astype(np.int32)
+        born = netted.diff > 0
+        reborn = netted.reborn.astype(np.int32)
+        dying_slots = np.concatenate([changed[~born], reborn])
+        dead = self.current[dying_slots]
+        birth_slots = np.concatenate([changed[born], reborn])
+        rows = np.concatenate([netted.rows[born], netted.reborn_rows])
+        new = self._allocate(birth_slots.shape[0])
+        self.slot[new] = birth_slots
+        self.src[new] = src[rows]
+        self.dst[new] = dst[rows]
+        for name, column in self.fields.items():
+            column.store(new, [fields[r].get(name) for r in rows.tolist()])
+        previous = self.current[np.concatenate([dying_slots, birth_slots])]
+        self.alive[dead] = False
+        self.current[dying_slots] = -1
+        self.alive[new] = True
+        self.current[birth_slots] = new
+        out = EventChanges(
+            np.concatenate([dead, new]),
+            np.concatenate([np.full(dead.shape[0], -1, np.int8), np.ones(new.shape[0], np.int8)]),
+            np.concatenate(
+                [
+                    netted.seq[~born],
+                    seq[netted.reborn_rows],
+                    netted.seq[born],
+                    seq[netted.reborn_rows],
+                ]
+            ).astype(np.int64),
+        )
+        self._undo = (out, np.concatenate([dying_slots, birth_slots]), previous)
+        return out
+
+    def _check_kinds(
+        self, fields: Sequence[Mapping[str, object]], insert: npt.NDArray[Any]
+    ) -> None:
+        for row in np.flatnonzero(insert).tolist():
+            for name, value in fields[row].items():
+                if value is None:
+                    continue
+                found = kind_of(value)
+                if name in BUILT_IN_FIELDS:
+                    raise InputError(f"field {name!r} of {self.relation!r} is the event's own")
+                if found is None:
+                    raise InputError(
+                        f"field {name!r} of {self.relation!r} is not a value: {value!r}"
+                    )
+                known = self.kind(name)
+                if known is None:
+                    self.fields[name] = FieldColumn(found)
+                    self.fields[name].grow(self.alive.shape[0])
+                elif known != found:
+                    raise InputError(
+                        f"field {name!r} of relation {self.relation!r} is a {known}, "
+                        f"got a {found}: {value!r}"
+                    )
+
+    def commit(self) -> None:
+        self._undo = None
+
+    def abort(self) -> None:
+        """Undo the staged epoch's changes (the eids it allocated stay dead)."""
+        if self._undo is not None:
+            changes, slots, previous = self._undo
+            self.alive[changes.eids] = changes.diff < 0
+            self.current[slots[::-1]] = previous[::-1]
+            self._undo = None
+
+    def select(self, eids: I32, tests: Sequence[FieldTest]) -> npt.NDArray[np.bool_]:
+        """Which of ``eids`` pass every test (a selection: the tests of one edge variable)."""
+        keep = np.ones(eids.shape[0], np.bool_)
+        for test in tests:
+            keep &= self.test(eids, test)
+        return keep
+
+    def test(self, eids: I32, test: FieldTest) -> npt.NDArray[np.bool_]:
+        left = self.column(test.field, eids)
+        if left is None:
+            return np.zeros(eids.shape[0], np.bool_)
+        if test.other_field is not None:
+            right = self.column(test.other_field, eids)
+            if right is None:
+                return np.zeros(eids.shape[0], np.bool_)
+            return compare(left, test.op, right)
+        return compare(left, test.op, self._literal(test.field, test.literal))
+
+    def _literal(self, name: str, literal: object) -> Any:
+        if name in ("src", "dst", "id"):
+            raise InputError(f"field {name!r} is compared with = and != between events only")
+        return self.fields[name].code(literal)
+
+    def column(self, name: str, eids: I32) -> npt.NDArray[Any] | None:
+        """The values of field ``name`` at ``eids`` (None: no event has it)."""
+        if name == "src":
+            return self.src[eids]
+        if name == "dst":
+            return self.dst[eids]
+        if name == "id":
+            return self.slot[eids]
+        column = self.fields.get(name)
+        return None if column is None else column.values[eids]
+
+    def records(
+        self, eids: I32, decode_vertex: Any, fields: Sequence[str] | None = None
+    ) -> list[dict[str, object]]:
+        """The events at ``eids`` as output objects: ``id``, ``src``, ``dst``, then fields."""
+        ids = self.ids.decode(self.slot[eids]).tolist()
+        src = decode_vertex(self.src[eids]).tolist()
+        dst = decode_vertex(self.dst[eids]).tolist()
+        names = [n for n in self.fields if fields is None or n in fields]
+        values = [self.fields[n].decode(eids) for n in names]
+        out = []
+        for i in range(eids.shape[0]):
+            record: dict[str, object] = {"id": ids[i], "src": src[i], "dst": dst[i]}
+            for name, column in zip(names, values, strict=True):
+                if column[i] is not None:
+                    record[name] = column[i]
+            out.append(record)
+        return out

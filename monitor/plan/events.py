@@ -1,0 +1,123 @@
+"""Queries over events, rewritten into queries over the index's relations.
+
+The worst-case optimal machinery binds vertices; events ride on it. An atom over an event
+relation, with its edge variable's selection ``S`` (the predicates on that variable alone),
+becomes two atoms over relations the index keeps for ``S`` (``monitor.index.event_relations``):
+
+    transfer(a, b) as t, t.amount >= 1000
+      ->  transfer{amount >= 1000}(a, b), transfer{amount >= 1000}#events(a, b, t)
+
+The first is an ordinary binary relation (the pairs with a selected event): it counts,
+proposes and intersects to bind ``a`` and ``b``. The second binds ``t`` to each selected event
+of the bound pair once both are bound (its only index is by pair). An atom without ``as``
+reads the pairs only, ``transfer(a, b)``: set semantics, present while one event is. Since
+``events`` implies ``pairs``, the rewritten join has exactly the original matches, and its
+delta queries, seeded by changed events and changed pairs with the usual cuts, sum to the
+original's change.
+
+Predicates across edge variables become join filters (:class:`~monitor.plan.plan.FieldFilter`),
+placed by the planner at the first stage where both variables are bound. ``distinct`` becomes
+``!=`` filters between vertex variables and between edge variables of one relation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from itertools import combinations
+
+from core.errors import PlanError
+from core.fields import FieldTest, events_name, selection_name
+from monitor.query.ast import Atom, FieldRef, Filter, Literal, Predicate, Query
+
+
+@dataclass(frozen=True)
+class EventQuery:
+    """A query as written (``source``) and as evaluated (``internal``, over index relations).
+
+    ``internal.head`` is the vertex head followed by the edge variables; ``edges`` maps each
+    edge variable to its event relation; ``selections`` lists (relation, tests) for every
+    selection an atom reads.
+    """
+
+    source: Query
+    internal: Query
+    edges: dict[str, str]
+    selections: tuple[tuple[str, tuple[FieldTest, ...]], ...]
+
+
+def event_relations(queries: tuple[Query, ...]) -> set[str]:
+    """The relations some query binds with ``as``: their records are events."""
+    return {a.relation for q in queries for a in q.atoms if a.edge is not None}
+
+
+def selection_of(query: Query, edge: str) -> tuple[FieldTest, ...]:
+    """The tests of the predicates on ``edge`` alone, in a canonical order."""
+    tests = []
+    for p in query.predicates:
+        if p.edges != (edge,):
+            continue
+        if isinstance(p.right, Literal):
+            tests.append(FieldTest(p.left.name, p.op, literal=p.right.value))
+        else:
+            tests.append(FieldTest(p.left.name, p.op, other_field=p.right.name))
+    return tuple(sorted(tests, key=str))
+
+
+def rewrite(query: Query, events: set[str]) -> EventQuery:
+    """``query`` over the index relations (unchanged when it reads no event relation)."""
+    if not query.has_events:  # set semantics only: the atoms read the relations as named
+        reads = tuple((a.relation, ()) for a in query.atoms if a.relation in events)
+        return EventQuery(query, query, {}, tuple(dict.fromkeys(reads)))
+    atoms: list[Atom] = []
+    edges: dict[str, str] = {}
+    selections: list[tuple[str, tuple[FieldTest, ...]]] = []
+    for atom in query.atoms:
+        if atom.relation not in events:
+            atoms.append(atom)
+            continue
+        tests = selection_of(query, atom.edge) if atom.edge else ()
+        selections.append((atom.relation, tests))
+        pairs = replace(atom, relation=selection_name(atom.relation, tests), edge=None)
+        atoms.append(pairs)
+        if atom.edge is not None:
+            edges[atom.edge] = atom.relation
+            variables = (*atom.variables, atom.edge)
+            atoms.append(
+                replace(pairs, relation=events_name(atom.relation, tests), variables=variables)
+            )
+    filters = list(query.filters)
+    if query.distinct:
+        filters += [Filter(a, "!=", b) for a, b in combinations(query.head, 2)]
+        filters += [Filter(a, "!=", b) for a, b in combinations(edges, 2) if edges[a] == edges[b]]
+    joins = tuple(p for p in query.predicates if not p.is_selection)
+    internal = Query(
+        name=query.name,
+        head=(*query.head, *edges),
+        atoms=tuple(atoms),
+        filters=tuple(dict.fromkeys(filters)),
+        distinct=False,
+        line=query.line,
+        column=query.column,
+        predicates=joins,
+    )
+    return EventQuery(query, internal, edges, tuple(dict.fromkeys(selections)))
+
+
+def join_refs(predicate: Predicate) -> tuple[FieldRef, FieldRef]:
+    """Both sides of a join filter (a predicate across two edge variables)."""
+    assert isinstance(predicate.right, FieldRef)
+    return predicate.left, predicate.right
+
+
+def refuse_events(queries: tuple[Query, ...]) -> tuple[Query, ...]:
+    """``queries``, unless one binds events: the engine evaluates such queries, but ``run``,
+    ``count`` and ``serve`` do not read event ids and fields from their input, nor write the
+    matched events, yet; a clear refusal beats output without its events."""
+    binding = [q.name for q in queries if q.has_events]
+    if binding:
+        raise PlanError(
+            f"{', '.join(binding)} bind events (edge variables 'as t' or field predicates): "
+            f"'subgraph-monitor explain' plans them, but run, count and serve cannot read event "
+            f"ids and fields from their input yet; run the other queries without them"
+        )
+    return queries
