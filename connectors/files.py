@@ -26,7 +26,9 @@ from typing import IO, Literal, Protocol
 
 import numpy as np
 import numpy.typing as npt
+import orjson
 
+from connectors.events import EventRecord, FieldTypes, decode_event
 from connectors.formats import (
     DEFAULT_RELATION,
     Decoded,
@@ -42,6 +44,7 @@ from core.errors import ConfigError, InputError
 from core.records import (
     Checkpoint,
     DeadLetter,
+    EventUpdates,
     RelationUpdates,
     UpdateBatch,
     VertexId,
@@ -87,6 +90,7 @@ class EdgeFileSource:
         fast_path: bool = True,
         start: Checkpoint | None = None,
         skip_to: int = 0,
+        events: FieldTypes | None = None,
     ) -> None:
         if format not in FORMATS:
             raise ConfigError(f"format must be one of {', '.join(FORMATS)}; got {format!r}")
@@ -107,6 +111,8 @@ class EdgeFileSource:
         self.fast_path = fast_path
         self.start = start
         self.skip_to = skip_to
+        #: The event relations and their field types: JSON records of these are events.
+        self.events = events
         if start is not None:
             self.format = start.format
         self.total_bytes: int | None = None
@@ -256,7 +262,9 @@ class EdgeFileSource:
         first_seq = self.updates_read
         default = self.default_relation
         parse = _parse_json_line if self.format == "json" else parse_text_line
+        events = self.events if self.format == "json" and self.events else None
         decoded: dict[str, tuple[int, list[tuple[VertexId, ...]], list[int], list[int]]] = {}
+        found: dict[str, list[tuple[int, EventRecord]]] = {}
         failure: InputError | None = None
         stop = simple.shape[0]
         simple_lines = np.flatnonzero(simple)
@@ -272,6 +280,12 @@ class EdgeFileSource:
         )
         for index, raw in zip(other_lines, other_raw, strict=True):
             try:
+                if events is not None:
+                    where = f"{self.name}:{base_line + index + 1}"
+                    event = _parse_json_event(raw, default, events, where)
+                    if event is not None:
+                        found.setdefault(event.relation, []).append((index, event))
+                        continue
                 result = parse(raw, default)
                 if result is None:
                     continue
@@ -304,6 +318,8 @@ class EdgeFileSource:
         produced[stop:] = False
         for _, _, _, at in decoded.values():
             produced[at] = True
+        for records in found.values():
+            produced[[i for i, _ in records]] = True
         seq_of_line = np.cumsum(produced, dtype=np.int64) + (first_seq - 1)
         simple_lines = simple_lines[simple_lines < stop]
         parts: dict[str, RelationUpdates] = {}
@@ -323,10 +339,13 @@ class EdgeFileSource:
             if relation in parts:
                 part = _merge(parts[relation], part)
             parts[relation] = part
+        event_parts = {
+            relation: _event_updates(records, seq_of_line) for relation, records in found.items()
+        }
         count = int(seq_of_line[-1]) - first_seq + 1 if seq_of_line.shape[0] else 0
         self.lines_read += stop if failure is None else stop + 1
         self.updates_read += count
-        return [UpdateBatch(parts, first_seq, count)], failure
+        return [UpdateBatch(parts, first_seq, count, None, event_parts)], failure
 
     def _check_arity(self, relation: str, arity: int, line: int) -> None:
         """Raise when ``relation`` was seen before with another number of ids."""
@@ -342,6 +361,44 @@ class EdgeFileSource:
     def _note_arity(self, relation: str, arity: int, line: int) -> None:
         if relation not in self._arity:
             self._arity[relation] = (arity, f"{self.name}:{line}")
+
+
+def _parse_json_event(
+    raw: bytes, default_relation: str, events: FieldTypes, position: str
+) -> EventRecord | None:
+    """The event of a JSON Lines line of an event relation; None for any other line (which the
+    tuple decoder then reads, reporting what is wrong with it)."""
+    if is_comment(raw):
+        return None
+    try:
+        record = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    if type(record) is not dict:
+        return None
+    relation = record.get("relation", default_relation)
+    if type(relation) is not str or relation not in events.relations:
+        return None
+    op = record.get("op", "insert")
+    if op not in ("insert", "delete"):
+        return None
+    return decode_event(record, relation, 1 if op == "insert" else -1, position, events)
+
+
+def _event_updates(
+    records: list[tuple[int, EventRecord]], seq_of_line: npt.NDArray[np.int64]
+) -> EventUpdates:
+    events = [e for _, e in records]
+    ids = np.empty(len(events), dtype=object)
+    ids[:] = [e.event_id for e in events]
+    return EventUpdates(
+        ids,
+        np.array([e.diff for e in events], np.int8),
+        seq_of_line[[i for i, _ in records]],
+        _id_column([e.src for e in events]),
+        _id_column([e.dst for e in events]),
+        [e.fields for e in events],
+    )
 
 
 def _parse_json_line(raw: bytes, default_relation: str) -> Decoded | None:
@@ -556,9 +613,17 @@ def _split_front(batch: UpdateBatch, n: int) -> tuple[UpdateBatch, UpdateBatch]:
             tail[relation] = RelationUpdates(
                 [c[cut:] for c in part.columns], part.diff[cut:], part.seq[cut:]
             )
+    head_events: dict[str, EventUpdates] = {}
+    tail_events: dict[str, EventUpdates] = {}
+    for relation, events in batch.events.items():
+        before = events.seq < boundary
+        if before.any():
+            head_events[relation] = events.take(before)
+        if not before.all():
+            tail_events[relation] = events.take(~before)
     return (
-        UpdateBatch(head, batch.first_seq, n, batch.resume),
-        UpdateBatch(tail, boundary, batch.count - n, batch.resume),
+        UpdateBatch(head, batch.first_seq, n, batch.resume, head_events),
+        UpdateBatch(tail, boundary, batch.count - n, batch.resume, tail_events),
     )
 
 

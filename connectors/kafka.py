@@ -269,6 +269,7 @@ class KafkaSink:
         variables: Sequence[str],
         columns: Sequence[npt.NDArray[np.generic]],
         diffs: npt.NDArray[np.integer],
+        edges: Mapping[str, Sequence[Mapping[str, object]]] | None = None,
     ) -> int:
         """Produce one record per match delta (inside the open transaction)."""
         rows = check_deltas(variables, columns, diffs)

@@ -13,7 +13,7 @@ with the ``match`` keys in variable order and ids keeping their type.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from itertools import repeat
 from typing import BinaryIO, Protocol
 
@@ -37,6 +37,7 @@ class DeltaSink(Protocol):
         variables: Sequence[str],
         columns: Sequence[npt.NDArray[np.generic]],
         diffs: npt.NDArray[np.integer],
+        edges: Mapping[str, Sequence[Mapping[str, object]]] | None = None,
     ) -> int:
         """Emit the deltas of ``query`` in ``epoch``; return how many rows were written.
 
@@ -67,6 +68,7 @@ class JsonLinesSink:
         variables: Sequence[str],
         columns: Sequence[npt.NDArray[np.generic]],
         diffs: npt.NDArray[np.integer],
+        edges: Mapping[str, Sequence[Mapping[str, object]]] | None = None,
     ) -> int:
         """Write one line per row; see :meth:`DeltaSink.write_deltas`.
 
@@ -75,7 +77,9 @@ class JsonLinesSink:
         """
         rows = check_deltas(variables, columns, diffs)
         head = orjson.dumps({"query": query, "epoch": int(epoch)})[:-1]
-        if all(c.dtype.kind in "iu" for c in columns):
+        if edges:
+            self._write_with_edges(head, variables, columns, diffs, edges)
+        elif all(c.dtype.kind in "iu" for c in columns):
             # Only integers: a %d template per diff sign; no escaping can be needed.
             escaped = head.replace(b"%", b"%%")
             match = b",".join(orjson.dumps(v).replace(b"%", b"%%") + b":%d" for v in variables)
@@ -103,6 +107,28 @@ class JsonLinesSink:
                 )
         self.lines_written += rows
         return rows
+
+    def _write_with_edges(
+        self,
+        head: bytes,
+        variables: Sequence[str],
+        columns: Sequence[npt.NDArray[np.generic]],
+        diffs: npt.NDArray[np.integer],
+        edges: Mapping[str, Sequence[Mapping[str, object]]],
+    ) -> None:
+        """Lines with ``"edges"``: per edge variable, the matched event with its fields."""
+        names = list(edges)
+        bindings = zip(*(id_list(c) for c in columns), strict=True)
+        events = zip(*(edges[n] for n in names), strict=True)
+        lines = []
+        for diff, binding, matched in zip(diffs.tolist(), bindings, events, strict=True):
+            body = {
+                "diff": diff,
+                "match": dict(zip(variables, binding, strict=True)),
+                "edges": dict(zip(names, matched, strict=True)),
+            }
+            lines.append(head + b"," + orjson.dumps(body)[1:] + b"\n")
+        self.stream.write(b"".join(lines))
 
     def flush(self) -> None:
         """Flush the stream; see :meth:`DeltaSink.flush`."""
@@ -160,6 +186,7 @@ class ListSink:
         variables: Sequence[str],
         columns: Sequence[npt.NDArray[np.generic]],
         diffs: npt.NDArray[np.integer],
+        edges: Mapping[str, Sequence[Mapping[str, object]]] | None = None,
     ) -> int:
         """Append one row per delta; see :meth:`DeltaSink.write_deltas`."""
         rows = check_deltas(variables, columns, diffs)

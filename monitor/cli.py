@@ -19,6 +19,7 @@ from typing import Any, NoReturn
 import click
 import orjson
 
+from connectors.events import FieldTypes
 from connectors.files import EdgeFileSource
 from core.errors import (
     ConfigError,
@@ -35,6 +36,7 @@ from monitor.plan.events import event_relations, refuse_events, rewrite
 from monitor.plan.planner import delta_queries, static_plan
 from monitor.query.ast import Query
 from monitor.query.load import load_queries_many
+from monitor.query.types import field_types
 from monitor.service.epochs import EpochProcessor, RunTotals
 from monitor.service.filejob import FileJob, Progress, run_file_job
 from monitor.service.settings import Settings, load_settings
@@ -94,14 +96,34 @@ def _dead_letter_reporter(quiet: bool) -> Callable[[DeadLetter], None]:
     return report
 
 
-def _source(path: str, settings: Settings, fmt: str, strict: bool, quiet: bool) -> EdgeFileSource:
+def _source(
+    path: str,
+    settings: Settings,
+    fmt: str,
+    strict: bool,
+    quiet: bool,
+    events: FieldTypes | None = None,
+) -> EdgeFileSource:
     return EdgeFileSource(
         path,
         default_relation=settings.default_relation,
         format=fmt,
         strict=strict,
         on_dead_letter=_dead_letter_reporter(quiet),
+        events=events,
     )
+
+
+def _field_types(queries: tuple[Query, ...]) -> FieldTypes | None:
+    """The event relations of ``queries`` with the field types their predicates fix."""
+    relations = event_relations(queries)
+    if not relations:
+        return None
+    types: dict[str, dict[str, str]] = {r: {} for r in relations}
+    for (relation, name), kind in field_types(queries).items():
+        if relation in types:
+            types[relation][name] = kind
+    return FieldTypes.of(types)
 
 
 def _batches(source: EdgeFileSource, size: int) -> Iterator[UpdateBatch]:
@@ -219,7 +241,11 @@ def run(
             raise ConfigError("--output needs --state-dir: exactly-once output needs stored state")
         if initial and preload is None:
             raise ConfigError("--initial emits the matches of the --preload graph; give --preload")
-        processor = EpochProcessor(refuse_events(_queries(query_specs)), settings)
+        queries = _queries(query_specs)
+        if settings.state_dir is not None:
+            refuse_events(queries, "--state-dir")
+        processor = EpochProcessor(queries, settings)
+        types = _field_types(queries)
         started = time.perf_counter()
 
         def open_source(path: str, start: Checkpoint | None, skip_to: int) -> EdgeFileSource:
@@ -231,6 +257,7 @@ def run(
                 on_dead_letter=_dead_letter_reporter(quiet),
                 start=start,
                 skip_to=skip_to,
+                events=types,
             )
 
         job = FileJob(
@@ -310,8 +337,9 @@ def count(
         settings = _settings(
             undirected=undirected, default_relation=default_relation, max_prefixes=max_prefixes
         )
-        processor = EpochProcessor(refuse_events(_queries(query_specs)), settings)
-        source = _source(edges, settings, fmt, strict, quiet=False)
+        queries = _queries(query_specs)
+        processor = EpochProcessor(queries, settings)
+        source = _source(edges, settings, fmt, strict, quiet=False, events=_field_types(queries))
         for batch in _batches(source, 1 << 20):
             processor.preload(batch)
         for name, matches in processor.counts().items():

@@ -54,6 +54,8 @@ class EventIndex:
     graph: GraphIndex
     selections: list[Selection] = field(default_factory=list)
     stores: dict[str, EventStore] = field(default_factory=dict)
+    #: Effective event changes of the last staged epoch.
+    staged_events: int = 0
 
     def __post_init__(self) -> None:
         self.graph.event_stores = self.stores
@@ -68,23 +70,34 @@ class EventIndex:
         return set(self.stores)
 
     @property
+    def derived(self) -> frozenset[str]:
+        """The index relations kept from the events."""
+        return frozenset(n for s in self.selections for n in (s.pairs, s.events))
+
+    @property
     def nbytes(self) -> int:
         return sum(s.nbytes for s in self.stores.values())
 
     def stage(self, events: dict[str, EventUpdates], ignored: Counter[str]) -> dict[str, Change]:
         """Stage an epoch's event updates; the changes of every derived relation."""
         changes: dict[str, Change] = {}
+        self.staged_events = 0
         for relation, updates in events.items():
             store = self.stores.get(relation)
             if store is None:
                 ignored["not_an_event_relation"] += len(updates)
                 continue
+            anonymous = np.array([i is None for i in updates.ids.tolist()], np.bool_)
+            if anonymous.any():
+                ignored["delete_without_id"] += int(anonymous.sum())
+                updates = updates.take(~anonymous)
             insert = updates.diff > 0
             src = self._vertices(updates.src, insert)
             dst = self._vertices(updates.dst, insert)
             changed = store.stage(
                 updates.ids, insert, updates.seq, src, dst, updates.fields, ignored
             )
+            self.staged_events += int(changed.eids.shape[0])
             for selection in self.selections:
                 if selection.relation == relation:
                     keep = store.select(changed.eids, selection.tests)

@@ -137,10 +137,16 @@ class StagedEpoch:
 
     changes: dict[str, Change] = field(default_factory=dict)
     ignored: Counter[str] = field(default_factory=Counter)
+    #: Effective event changes (their derived relations' changes are in ``changes``).
+    events: int = 0
+    #: Relations derived from events: their changes are not updates of their own.
+    derived: frozenset[str] = frozenset()
 
     @property
     def applied(self) -> int:
-        return sum(len(c) for c in self.changes.values())
+        """Effective updates: tuples that changed, and events."""
+        tuples = sum(len(c) for name, c in self.changes.items() if name not in self.derived)
+        return tuples + self.events
 
 
 class GraphIndex:

@@ -109,15 +109,14 @@ def join_refs(predicate: Predicate) -> tuple[FieldRef, FieldRef]:
     return predicate.left, predicate.right
 
 
-def refuse_events(queries: tuple[Query, ...]) -> tuple[Query, ...]:
-    """``queries``, unless one binds events: the engine evaluates such queries, but ``run``,
-    ``count`` and ``serve`` do not read event ids and fields from their input, nor write the
-    matched events, yet; a clear refusal beats output without its events."""
+def refuse_events(queries: tuple[Query, ...], where: str) -> tuple[Query, ...]:
+    """``queries``, unless one binds events and ``where`` (``serve``, ``--state-dir``) cannot
+    keep events yet: a clear refusal beats a state or an output without its events."""
     binding = [q.name for q in queries if q.has_events]
     if binding:
         raise PlanError(
-            f"{', '.join(binding)} bind events (edge variables 'as t' or field predicates): "
-            f"'subgraph-monitor explain' plans them, but run, count and serve cannot read event "
-            f"ids and fields from their input yet; run the other queries without them"
+            f"{', '.join(binding)} bind events (edge variables 'as t' or field predicates), "
+            f"which {where} does not support yet (events are not persisted nor read from Kafka); "
+            f"run them with 'subgraph-monitor run' without --state-dir, or leave them out"
         )
     return queries

@@ -147,6 +147,8 @@ class EpochProcessor:
         staged = self.index.stage(replace(batch, parts=parts, events={}))
         staged.ignored.update(ignored)
         staged.changes.update(self.events.stage(events, staged.ignored))
+        staged.events = self.events.staged_events
+        staged.derived = self.events.derived
         return staged
 
     def process(self, batch: UpdateBatch) -> EpochOutput:

@@ -253,7 +253,9 @@ def _reconcile_queries(
 
 
 def _write(sink: JsonLinesSink, out: QueryOutput, epoch: int, sign: int = 1) -> None:
-    sink.write_deltas(out.query, epoch, out.variables, out.columns, sign * out.diff)
+    sink.write_deltas(
+        out.query, epoch, out.variables, out.columns, sign * out.diff, edges=out.edges or None
+    )
 
 
 def _stream(

@@ -56,7 +56,7 @@ log = logging.getLogger(__name__)
 
 def serve(settings: Settings) -> int:
     """Run the service until SIGTERM; returns the exit code."""
-    queries = refuse_events(load_queries(settings.queries))
+    queries = refuse_events(load_queries(settings.queries), "serve")
     for query in queries:
         delta_queries(query)
     metrics = Metrics()

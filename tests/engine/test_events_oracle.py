@@ -188,7 +188,10 @@ def holds(model: Model, p: Predicate, binding: dict[str, str]) -> bool:
 
 def brute_force(model: Model, query: Query) -> set[tuple[tuple[int, ...], tuple[str, ...]]]:
     found = set()
-    vertices = range(3)
+    vertices = sorted(
+        {v for s, d, _ in model.events.values() for v in (s, d)}
+        | {v for tuples in model.tuples.values() for t in tuples for v in t}
+    )
     for values in itertools.product(vertices, repeat=len(query.head)):
         v = dict(zip(query.head, values, strict=True))
         if query.distinct and len(set(values)) < len(values):

@@ -1,0 +1,97 @@
+"""Event records: JSON records of an event relation, with an identity and typed fields.
+
+    {"op": "insert", "relation": "transfer", "src": "A", "dst": "B", "id": "tx-91",
+     "amount": 1500.0, "channel": "wire"}
+    {"op": "delete", "relation": "transfer", "id": "tx-91"}
+
+Every key but ``op``, ``relation``, ``id``, ``src`` and ``dst`` is a field. Field values are
+numbers, strings (at most :data:`MAX_FIELD_LENGTH` characters) or booleans; ``null`` means the
+field is absent. A field has one type per relation (:class:`FieldTypes`): the type the queries
+compare it with, else the first value seen; a value of another type makes the record a bad
+record (a dead letter), so the index never holds a mismatch. Without ``id``, an inserted
+event's identity is its source position (``file:line``, ``topic:partition@offset``), so a
+replayed record is the same event. A delete names the event by ``id``; a delete without one
+reaches the index with no identity and is counted there (``delete_without_id``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from connectors.formats import _json_id, _json_kind
+from core.errors import InputError
+from core.fields import kind_of
+from core.records import VertexId
+
+#: The longest string field value accepted, in characters.
+MAX_FIELD_LENGTH = 4096
+#: Keys of an event record that are not fields.
+RESERVED = frozenset(("op", "relation", "id", "src", "dst"))
+
+
+@dataclass
+class FieldTypes:
+    """One type per field and event relation: given by the queries, else the first seen."""
+
+    types: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, relations: Mapping[str, Mapping[str, str]]) -> FieldTypes:
+        return cls({r: dict(f) for r, f in relations.items()})
+
+    @property
+    def relations(self) -> set[str]:
+        return set(self.types)
+
+    def check(self, relation: str, name: str, value: Any) -> None:
+        """Raise :class:`InputError` when ``value`` does not fit field ``name``."""
+        kind = kind_of(value)
+        if kind is None:
+            raise InputError(
+                f"field {name!r} must be a number, a string or a boolean, got {_json_kind(value)}"
+            )
+        if kind == "string" and len(value) > MAX_FIELD_LENGTH:
+            raise InputError(
+                f"field {name!r} holds {len(value):,} characters; at most {MAX_FIELD_LENGTH}"
+            )
+        known = self.types.setdefault(relation, {}).setdefault(name, kind)
+        if known != kind:
+            raise InputError(
+                f"field {name!r} of relation {relation!r} is a {known}, got {_json_kind(value)}"
+            )
+
+
+@dataclass(frozen=True)
+class EventRecord:
+    """One decoded event record: ``event_id`` None for a delete without an id."""
+
+    relation: str
+    event_id: VertexId | None
+    diff: int
+    src: VertexId
+    dst: VertexId
+    fields: dict[str, object]
+
+
+def decode_event(
+    record: dict[str, Any], relation: str, diff: int, position: str, types: FieldTypes
+) -> EventRecord:
+    """The event in a JSON object already known to be a record of event relation ``relation``."""
+    event_id = _json_id(record["id"], "id") if "id" in record else None
+    if diff < 0:
+        return EventRecord(relation, event_id, -1, 0, 0, {})
+    missing = [k for k in ("src", "dst") if k not in record]
+    if missing:
+        raise InputError(
+            f"an inserted event needs 'src' and 'dst'; missing {' and '.join(map(repr, missing))}"
+        )
+    src, dst = _json_id(record["src"], "src"), _json_id(record["dst"], "dst")
+    fields: dict[str, object] = {}
+    for name, value in record.items():
+        if name in RESERVED or value is None:
+            continue
+        types.check(relation, name, value)
+        fields[name] = value
+    return EventRecord(relation, position if event_id is None else event_id, 1, src, dst, fields)
