@@ -20,7 +20,7 @@ import os
 import sys
 import zlib
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from operator import itemgetter
 from typing import IO, Literal, Protocol
 
@@ -41,6 +41,7 @@ from connectors.formats import (
     parse_text_line,
 )
 from core.errors import ConfigError, InputError
+from core.fields import to_column
 from core.records import (
     Checkpoint,
     DeadLetter,
@@ -340,7 +341,9 @@ class EdgeFileSource:
                 part = _merge(parts[relation], part)
             parts[relation] = part
         event_parts = {
-            relation: _event_updates(records, seq_of_line) for relation, records in found.items()
+            relation: _event_updates(records, seq_of_line, events.types.get(relation, {}))
+            for relation, records in found.items()
+            if events is not None
         }
         count = int(seq_of_line[-1]) - first_seq + 1 if seq_of_line.shape[0] else 0
         self.lines_read += stop if failure is None else stop + 1
@@ -386,9 +389,12 @@ def _parse_json_event(
 
 
 def _event_updates(
-    records: list[tuple[int, EventRecord]], seq_of_line: npt.NDArray[np.int64]
+    records: list[tuple[int, EventRecord]],
+    seq_of_line: npt.NDArray[np.int64],
+    kinds: Mapping[str, str],
 ) -> EventUpdates:
     events = [e for _, e in records]
+    names = dict.fromkeys(name for e in events for name in e.fields)
     ids = np.empty(len(events), dtype=object)
     ids[:] = [e.event_id for e in events]
     return EventUpdates(
@@ -397,7 +403,7 @@ def _event_updates(
         seq_of_line[[i for i, _ in records]],
         _id_column([e.src for e in events]),
         _id_column([e.dst for e in events]),
-        [e.fields for e in events],
+        {name: to_column(kinds[name], [e.fields.get(name) for e in events]) for name in names},
     )
 
 

@@ -26,6 +26,36 @@ DTYPES = {"number": np.float64, "string": np.int32, "bool": np.int8}
 ABSENT = {"number": np.nan, "string": -1, "bool": -1}
 
 
+def column_kind(column: npt.NDArray[Any]) -> str:
+    """The kind of a batch column: ``float64`` numbers, ``int8`` booleans, ``object`` strings
+    (``None`` where absent)."""
+    if column.dtype == np.float64:
+        return "number"
+    if column.dtype == np.int8:
+        return "bool"
+    if column.dtype == object:
+        return "string"
+    raise ValueError(f"a field column is float64, int8 or object, not {column.dtype}")
+
+
+def to_column(kind: str, values: list[Any]) -> npt.NDArray[Any]:
+    """A batch column of ``kind`` from JSON values (None where absent)."""
+    if kind == "number":
+        return np.array([np.nan if v is None else v for v in values], np.float64)
+    if kind == "bool":
+        return np.array([-1 if v is None else int(v) for v in values], np.int8)
+    column = np.empty(len(values), dtype=object)
+    column[:] = values
+    return column
+
+
+def absent_column(kind: str, n: int) -> npt.NDArray[Any]:
+    """A batch column of ``n`` absent values."""
+    if kind == "string":
+        return np.full(n, None, dtype=object)
+    return np.full(n, ABSENT[kind], DTYPES[kind])
+
+
 def kind_of(value: object) -> str | None:
     """The kind of a JSON value (None for null, lists and objects, which are not fields)."""
     if isinstance(value, bool):

@@ -14,9 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+
+from core.fields import absent_column, column_kind
 
 VertexId = int | str
 
@@ -71,7 +74,9 @@ class EventUpdates:
     """The event updates of one relation inside a batch, in stream order.
 
     ``ids[i]`` is the event's identity (its ``id``, or its source position); ``src``/``dst``
-    its pair (external vertex ids; meaningful for inserts); ``fields[i]`` its other fields.
+    its pair (external vertex ids; meaningful for inserts); ``fields[name][i]`` its field
+    ``name``, one column per field (:func:`core.fields.to_column`: ``float64`` numbers with NaN,
+    ``int8`` booleans with -1, ``object`` strings with ``None`` where absent).
     ``diff`` is +1 (insert) or -1 (delete by id); ``seq`` the stream sequence numbers.
     """
 
@@ -80,20 +85,19 @@ class EventUpdates:
     seq: npt.NDArray[np.int64]
     src: npt.NDArray[np.generic]
     dst: npt.NDArray[np.generic]
-    fields: list[dict[str, object]]
+    fields: dict[str, npt.NDArray[Any]]
 
     def __len__(self) -> int:
         return int(self.diff.shape[0])
 
     def take(self, mask: npt.NDArray[np.bool_]) -> EventUpdates:
-        rows = np.flatnonzero(mask).tolist()
         return EventUpdates(
             self.ids[mask],
             self.diff[mask],
             self.seq[mask],
             self.src[mask],
             self.dst[mask],
-            [self.fields[r] for r in rows],
+            {name: column[mask] for name, column in self.fields.items()},
         )
 
     @classmethod
@@ -104,8 +108,20 @@ class EventUpdates:
             np.concatenate([p.seq for p in parts]),
             concat_ids([p.src for p in parts]),
             concat_ids([p.dst for p in parts]),
-            [f for p in parts for f in p.fields],
+            _concat_fields(parts),
         )
+
+
+def _concat_fields(parts: Sequence[EventUpdates]) -> dict[str, npt.NDArray[Any]]:
+    """The field columns of consecutive parts; a field a part lacks is absent in its rows."""
+    kinds: dict[str, str] = {}
+    for part in parts:
+        for name, column in part.fields.items():
+            kinds.setdefault(name, column_kind(column))
+    return {
+        name: np.concatenate([p.fields.get(name, absent_column(kind, len(p))) for p in parts])
+        for name, kind in kinds.items()
+    }
 
 
 @dataclass(frozen=True)

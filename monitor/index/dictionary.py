@@ -73,15 +73,18 @@ class VertexDictionary:
 
     def _encode_strings(self, values: npt.NDArray[np.generic], add: bool) -> I32:
         unique, inverse = np.unique(values.astype(str), return_inverse=True)
-        ids = np.empty(unique.shape[0], np.int32)
-        for i, name in enumerate(unique.tolist()):
-            known = self._strings.get(name)
-            if known is None and add:
-                (known,) = self._grow(1).tolist()
-                self._strings[name] = known
-                self._string_of[known] = name
-                self._is_string[known] = True
-            ids[i] = -1 if known is None else known
+        names = unique.tolist()
+        get = self._strings.get
+        ids = np.fromiter((get(name, -1) for name in names), np.int32, len(names))
+        missing = np.flatnonzero(ids < 0)
+        if missing.shape[0] and add:
+            fresh = [names[i] for i in missing.tolist()]
+            new_ids = self._grow(len(fresh))
+            ids[missing] = new_ids
+            self._is_string[new_ids] = True
+            numbers = new_ids.tolist()
+            self._strings.update(zip(fresh, numbers, strict=True))
+            self._string_of.update(zip(numbers, fresh, strict=True))
         return ids[inverse.reshape(-1)]
 
     def _grow(self, n: int) -> I32:

@@ -24,7 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from core.errors import InputError
-from core.fields import ABSENT, DTYPES, FieldTest, compare, kind_of
+from core.fields import ABSENT, DTYPES, FieldTest, column_kind, compare
 from monitor.index.dictionary import VertexDictionary
 from monitor.index.levels import I8, I32, I64
 from monitor.index.netting import net
@@ -57,15 +57,19 @@ class FieldColumn:
             return int(bool(literal))
         return float(literal)  # type: ignore[arg-type]
 
-    def store(self, eids: I32, values: Sequence[object]) -> None:
-        """Write ``values`` (JSON values of this kind, or None for absent) at ``eids``."""
-        if self.kind == "number":
-            column = np.array([np.nan if v is None else v for v in values], np.float64)
-        elif self.kind == "bool":
-            column = np.array([-1 if v is None else int(bool(v)) for v in values], np.int8)
-        else:
-            column = np.array([-1 if v is None else self._intern(str(v)) for v in values])
-        self.values[eids] = column
+    def store(self, eids: I32, column: npt.NDArray[Any]) -> None:
+        """Write a batch column of this kind (:func:`core.fields.to_column`) at ``eids``;
+        strings are interned once per distinct value."""
+        if self.kind != "string":
+            self.values[eids] = column
+            return
+        codes = np.full(column.shape[0], -1, np.int32)
+        present = np.flatnonzero(column != None)  # noqa: E711 (elementwise on objects)
+        if present.shape[0]:
+            unique, inverse = np.unique(column[present].astype(str), return_inverse=True)
+            interned = np.array([self._intern(s) for s in unique.tolist()], np.int32)
+            codes[present] = interned[inverse.reshape(-1)]
+        self.values[eids] = codes
 
     def _intern(self, text: str) -> int:
         code = self.codes.get(text)
@@ -155,16 +159,17 @@ class EventStore:
         seq: I64,
         src: I32,
         dst: I32,
-        fields: Sequence[Mapping[str, object]],
+        fields: Mapping[str, npt.NDArray[Any]],
         ignored: Counter[str],
     ) -> EventChanges:
         """Apply an epoch's updates (in stream order per id, set semantics) as uncommitted.
 
-        ``src``/``dst`` (dense vertex ids) and ``fields`` matter for inserts only. A field whose
-        value has another kind than the field's is an :class:`InputError` (checked before
-        anything changes); a field seen for the first time takes the value's kind.
+        ``src``/``dst`` (dense vertex ids) and ``fields`` (one column per field) matter for
+        inserts only. A field column of another kind than the field's is an
+        :class:`InputError` (checked before anything changes); a field seen for the first time
+        takes its column's kind.
         """
-        self._check_kinds(fields, insert)
+        self._check_kinds(fields)
         slots = self.ids.encode(ids, add=True)
         self._grow_slots(len(self.ids))
         current = self.current
@@ -180,8 +185,8 @@ class EventStore:
         self.slot[new] = birth_slots
         self.src[new] = src[rows]
         self.dst[new] = dst[rows]
-        for name, column in self.fields.items():
-            column.store(new, [fields[r].get(name) for r in rows.tolist()])
+        for name, column in fields.items():
+            self.fields[name].store(new, column[rows])
         previous = self.current[np.concatenate([dying_slots, birth_slots])]
         self.alive[dead] = False
         self.current[dying_slots] = -1
@@ -202,29 +207,19 @@ class EventStore:
         self._undo = (out, np.concatenate([dying_slots, birth_slots]), previous)
         return out
 
-    def _check_kinds(
-        self, fields: Sequence[Mapping[str, object]], insert: npt.NDArray[Any]
-    ) -> None:
-        for row in np.flatnonzero(insert).tolist():
-            for name, value in fields[row].items():
-                if value is None:
-                    continue
-                found = kind_of(value)
-                if name in BUILT_IN_FIELDS:
-                    raise InputError(f"field {name!r} of {self.relation!r} is the event's own")
-                if found is None:
-                    raise InputError(
-                        f"field {name!r} of {self.relation!r} is not a value: {value!r}"
-                    )
-                known = self.kind(name)
-                if known is None:
-                    self.fields[name] = FieldColumn(found)
-                    self.fields[name].grow(self.alive.shape[0])
-                elif known != found:
-                    raise InputError(
-                        f"field {name!r} of relation {self.relation!r} is a {known}, "
-                        f"got a {found}: {value!r}"
-                    )
+    def _check_kinds(self, fields: Mapping[str, npt.NDArray[Any]]) -> None:
+        for name, column in fields.items():
+            if name in BUILT_IN_FIELDS:
+                raise InputError(f"field {name!r} of {self.relation!r} is the event's own")
+            found = column_kind(column)
+            known = self.kind(name)
+            if known is None:
+                self.fields[name] = FieldColumn(found)
+                self.fields[name].grow(self.alive.shape[0])
+            elif known != found:
+                raise InputError(
+                    f"field {name!r} of relation {self.relation!r} is a {known}, got {found}s"
+                )
 
     def commit(self) -> None:
         self._undo = None

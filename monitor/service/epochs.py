@@ -140,7 +140,7 @@ class EpochProcessor:
                 part.seq[insert],
                 part.columns[0][insert],
                 part.columns[1][insert],
-                [{} for _ in range(ids.shape[0])],
+                {},
             )
             known = events.get(name)
             events[name] = positional if known is None else EventUpdates.concat([known, positional])

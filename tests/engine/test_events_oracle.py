@@ -16,6 +16,7 @@ import numpy as np
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from core.fields import to_column
 from core.records import EventUpdates, RelationUpdates, UpdateBatch
 from monitor.query.ast import Atom, FieldRef, Filter, Literal, Predicate, Query
 from monitor.service.epochs import EpochProcessor
@@ -135,7 +136,10 @@ def batch(ops: list[tuple], first_seq: int) -> UpdateBatch:  # type: ignore[type
             np.array(seq, np.int64),
             np.array(src, np.int64),
             np.array(dst, np.int64),
-            fields,
+            {
+                "amount": to_column("number", [f.get("amount") for f in fields]),
+                "channel": to_column("string", [f.get("channel") for f in fields]),
+            },
         )
     return UpdateBatch(parts, first_seq, len(ops), None, events)
 

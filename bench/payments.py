@@ -1,0 +1,167 @@
+"""Events benchmark: ``python -m bench.payments`` writes ``bench/payments.md``.
+
+A generated payments stream: accounts with power-law activity (Zipf-like choice of payers and
+payees), parallel transfers, lognormal amounts, a ``channel`` field (wire/card/cash), string
+ids (``tx-N``), planted rings of three transfers of 1,000 or more at a known rate, and deletes
+by id. The first ``--load`` events are preloaded; the next ``--stream`` events (with 5% deletes
+of earlier ids) are streamed in epochs of ``--batch``, in process (no JSON decoding; the
+engine and the event store only). Beside each query with fields, in the same run, the same
+pattern without fields and without edge variables over the pair graph (``transfer(a, b)``, set
+semantics), on the same stream: the baseline. Memory is the event store plus the index
+relations kept for the events, per live event, and the process's peak RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import time
+from pathlib import Path
+
+import numpy as np
+
+from core.records import EventUpdates, RelationUpdates, UpdateBatch
+from monitor.query.parser import parse_queries
+from monitor.service.epochs import EpochProcessor
+from monitor.service.settings import Settings
+
+OUT = Path(__file__).resolve().parent / "payments.md"
+QUERIES = {
+    "big_ring": """big_ring(a, b, c) :=
+        transfer(a, b) as t1, transfer(b, c) as t2, transfer(c, a) as t3,
+        t1.amount >= 1000, t2.amount >= 1000, t3.amount >= 1000,
+        t2.amount <= t1.amount, t3.amount <= t2.amount,
+        t1.channel != "cash", distinct.""",
+    "ring4": """ring4(a, b, c, d) :=
+        transfer(a, b) as t1, transfer(b, c) as t2, transfer(c, d) as t3, transfer(d, a) as t4,
+        t1.amount >= 5000, t2.amount >= 5000, t3.amount >= 5000, t4.amount >= 5000, distinct.""",
+}
+BASELINES = {
+    "big_ring": "ring3(a, b, c) := transfer(a, b), transfer(b, c), transfer(c, a), distinct.",
+    "ring4": "ring4(a, b, c, d) := transfer(a, b), transfer(b, c), transfer(c, d), "
+    "transfer(d, a), distinct.",
+}
+CHANNELS = np.array(["wire", "card", "cash"], dtype=object)
+
+
+def payments(n: int, accounts: int, seed: int, ring_every: int = 2000) -> dict[str, np.ndarray]:
+    """``n`` transfers; every ``ring_every``-th position starts a planted 3-ring."""
+    rng = np.random.default_rng(seed)
+    weights = 1.0 / np.arange(1, accounts + 1) ** 0.8
+    weights /= weights.sum()
+    src = rng.choice(accounts, n, p=weights)
+    dst = rng.choice(accounts, n, p=weights)
+    amount = np.round(rng.lognormal(5.5, 1.6, n), 2)
+    channel = CHANNELS[rng.choice(3, n, p=[0.5, 0.35, 0.15])]
+    for start in range(0, n - 3, ring_every):  # a ring of big transfers among three accounts
+        a, b, c = rng.choice(accounts, 3, replace=False)
+        src[start : start + 3] = (a, b, c)
+        dst[start : start + 3] = (b, c, a)
+        amount[start : start + 3] = (5000.0, 4000.0, 3000.0)
+        channel[start : start + 3] = "wire"
+    ids = np.array([f"tx-{i}" for i in range(n)], dtype=object)
+    return {"ids": ids, "src": src, "dst": dst, "amount": amount, "channel": channel}
+
+
+def batch(data: dict[str, np.ndarray], lo: int, hi: int, deletes: np.ndarray) -> UpdateBatch:
+    """Inserts ``lo..hi`` then the deletes, as one batch of events."""
+    n, d = hi - lo, deletes.shape[0]
+    ids = np.concatenate([data["ids"][lo:hi], data["ids"][deletes]])
+    fields = {
+        "amount": np.concatenate([data["amount"][lo:hi], np.full(d, np.nan)]),
+        "channel": np.concatenate([data["channel"][lo:hi], np.full(d, None, dtype=object)]),
+    }
+    events = EventUpdates(
+        ids,
+        np.concatenate([np.ones(n, np.int8), -np.ones(d, np.int8)]),
+        np.arange(lo, lo + n + d, dtype=np.int64),
+        np.concatenate([data["src"][lo:hi], np.zeros(d, np.int64)]),
+        np.concatenate([data["dst"][lo:hi], np.zeros(d, np.int64)]),
+        fields,
+    )
+    return UpdateBatch({}, lo, n + d, None, {"transfer": events})
+
+
+def pairs_batch(data: dict[str, np.ndarray], lo: int, hi: int, deletes: np.ndarray) -> UpdateBatch:
+    """The same stream as pairs (set semantics, no ids, no fields): the baseline."""
+    src = np.concatenate([data["src"][lo:hi], data["src"][deletes]])
+    dst = np.concatenate([data["dst"][lo:hi], data["dst"][deletes]])
+    n, d = hi - lo, deletes.shape[0]
+    diff = np.concatenate([np.ones(n, np.int8), -np.ones(d, np.int8)])
+    part = RelationUpdates([src, dst], diff, np.arange(lo, lo + n + d, dtype=np.int64))
+    return UpdateBatch({"transfer": part}, lo, n + d)
+
+
+def run(
+    query: str, data: dict[str, np.ndarray], load: int, stream: int, size: int, fields: bool
+) -> dict[str, float]:
+    processor = EpochProcessor(parse_queries(query), Settings(batch_size=size))
+    make = batch if fields else pairs_batch
+    started = time.perf_counter()
+    for lo in range(0, load, 500_000):
+        processor.preload(make(data, lo, min(load, lo + 500_000), np.empty(0, np.int64)))
+    loaded = time.perf_counter() - started
+    rng = np.random.default_rng(7)
+    events = deltas = 0
+    seconds = 0.0
+    for lo in range(load, load + stream, size):
+        hi = min(lo + size, load + stream)
+        deletes = rng.choice(hi, (hi - lo) // 20, replace=False)
+        t = time.perf_counter()
+        out = processor.process(make(data, lo, hi, deletes))
+        processor.commit()
+        seconds += time.perf_counter() - t
+        events += hi - lo + deletes.shape[0]
+        deltas += out.deltas
+    live = sum(len(s) for s in processor.events.stores.values())
+    store = processor.events.nbytes
+    derived = sum(processor.index.relations[n].nbytes for n in processor.events.derived)
+    return {
+        "load_s": loaded,
+        "events_s": events / seconds,
+        "deltas_s": deltas / seconds,
+        "deltas": deltas,
+        "live": live,
+        "store_b": store / max(live, 1),
+        "index_b": derived / max(live, 1),
+        "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--load", type=int, default=5_000_000)
+    parser.add_argument("--stream", type=int, default=200_000)
+    parser.add_argument("--batch", type=int, default=10_000)
+    parser.add_argument("--accounts", type=int, default=1_000_000)
+    parser.add_argument("--out", type=Path, default=OUT)
+    args = parser.parse_args()
+    data = payments(args.load + args.stream, args.accounts, seed=1)
+    lines = [
+        "Generated by `python -m bench.payments` (method in its docstring): "
+        f"{args.load:,} events preloaded over {args.accounts:,} accounts, {args.stream:,} "
+        f"streamed with 5% deletes in epochs of {args.batch:,}, one core, in process.",
+        "",
+        "| query | with fields: events/s | match deltas/s | preload s | B/live event (store + "
+        "index) | baseline on pairs: events/s | ratio |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, text in QUERIES.items():
+        ours = run(text, data, args.load, args.stream, args.batch, fields=True)
+        print(name, ours, flush=True)
+        base = run(BASELINES[name], data, args.load, args.stream, args.batch, fields=False)
+        print(name, "baseline", base, flush=True)
+        lines.append(
+            f"| {name} | {ours['events_s']:,.0f} | {ours['deltas_s']:,.0f} | "
+            f"{ours['load_s']:.1f} | {ours['store_b']:.0f} + {ours['index_b']:.0f} | "
+            f"{base['events_s']:,.0f} | {ours['events_s'] / base['events_s']:.2f} |"
+        )
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    lines += ["", f"Peak RSS of the run: {peak:,.0f} MiB."]
+    args.out.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
