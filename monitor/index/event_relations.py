@@ -82,7 +82,7 @@ class EventIndex:
         """Stage an epoch's event updates; the changes of every derived relation."""
         changes: dict[str, Change] = {}
         self.staged_events = 0
-        for relation, updates in events.items():
+        for relation, updates in sorted(events.items()):
             store = self.stores.get(relation)
             if store is None:
                 ignored["not_an_event_relation"] += len(updates)

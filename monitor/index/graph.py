@@ -241,7 +241,10 @@ class GraphIndex:
         counted as ``wrong_arity``. So every tuple update is either applied or counted once.
         """
         staged = StagedEpoch()
-        for name, part in batch.parts.items():
+        # Relations in name order: new vertices get their dense ids in an order that depends
+        # on the epoch's updates only, not on how the source grouped them (a resumed source
+        # reads other blocks), so restarted runs build the same state and output as one run.
+        for name, part in sorted(batch.parts.items()):
             try:
                 rel = self.relation(name, part.arity)
             except InputError:
