@@ -47,6 +47,7 @@ bench: $(DEV)
 	$(BIN)/python -m bench.kafka
 	$(BIN)/python -m bench.cluster
 	$(BIN)/python -m bench.consolidation
+	$(BIN)/python -m bench.payments
 	$(BIN)/python -m bench.run
 
 bench-quick: $(DEV)

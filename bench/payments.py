@@ -7,8 +7,9 @@ by id. The first ``--load`` events are preloaded; the next ``--stream`` events (
 of earlier ids) are streamed in epochs of ``--batch``, in process (no JSON decoding; the
 engine and the event store only). Beside each query with fields, in the same run, the same
 pattern without fields and without edge variables over the pair graph (``transfer(a, b)``, set
-semantics), on the same stream: the baseline. Memory is the event store plus the index
-relations kept for the events, per live event, and the process's peak RSS.
+semantics), on the same stream: the baseline (streamed for at most ``--budget`` seconds: on
+this stream the unselective 4-cycle over all pairs is slow). Memory is the event store plus the
+index relations kept for the events, per live event, and the process's peak RSS.
 """
 
 from __future__ import annotations
@@ -93,8 +94,16 @@ def pairs_batch(data: dict[str, np.ndarray], lo: int, hi: int, deletes: np.ndarr
 
 
 def run(
-    query: str, data: dict[str, np.ndarray], load: int, stream: int, size: int, fields: bool
+    query: str,
+    data: dict[str, np.ndarray],
+    load: int,
+    stream: int,
+    size: int,
+    fields: bool,
+    budget: float = float("inf"),
 ) -> dict[str, float]:
+    """Preload ``load`` events, stream ``stream`` more (stopping after ``budget`` seconds of
+    streaming, at least one epoch); rates are over the epochs streamed."""
     processor = EpochProcessor(parse_queries(query), Settings(batch_size=size))
     make = batch if fields else pairs_batch
     started = time.perf_counter()
@@ -113,6 +122,8 @@ def run(
         seconds += time.perf_counter() - t
         events += hi - lo + deletes.shape[0]
         deltas += out.deltas
+        if seconds > budget:
+            break
     live = sum(len(s) for s in processor.events.stores.values())
     store = processor.events.nbytes
     derived = sum(processor.index.relations[n].nbytes for n in processor.events.derived)
@@ -135,6 +146,9 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=10_000)
     parser.add_argument("--accounts", type=int, default=1_000_000)
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument(
+        "--budget", type=float, default=60.0, help="seconds of streaming for each baseline"
+    )
     args = parser.parse_args()
     data = payments(args.load + args.stream, args.accounts, seed=1)
     lines = [
@@ -149,7 +163,7 @@ def main() -> int:
     for name, text in QUERIES.items():
         ours = run(text, data, args.load, args.stream, args.batch, fields=True)
         print(name, ours, flush=True)
-        base = run(BASELINES[name], data, args.load, args.stream, args.batch, fields=False)
+        base = run(BASELINES[name], data, args.load, args.stream, args.batch, False, args.budget)
         print(name, "baseline", base, flush=True)
         lines.append(
             f"| {name} | {ours['events_s']:,.0f} | {ours['deltas_s']:,.0f} | "

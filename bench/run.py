@@ -37,6 +37,7 @@ PERSISTENCE = Path(__file__).resolve().parent / "persistence.md"
 KAFKA = Path(__file__).resolve().parent / "kafka.md"
 CLUSTER = Path(__file__).resolve().parent / "cluster.md"
 CONSOLIDATION = Path(__file__).resolve().parent / "consolidation.md"
+PAYMENTS = Path(__file__).resolve().parent / "payments.md"
 
 
 def parse_count(text: str) -> int:
@@ -284,6 +285,8 @@ def main(argv: list[str] | None = None) -> int:
     cluster = CLUSTER.read_text() if CLUSTER.exists() else None
     if cluster and CONSOLIDATION.exists():
         cluster += "\n" + CONSOLIDATION.read_text().replace("# ", "### ", 1)
+    if PAYMENTS.exists():
+        notes = "### Events (bench/payments.md)\n\n" + PAYMENTS.read_text() + "\n" + notes
     out_dir = args.out.resolve().parent
     args.out.write_text(render(results, info, notes, out_dir, persistence, kafka, cluster))
     print(stdout_summary(results, info))

@@ -21,6 +21,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -269,7 +270,7 @@ class KafkaSink:
         variables: Sequence[str],
         columns: Sequence[npt.NDArray[np.generic]],
         diffs: npt.NDArray[np.integer],
-        edges: Mapping[str, Sequence[Mapping[str, object]]] | None = None,
+        edges: Mapping[str, Mapping[str, npt.NDArray[Any]]] | None = None,
     ) -> int:
         """Produce one record per match delta (inside the open transaction)."""
         rows = check_deltas(variables, columns, diffs)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from itertools import repeat
-from typing import BinaryIO, Protocol
+from typing import Any, BinaryIO, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -37,7 +37,7 @@ class DeltaSink(Protocol):
         variables: Sequence[str],
         columns: Sequence[npt.NDArray[np.generic]],
         diffs: npt.NDArray[np.integer],
-        edges: Mapping[str, Sequence[Mapping[str, object]]] | None = None,
+        edges: Mapping[str, Mapping[str, npt.NDArray[Any]]] | None = None,
     ) -> int:
         """Emit the deltas of ``query`` in ``epoch``; return how many rows were written.
 
@@ -68,7 +68,7 @@ class JsonLinesSink:
         variables: Sequence[str],
         columns: Sequence[npt.NDArray[np.generic]],
         diffs: npt.NDArray[np.integer],
-        edges: Mapping[str, Sequence[Mapping[str, object]]] | None = None,
+        edges: Mapping[str, Mapping[str, npt.NDArray[Any]]] | None = None,
     ) -> int:
         """Write one line per row; see :meth:`DeltaSink.write_deltas`.
 
@@ -114,12 +114,14 @@ class JsonLinesSink:
         variables: Sequence[str],
         columns: Sequence[npt.NDArray[np.generic]],
         diffs: npt.NDArray[np.integer],
-        edges: Mapping[str, Sequence[Mapping[str, object]]],
+        edges: Mapping[str, Mapping[str, npt.NDArray[Any]]],
     ) -> None:
-        """Lines with ``"edges"``: per edge variable, the matched event with its fields."""
+        """Lines with ``"edges"``: per edge variable, the matched event with its fields (from
+        columns; a field that is None for an event is left out of its object)."""
         names = list(edges)
         bindings = zip(*(id_list(c) for c in columns), strict=True)
-        events = zip(*(edges[n] for n in names), strict=True)
+        per_edge = [_event_objects(edges[n]) for n in names]
+        events = zip(*per_edge, strict=True)
         lines = []
         for diff, binding, matched in zip(diffs.tolist(), bindings, events, strict=True):
             body = {
@@ -186,7 +188,7 @@ class ListSink:
         variables: Sequence[str],
         columns: Sequence[npt.NDArray[np.generic]],
         diffs: npt.NDArray[np.integer],
-        edges: Mapping[str, Sequence[Mapping[str, object]]] | None = None,
+        edges: Mapping[str, Mapping[str, npt.NDArray[Any]]] | None = None,
     ) -> int:
         """Append one row per delta; see :meth:`DeltaSink.write_deltas`."""
         rows = check_deltas(variables, columns, diffs)
@@ -198,6 +200,13 @@ class ListSink:
     def flush(self) -> None:
         """Count the flush (tests check that the service flushes before it commits)."""
         self.flushes += 1
+
+
+def _event_objects(columns: Mapping[str, npt.NDArray[Any]]) -> list[dict[str, object]]:
+    """One JSON object per row of event columns, leaving out absent (None) values."""
+    names = list(columns)
+    rows = zip(*(columns[n].tolist() for n in names), strict=True)
+    return [{k: v for k, v in zip(names, row, strict=True) if v is not None} for row in rows]
 
 
 def check_deltas(

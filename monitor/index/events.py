@@ -78,16 +78,26 @@ class FieldColumn:
             self.strings.append(text)
         return code
 
-    def decode(self, eids: I32) -> list[object]:
-        """The values at ``eids`` as JSON values (None where absent)."""
+    def values_of(self, eids: I32) -> npt.NDArray[Any]:
+        """The values at ``eids`` as an ``object`` column of JSON values (None where absent;
+        integral numbers as ints), decoded per column, not per event."""
         raw = self.values[eids]
+        out = np.empty(raw.shape[0], dtype=object)
         if self.kind == "number":
-            return [
-                None if np.isnan(v) else (int(v) if v.is_integer() else v) for v in raw.tolist()
-            ]
-        if self.kind == "bool":
-            return [None if v < 0 else bool(v) for v in raw.tolist()]
-        return [None if v < 0 else self.strings[v] for v in raw.tolist()]
+            present = ~np.isnan(raw)
+            integral = present & (np.floor(raw) == raw) & (np.abs(raw) < 2.0**53)
+            out[integral] = raw[integral].astype(np.int64)
+            rest = present & ~integral
+            out[rest] = raw[rest]
+        elif self.kind == "bool":
+            present = raw >= 0
+            out[present] = raw[present] == 1
+        else:
+            present = raw >= 0
+            strings = np.empty(len(self.strings), dtype=object)
+            strings[:] = self.strings
+            out[present] = strings[raw[present]]
+        return out
 
     @property
     def nbytes(self) -> int:
@@ -266,20 +276,18 @@ class EventStore:
         column = self.fields.get(name)
         return None if column is None else column.values[eids]
 
-    def records(
+    def columns(
         self, eids: I32, decode_vertex: Any, fields: Sequence[str] | None = None
-    ) -> list[dict[str, object]]:
-        """The events at ``eids`` as output objects: ``id``, ``src``, ``dst``, then fields."""
-        ids = self.ids.decode(self.slot[eids]).tolist()
-        src = decode_vertex(self.src[eids]).tolist()
-        dst = decode_vertex(self.dst[eids]).tolist()
-        names = [n for n in self.fields if fields is None or n in fields]
-        values = [self.fields[n].decode(eids) for n in names]
-        out = []
-        for i in range(eids.shape[0]):
-            record: dict[str, object] = {"id": ids[i], "src": src[i], "dst": dst[i]}
-            for name, column in zip(names, values, strict=True):
-                if column[i] is not None:
-                    record[name] = column[i]
-            out.append(record)
+    ) -> dict[str, npt.NDArray[Any]]:
+        """The events at ``eids`` as output columns of JSON values, whole arrays at a time:
+        ``id``, ``src``, ``dst``, then every field (or those in ``fields``), ``None`` where an
+        event lacks it; integral numbers as integers."""
+        out: dict[str, npt.NDArray[Any]] = {
+            "id": self.ids.decode(self.slot[eids]),
+            "src": decode_vertex(self.src[eids]),
+            "dst": decode_vertex(self.dst[eids]),
+        }
+        for name, column in self.fields.items():
+            if fields is None or name in fields:
+                out[name] = column.values_of(eids)
         return out

@@ -13,6 +13,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -34,13 +35,13 @@ from monitor.service.settings import Settings
 class QueryOutput:
     """One query's match deltas in one epoch, with external vertex ids (one column per vertex
     variable) and, for a query with edge variables, per edge variable the matched events
-    (``{"id", "src", "dst", fields...}`` per row)."""
+    (columns ``id``, ``src``, ``dst`` and every field, one value per row)."""
 
     query: str
     variables: tuple[str, ...]
     columns: list[npt.NDArray[np.generic]]
     diff: I64
-    edges: dict[str, list[dict[str, object]]] = field(default_factory=dict)
+    edges: dict[str, dict[str, npt.NDArray[Any]]] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return int(self.diff.shape[0])
@@ -195,7 +196,7 @@ class EpochProcessor:
         decode = self.index.dictionary.decode
         width = len(source.head)
         edges = {
-            var: self.events.stores[relation].records(columns[width + k], decode)
+            var: self.events.stores[relation].columns(columns[width + k], decode)
             for k, (var, relation) in enumerate(self.rewritten[i].edges.items())
         }
         vertices = [decode(c) for c in columns[:width]]
