@@ -20,10 +20,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from connectors.formats import _json_id, _json_kind
+import numpy as np
+import numpy.typing as npt
+import orjson
+
+from connectors.formats import _json_id, _json_kind, is_comment
 from core.errors import InputError
-from core.fields import kind_of
-from core.records import VertexId
+from core.fields import kind_of, to_column
+from core.records import EventUpdates, VertexId, id_column
 
 #: The longest string field value accepted, in characters.
 MAX_FIELD_LENGTH = 4096
@@ -95,3 +99,46 @@ def decode_event(
         types.check(relation, name, value)
         fields[name] = value
     return EventRecord(relation, position if event_id is None else event_id, 1, src, dst, fields)
+
+
+def parse_json_event(
+    raw: bytes, default_relation: str, events: FieldTypes, position: str
+) -> EventRecord | None:
+    """The event of a JSON Lines line of an event relation; None for any other line (which the
+    tuple decoder then reads, reporting what is wrong with it)."""
+    if is_comment(raw):
+        return None
+    try:
+        record = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    if type(record) is not dict:
+        return None
+    relation = record.get("relation", default_relation)
+    if type(relation) is not str or relation not in events.relations:
+        return None
+    op = record.get("op", "insert")
+    if op not in ("insert", "delete"):
+        return None
+    return decode_event(record, relation, 1 if op == "insert" else -1, position, events)
+
+
+def event_updates(
+    records: list[tuple[int, EventRecord]],
+    seq_of_line: npt.NDArray[np.int64],
+    kinds: Mapping[str, str],
+) -> EventUpdates:
+    """The event updates of decoded ``records`` (with their line index in a block), numbered
+    by ``seq_of_line``; one column per field, of the field's kind."""
+    events = [e for _, e in records]
+    names = dict.fromkeys(name for e in events for name in e.fields)
+    ids = np.empty(len(events), dtype=object)
+    ids[:] = [e.event_id for e in events]
+    return EventUpdates(
+        ids,
+        np.array([e.diff for e in events], np.int8),
+        seq_of_line[[i for i, _ in records]],
+        id_column([e.src for e in events]),
+        id_column([e.dst for e in events]),
+        {name: to_column(kinds[name], [e.fields.get(name) for e in events]) for name in names},
+    )

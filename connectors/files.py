@@ -20,15 +20,14 @@ import os
 import sys
 import zlib
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from operator import itemgetter
 from typing import IO, Literal, Protocol
 
 import numpy as np
 import numpy.typing as npt
-import orjson
 
-from connectors.events import EventRecord, FieldTypes, decode_event
+from connectors.events import EventRecord, FieldTypes, event_updates, parse_json_event
 from connectors.formats import (
     DEFAULT_RELATION,
     Decoded,
@@ -41,7 +40,6 @@ from connectors.formats import (
     parse_text_line,
 )
 from core.errors import ConfigError, InputError
-from core.fields import to_column
 from core.records import (
     Checkpoint,
     DeadLetter,
@@ -283,7 +281,7 @@ class EdgeFileSource:
             try:
                 if events is not None:
                     where = f"{self.name}:{base_line + index + 1}"
-                    event = _parse_json_event(raw, default, events, where)
+                    event = parse_json_event(raw, default, events, where)
                     if event is not None:
                         found.setdefault(event.relation, []).append((index, event))
                         continue
@@ -341,7 +339,7 @@ class EdgeFileSource:
                 part = _merge(parts[relation], part)
             parts[relation] = part
         event_parts = {
-            relation: _event_updates(records, seq_of_line, events.types.get(relation, {}))
+            relation: event_updates(records, seq_of_line, events.types.get(relation, {}))
             for relation, records in found.items()
             if events is not None
         }
@@ -364,47 +362,6 @@ class EdgeFileSource:
     def _note_arity(self, relation: str, arity: int, line: int) -> None:
         if relation not in self._arity:
             self._arity[relation] = (arity, f"{self.name}:{line}")
-
-
-def _parse_json_event(
-    raw: bytes, default_relation: str, events: FieldTypes, position: str
-) -> EventRecord | None:
-    """The event of a JSON Lines line of an event relation; None for any other line (which the
-    tuple decoder then reads, reporting what is wrong with it)."""
-    if is_comment(raw):
-        return None
-    try:
-        record = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return None
-    if type(record) is not dict:
-        return None
-    relation = record.get("relation", default_relation)
-    if type(relation) is not str or relation not in events.relations:
-        return None
-    op = record.get("op", "insert")
-    if op not in ("insert", "delete"):
-        return None
-    return decode_event(record, relation, 1 if op == "insert" else -1, position, events)
-
-
-def _event_updates(
-    records: list[tuple[int, EventRecord]],
-    seq_of_line: npt.NDArray[np.int64],
-    kinds: Mapping[str, str],
-) -> EventUpdates:
-    events = [e for _, e in records]
-    names = dict.fromkeys(name for e in events for name in e.fields)
-    ids = np.empty(len(events), dtype=object)
-    ids[:] = [e.event_id for e in events]
-    return EventUpdates(
-        ids,
-        np.array([e.diff for e in events], np.int8),
-        seq_of_line[[i for i, _ in records]],
-        _id_column([e.src for e in events]),
-        _id_column([e.dst for e in events]),
-        {name: to_column(kinds[name], [e.fields.get(name) for e in events]) for name in names},
-    )
 
 
 def _parse_json_line(raw: bytes, default_relation: str) -> Decoded | None:

@@ -44,30 +44,25 @@ offending token and, when there is one, the offending identifier as ``name``.
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
-
 from core.errors import QueryError
 from monitor.query.ast import (
     FILTER_OPERATORS,
-    PREDICATE_OPERATORS,
     Atom,
-    FieldRef,
     Filter,
-    Literal,
-    Predicate,
     Query,
 )
-from monitor.query.tokens import DIGITS, LETTERS, NAME_CHARS, VARIABLE_CHARS, number_value, tokenize
+from monitor.query.predicates import PredicateParsing
+from monitor.query.predicates import is_variable as _is_variable
+from monitor.query.tokens import DIGITS, LETTERS, NAME_CHARS, tokenize
 from monitor.query.tokens import Token as _Token
-from monitor.query.types import ID_FIELDS, ORDER_OPERATORS, FieldTypes
+from monitor.query.types import FieldTypes
+from monitor.query.validate import ParsedQuery as _ParsedQuery
+from monitor.query.validate import Validation
 
 _DISTINCT = "distinct"
 _AS = "as"
 _KEYWORDS = (_DISTINCT, _AS)
-_BOOLEANS = {"true": True, "false": False}
 _OPERATORS_TEXT = ", ".join(FILTER_OPERATORS)
-_PREDICATE_OPERATORS_TEXT = ", ".join(PREDICATE_OPERATORS)
 #: Token kinds read where a name is expected; an invalid one gets the name rule in its error.
 _NAMES = ("word", "number", "field")
 
@@ -79,29 +74,6 @@ _RELATION_NAME_RULE = (
     "relation names use ASCII letters, digits, '_' and '-', and start with a letter or '_'"
 )
 _VARIABLE_RULE = "variables use ASCII letters, digits and '_', and start with a letter or '_'"
-_FIELD_RULE = (
-    "a field reference is an edge variable, '.' and a field name with no spaces, like t.amount; "
-    "both use ASCII letters, digits and '_', and start with a letter or '_'"
-)
-_ID_RULE = (
-    "id, src and dst compare with = and != only, against a string or number literal or the "
-    "id, src or dst of an event"
-)
-
-
-@dataclass
-class _ParsedQuery:
-    """One query as parsed, with the token of every variable use, before validation."""
-
-    name: _Token
-    head: list[_Token] = field(default_factory=list)
-    atoms: list[tuple[Atom, list[_Token]]] = field(default_factory=list)
-    filters: list[tuple[Filter, _Token, _Token]] = field(default_factory=list)
-    distinct: _Token | None = None
-    #: Each atom with 'as', and the token of its edge variable.
-    bindings: list[tuple[Atom, _Token]] = field(default_factory=list)
-    #: Each predicate, with the token of each field reference it reads (left first).
-    predicates: list[tuple[Predicate, list[_Token]]] = field(default_factory=list)
 
 
 def parse_queries(text: str, source: str = "<query>") -> tuple[Query, ...]:
@@ -125,11 +97,6 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
-def _is_variable(word: str) -> bool:
-    """Whether ``word`` is a valid variable name."""
-    return word[0] in LETTERS and all(c in VARIABLE_CHARS for c in word)
-
-
 def _is_relation_name(word: str) -> bool:
     """Whether ``word`` is a valid relation name."""
     return word[0] in LETTERS and all(c in NAME_CHARS for c in word)
@@ -142,7 +109,7 @@ def _is_query_name(word: str) -> bool:
     return word[0] in LETTERS or (word[0] in DIGITS and any(c.isalpha() for c in word))
 
 
-class _Parser:
+class _Parser(Validation, PredicateParsing):
     """Recursive-descent parser over a token list; also checks what spans queries of one text."""
 
     def __init__(self, tokens: list[_Token], source: str) -> None:
@@ -375,260 +342,3 @@ class _Parser:
                 f"'{query}'; a filter compares two different variables",
             )
         parsed.filters.append((comparison, left, right))
-
-    def _predicate(self, parsed: _ParsedQuery, left_token: _Token) -> None:
-        """Parse ``FIELD OP (FIELD | LITERAL)`` and check the operator fits the operands."""
-        query = parsed.name.text
-        left = self._field(left_token, query)
-        op = self._next()
-        if op.kind != "op":
-            raise self._fail(
-                f"expected one of {_PREDICATE_OPERATORS_TEXT} after field '{left_token.text}' in "
-                f"query '{query}', found {op.describe()}",
-                op,
-            )
-        operand = self._next()
-        right = self._operand(operand, op, query)
-        predicate = Predicate(left, op.text, right, left_token.line, left_token.column)
-        tokens = [left_token, operand] if isinstance(right, FieldRef) else [left_token]
-        self._check_predicate(predicate, query, tokens, op, operand)
-        parsed.predicates.append((predicate, tokens))
-
-    def _field(self, token: _Token, query: str) -> FieldRef:
-        """The field reference ``token`` (a ``field`` token) spells."""
-        edge, _, name = token.text.partition(".")
-        if not _is_variable(edge) or not _is_variable(name):
-            raise self._fail_on(
-                token,
-                f"'{token.text}' is not a valid field reference in query '{query}'; {_FIELD_RULE}",
-            )
-        return FieldRef(edge, name)
-
-    def _operand(self, token: _Token, op: _Token, query: str) -> FieldRef | Literal:
-        """The right side of a predicate: a field reference or a literal."""
-        if token.kind == "field":
-            return self._field(token, query)
-        if token.kind == "string":
-            return Literal(token.value)
-        if token.kind == "word" and token.text in _BOOLEANS:
-            return Literal(_BOOLEANS[token.text])
-        if token.kind == "number":
-            try:
-                value = number_value(token.text)
-            except ValueError:  # an int of more digits than Python converts
-                value = math.inf
-            if isinstance(value, float) and not math.isfinite(value):
-                raise self._fail(
-                    f"number {token.text} in query '{query}' is too large; predicates use "
-                    "64-bit floating-point numbers",
-                    token,
-                )
-            return Literal(value)
-        hint = ""
-        if token.kind == "word":
-            hint = f' (write a string in double quotes: "{token.text}")'
-        raise self._fail(
-            f"expected a field like t.amount, a number, a double-quoted string, true or false "
-            f"after '{op.text}' in query '{query}', found {token.describe()}{hint}",
-            token,
-        )
-
-    def _check_predicate(
-        self,
-        predicate: Predicate,
-        query: str,
-        tokens: list[_Token],
-        op: _Token,
-        operand: _Token,
-    ) -> None:
-        """Fail if ``predicate`` compares a field with itself or with the wrong kind of operand."""
-        left, right = predicate.left, predicate.right
-        where = f"predicate '{predicate}' of query '{query}'"
-        if right == left:
-            raise self._fail(
-                f"{where} compares field '{left}' with itself; a predicate compares two different "
-                "fields, or a field with a literal",
-                tokens[0],
-                left.name,
-            )
-        refs = [left, right] if isinstance(right, FieldRef) else [left]
-        ids = [ref.name for ref in refs if ref.name in ID_FIELDS]
-        if ids:
-            id_field = f"field '{ids[0]}', {ID_FIELDS[ids[0]]},"
-            if predicate.op in ORDER_OPERATORS:
-                message = f"{where} orders {id_field} with '{predicate.op}'; {_ID_RULE}"
-                raise self._fail(message, op, ids[0])
-            if isinstance(right, Literal) and right.kind == "bool":
-                message = f"{where} compares {id_field} with {right}; {_ID_RULE}"
-                raise self._fail(message, operand, ids[0])
-            for ref, token in zip(refs, tokens, strict=True):
-                if ref.name not in ID_FIELDS:
-                    message = f"{where} compares {id_field} with field '{ref.name}'; {_ID_RULE}"
-                    raise self._fail(message, token, ref.name)
-        elif (
-            isinstance(right, Literal)
-            and right.kind != "number"
-            and predicate.op in ORDER_OPERATORS
-        ):
-            kind = "a string" if right.kind == "string" else "a boolean"
-            raise self._fail(
-                f"{where} compares field '{left.name}' with {kind} using '{predicate.op}'; <, <=, "
-                "> and >= need numbers, and strings and booleans compare with = and != only",
-                op,
-                left.name,
-            )
-
-    def _validate(self, parsed: _ParsedQuery) -> Query:
-        """Check one parsed query (see the module docstring) and build its :class:`Query`."""
-        name = parsed.name.text
-        if name in self.query_names:
-            first = self.query_names[name]
-            raise self._fail(
-                f"query '{name}' is already defined at line {first.line}, column {first.column}; "
-                "each query needs its own name",
-                parsed.name,
-                name,
-            )
-        self.query_names[name] = parsed.name
-        seen_in_head: set[str] = set()
-        for token in parsed.head:
-            if token.text in seen_in_head:
-                raise self._fail_on(
-                    token,
-                    f"variable '{token.text}' appears twice in the head of query '{name}'; "
-                    "list each variable once",
-                )
-            seen_in_head.add(token.text)
-        if not parsed.atoms:
-            raise self._fail(
-                f"query '{name}' has no atoms; its body needs at least one atom like e(a, b)",
-                parsed.name,
-                name,
-            )
-        uses = [token for _, tokens in parsed.atoms for token in tokens]
-        bound = {token.text for token in uses}
-        self._check_edges(parsed)
-        edges = {token.text for _, token in parsed.bindings}
-        for token in parsed.head:
-            if token.text not in bound:
-                raise self._fail_on(
-                    token,
-                    f"head variable '{token.text}' of query '{name}' is not used by any atom; "
-                    "every head variable must appear in an atom of the body",
-                )
-        for token in uses:
-            if token.text not in seen_in_head:
-                raise self._fail_on(
-                    token,
-                    f"variable '{token.text}' is used in the body of query '{name}' but is not "
-                    "in its head; every variable of the body must be listed in the head",
-                )
-        for _, left, right in parsed.filters:
-            for side in (left, right):
-                if side.text in edges:
-                    raise self._fail_on(
-                        side,
-                        f"filter variable '{side.text}' of query '{name}' is an edge variable; "
-                        "filters compare vertex variables, and predicates compare the fields of "
-                        f"events, like {side.text}.amount > 100",
-                    )
-                if side.text not in bound:
-                    raise self._fail_on(
-                        side,
-                        f"filter variable '{side.text}' of query '{name}' is not used by any "
-                        "atom; filters may only compare variables that atoms bind",
-                    )
-        for predicate, tokens in parsed.predicates:
-            self._check_predicate_edges(name, predicate, tokens, edges, bound)
-        self._check_connected(name, parsed.atoms)
-        return Query(
-            name=name,
-            head=tuple(token.text for token in parsed.head),
-            atoms=tuple(atom for atom, _ in parsed.atoms),
-            filters=tuple(comparison for comparison, _, _ in parsed.filters),
-            distinct=parsed.distinct is not None,
-            line=parsed.name.line,
-            column=parsed.name.column,
-            predicates=tuple(predicate for predicate, _ in parsed.predicates),
-        )
-
-    def _check_edges(self, parsed: _ParsedQuery) -> None:
-        """Fail if an edge variable is bound twice, is in the head or is also a vertex variable."""
-        name = parsed.name.text
-        head = {token.text: token for token in parsed.head}
-        vertex_atoms: dict[str, Atom] = {}
-        for atom, tokens in parsed.atoms:
-            for token in tokens:
-                vertex_atoms.setdefault(token.text, atom)
-        first_bindings: dict[str, Atom] = {}
-        for atom, token in parsed.bindings:
-            edge = token.text
-            if edge in first_bindings:
-                first = first_bindings[edge]
-                raise self._fail_on(
-                    token,
-                    f"edge variable '{edge}' is bound twice in query '{name}' (first by "
-                    f"'{first}' at line {first.line}, column {first.column}); an edge variable "
-                    "names the event of one atom",
-                )
-            first_bindings[edge] = atom
-            if edge in vertex_atoms:
-                raise self._fail_on(
-                    token,
-                    f"'{edge}' is both an edge variable and a vertex variable (in "
-                    f"'{vertex_atoms[edge]}') of query '{name}'; give the edge variable a name "
-                    "of its own",
-                )
-            if edge in head:
-                raise self._fail_on(
-                    head[edge],
-                    f"'{edge}' is listed in the head of query '{name}' but is an edge variable "
-                    f"(bound by '{atom}'); the head lists vertex variables only, and matches "
-                    "give edge variables as edges",
-                )
-
-    def _check_predicate_edges(
-        self,
-        name: str,
-        predicate: Predicate,
-        tokens: list[_Token],
-        edges: set[str],
-        vertices: set[str],
-    ) -> None:
-        """Fail if ``predicate`` reads a field of an edge variable no atom binds."""
-        refs = [predicate.left, predicate.right]
-        for ref, token in zip(refs, tokens, strict=False):
-            if not isinstance(ref, FieldRef) or ref.edge in edges:
-                continue
-            where = f"predicate '{predicate}' of query '{name}'"
-            if ref.edge in vertices:
-                message = (
-                    f"{where} reads field '{ref.name}' of vertex variable '{ref.edge}'; fields "
-                    "belong to events: bind one with 'as', like transfer(a, b) as t, and compare "
-                    f"t.{ref.name}"
-                )
-            else:
-                message = (
-                    f"{where} uses edge variable '{ref.edge}', which no atom binds; bind it with "
-                    f"'as', like transfer(a, b) as {ref.edge}"
-                )
-            raise self._fail(message, token, ref.edge)
-
-    def _check_connected(self, name: str, atoms: list[tuple[Atom, list[_Token]]]) -> None:
-        """Fail at the first variable (in text order) not connected to the first atom's ones."""
-        reached = set(atoms[0][0].variables)
-        grown = True
-        while grown:
-            grown = False
-            for atom, _ in atoms:
-                if reached.intersection(atom.variables) and not reached.issuperset(atom.variables):
-                    reached.update(atom.variables)
-                    grown = True
-        for _, tokens in atoms:
-            for token in tokens:
-                if token.text not in reached:
-                    raise self._fail_on(
-                        token,
-                        f"{token.text} is not connected to the other variables of query '{name}'; "
-                        "every atom must share a variable with the rest of the query",
-                    )
