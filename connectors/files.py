@@ -43,12 +43,12 @@ from core.errors import ConfigError, InputError
 from core.records import (
     Checkpoint,
     DeadLetter,
-    EventUpdates,
     RelationUpdates,
     UpdateBatch,
     VertexId,
     concat_ids,
     id_column,
+    split_events,
 )
 
 Format = Literal["auto", "text", "json"]
@@ -576,14 +576,7 @@ def _split_front(batch: UpdateBatch, n: int) -> tuple[UpdateBatch, UpdateBatch]:
             tail[relation] = RelationUpdates(
                 [c[cut:] for c in part.columns], part.diff[cut:], part.seq[cut:]
             )
-    head_events: dict[str, EventUpdates] = {}
-    tail_events: dict[str, EventUpdates] = {}
-    for relation, events in batch.events.items():
-        before = events.seq < boundary
-        if before.any():
-            head_events[relation] = events.take(before)
-        if not before.all():
-            tail_events[relation] = events.take(~before)
+    head_events, tail_events = split_events(batch.events, boundary)
     return (
         UpdateBatch(head, batch.first_seq, n, batch.resume, head_events),
         UpdateBatch(tail, boundary, batch.count - n, batch.resume, tail_events),

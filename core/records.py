@@ -195,14 +195,7 @@ class UpdateBatch:
                 head[relation] = part.take(before)
             if not before.all():
                 tail[relation] = part.take(~before)
-        head_events: dict[str, EventUpdates] = {}
-        tail_events: dict[str, EventUpdates] = {}
-        for relation, events in self.events.items():
-            before = events.seq < boundary
-            if before.any():
-                head_events[relation] = events.take(before)
-            if not before.all():
-                tail_events[relation] = events.take(~before)
+        head_events, tail_events = split_events(self.events, boundary)
         return (
             UpdateBatch(head, self.first_seq, n, self.resume, head_events),
             UpdateBatch(tail, boundary, self.count - n, self.resume, tail_events),
@@ -234,6 +227,21 @@ class UpdateBatch:
         merged_events = {r: EventUpdates.concat(e) for r, e in grouped.items()}
         count = sum(b.count for b in batches)
         return cls(parts, batches[0].first_seq, count, batches[-1].resume, merged_events)
+
+
+def split_events(
+    events: dict[str, EventUpdates], boundary: int
+) -> tuple[dict[str, EventUpdates], dict[str, EventUpdates]]:
+    """Event updates before sequence number ``boundary``, and from it on, per relation."""
+    head: dict[str, EventUpdates] = {}
+    tail: dict[str, EventUpdates] = {}
+    for relation, part in events.items():
+        before = part.seq < boundary
+        if before.any():
+            head[relation] = part.take(before)
+        if not before.all():
+            tail[relation] = part.take(~before)
+    return head, tail
 
 
 def id_column(values: Iterable[VertexId]) -> npt.NDArray[np.generic]:
