@@ -25,7 +25,7 @@ import numpy as np
 
 from core.fields import FieldTest, events_name, selection_name
 from core.records import EventUpdates
-from monitor.index.events import EventStore
+from monitor.index.events import EventStore, StringPool
 from monitor.index.graph import Change, GraphIndex
 from monitor.index.levels import I32, pack
 from monitor.plan.cut import Cut
@@ -59,8 +59,9 @@ class EventIndex:
 
     def __post_init__(self) -> None:
         self.graph.event_stores = self.stores
+        pool = StringPool()
         for selection in self.selections:
-            self.stores.setdefault(selection.relation, EventStore(selection.relation))
+            self.stores.setdefault(selection.relation, EventStore(selection.relation, pool=pool))
             self.graph.relation(selection.pairs, 2)
             self.graph.relation(selection.events, 3, indexed=(2,))
 
@@ -76,7 +77,8 @@ class EventIndex:
 
     @property
     def nbytes(self) -> int:
-        return sum(s.nbytes for s in self.stores.values())
+        pools = {id(s.pool): s.pool.nbytes for s in self.stores.values()}
+        return sum(s.nbytes for s in self.stores.values()) + sum(pools.values())
 
     def stage(self, events: dict[str, EventUpdates], ignored: Counter[str]) -> dict[str, Change]:
         """Stage an epoch's event updates; the changes of every derived relation."""

@@ -33,14 +33,33 @@ from monitor.index.netting import net
 BUILT_IN_FIELDS = ("id", "src", "dst")
 
 
+class StringPool:
+    """String field values <-> codes, one pool for every string field of every event relation,
+    so that join filters compare codes of two relations' fields directly."""
+
+    def __init__(self) -> None:
+        self.codes: dict[str, int] = {}
+        self.strings: list[str] = []
+
+    def intern(self, text: str) -> int:
+        code = self.codes.get(text)
+        if code is None:
+            code = self.codes[text] = len(self.strings)
+            self.strings.append(text)
+        return code
+
+    @property
+    def nbytes(self) -> int:
+        return sum(len(s) + 60 for s in self.strings)
+
+
 class FieldColumn:
     """One field's values by eid, of one kind."""
 
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: str, pool: StringPool | None = None) -> None:
         self.kind = kind
         self.values: npt.NDArray[Any] = np.empty(0, DTYPES[kind])
-        self.codes: dict[str, int] = {}
-        self.strings: list[str] = []
+        self.pool = pool if pool is not None else StringPool()
 
     def grow(self, capacity: int) -> None:
         old = self.values.shape[0]
@@ -52,7 +71,7 @@ class FieldColumn:
     def code(self, literal: object) -> Any:
         """The stored form of a literal of this field's kind (-2: a string never seen)."""
         if self.kind == "string":
-            return self.codes.get(str(literal), -2)
+            return self.pool.codes.get(str(literal), -2)
         if self.kind == "bool":
             return int(bool(literal))
         return float(literal)  # type: ignore[arg-type]
@@ -67,16 +86,9 @@ class FieldColumn:
         present = np.flatnonzero(column != None)  # noqa: E711 (elementwise on objects)
         if present.shape[0]:
             unique, inverse = np.unique(column[present].astype(str), return_inverse=True)
-            interned = np.array([self._intern(s) for s in unique.tolist()], np.int32)
+            interned = np.array([self.pool.intern(s) for s in unique.tolist()], np.int32)
             codes[present] = interned[inverse.reshape(-1)]
         self.values[eids] = codes
-
-    def _intern(self, text: str) -> int:
-        code = self.codes.get(text)
-        if code is None:
-            code = self.codes[text] = len(self.strings)
-            self.strings.append(text)
-        return code
 
     def values_of(self, eids: I32) -> npt.NDArray[Any]:
         """The values at ``eids`` as an ``object`` column of JSON values (None where absent;
@@ -94,14 +106,14 @@ class FieldColumn:
             out[present] = raw[present] == 1
         else:
             present = raw >= 0
-            strings = np.empty(len(self.strings), dtype=object)
-            strings[:] = self.strings
+            strings = np.empty(len(self.pool.strings), dtype=object)
+            strings[:] = self.pool.strings
             out[present] = strings[raw[present]]
         return out
 
     @property
     def nbytes(self) -> int:
-        return int(self.values.nbytes) + sum(len(s) + 60 for s in self.strings)
+        return int(self.values.nbytes)
 
 
 @dataclass(frozen=True)
@@ -116,8 +128,14 @@ class EventChanges:
 class EventStore:
     """The events of one relation."""
 
-    def __init__(self, relation: str, kinds: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        relation: str,
+        kinds: Mapping[str, str] | None = None,
+        pool: StringPool | None = None,
+    ) -> None:
         self.relation = relation
+        self.pool = pool if pool is not None else StringPool()
         self.ids = VertexDictionary()
         self.current: I32 = np.empty(0, np.int32)
         self.size = 0
@@ -125,7 +143,7 @@ class EventStore:
         self.src: I32 = np.empty(0, np.int32)
         self.dst: I32 = np.empty(0, np.int32)
         self.alive: npt.NDArray[np.bool_] = np.empty(0, np.bool_)
-        self.fields: dict[str, FieldColumn] = {k: FieldColumn(v) for k, v in (kinds or {}).items()}
+        self.fields = {k: FieldColumn(v, self.pool) for k, v in (kinds or {}).items()}
         self._undo: tuple[EventChanges, I32, I32] | None = None
 
     def __len__(self) -> int:
@@ -224,7 +242,7 @@ class EventStore:
             found = column_kind(column)
             known = self.kind(name)
             if known is None:
-                self.fields[name] = FieldColumn(found)
+                self.fields[name] = FieldColumn(found, self.pool)
                 self.fields[name].grow(self.alive.shape[0])
             elif known != found:
                 raise InputError(

@@ -306,3 +306,41 @@ def test_the_oracle_sees_matches() -> None:
         "twice": 1,  # 0 -> 1 twice (amounts 0 < 3), and 1 -> 0 back
         "mutual": 1,  # 0 -> 1 by tx-1 (amount 3), and 1 -> 0 by tx-5
     }
+
+
+def test_a_string_join_filter_across_two_relations_compares_the_strings() -> None:
+    """Codes of string fields come from one pool, so two relations that met the same strings
+    in different orders still compare them as strings."""
+    query = Query(
+        "same_channel",
+        ("a", "b"),
+        (Atom(T, ("a", "b"), edge="t"), Atom("login", ("a", "b"), edge="u")),
+        predicates=(Predicate(ref("t", "channel"), "=", ref("u", "channel")),),
+    )
+    processor = EpochProcessor((query,), Settings())
+
+    def events(name: str, ids: list[str], channels: list[str]) -> EventUpdates:
+        n = len(ids)
+        return EventUpdates(
+            np.array(ids, dtype=object),
+            np.ones(n, np.int8),
+            np.arange(n, dtype=np.int64),
+            np.zeros(n, np.int64),
+            np.ones(n, np.int64),
+            {"channel": to_column("string", channels)},
+        )
+
+    out = processor.process(
+        UpdateBatch(
+            {},
+            0,
+            4,
+            None,
+            {
+                T: events(T, ["t1", "t2"], ["wire", "card"]),
+                "login": events("login", ["l1", "l2"], ["card", "app"]),
+            },
+        )
+    )
+    found = {(b[1], d) for _, b, d in deltas(out.queries)}
+    assert found == {(("t2", "l1"), 1)}  # card = card; wire and app match nothing
