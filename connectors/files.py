@@ -14,15 +14,10 @@ the stream with an :class:`InputError` after every update before it has been yie
 
 from __future__ import annotations
 
-import gzip
-import io
 import os
-import sys
-import zlib
 from collections import deque
 from collections.abc import Callable, Iterator
 from operator import itemgetter
-from typing import IO, Literal, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -39,6 +34,15 @@ from connectors.formats import (
     parse_json_record,
     parse_text_line,
 )
+from connectors.streams import (
+    BLOCK_SIZE,
+    FORMATS,
+    Input,
+    blocks,
+    comment_prefix,
+    detect_format,
+    split_lines,
+)
 from core.errors import ConfigError, InputError
 from core.records import (
     Checkpoint,
@@ -50,12 +54,6 @@ from core.records import (
     id_column,
     split_events,
 )
-
-Format = Literal["auto", "text", "json"]
-FORMATS: tuple[Format, ...] = ("auto", "text", "json")
-BLOCK_SIZE = 8 << 20
-_GZIP_MAGIC = b"\x1f\x8b"
-_UTF8_BOM = b"\xef\xbb\xbf"
 
 
 class EdgeFileSource:
@@ -148,8 +146,8 @@ class EdgeFileSource:
         pending: deque[UpdateBatch] = deque()
         pending_count = 0
         failure: InputError | None = None
-        with _Input(self.path, offset) as (counter, stream):
-            for block, length in _blocks(stream, self.block_size, at_start=offset == 0):
+        with Input(self.path, offset) as (counter, stream):
+            for block, length in blocks(stream, self.block_size, at_start=offset == 0):
                 self.bytes_read = counter.count
                 checkpoint = Checkpoint(offset, self.lines_read, self.updates_read, self.format)
                 offset += length
@@ -181,18 +179,18 @@ class EdgeFileSource:
         if b"\r" in block:
             block = block.replace(b"\r\n", b"\n")
         if self.format == "auto":
-            detected = _detect_format(block)
+            detected = detect_format(block)
             if detected is None:
                 self.lines_read += block.count(b"\n")
                 return [], None
             self.format = detected
         if self.format == "json" or not self.fast_path or not self._default_may_be_binary():
-            return self._decode_lines(_split_lines(block))
+            return self._decode_lines(split_lines(block))
         pieces: list[UpdateBatch] = []
-        head = _comment_prefix(block)
+        head = comment_prefix(block)
         if head:
             # A SNAP header: count its lines, then try the whole rest on the fast path.
-            pieces, failure = self._decode_lines(_split_lines(block[:head]))
+            pieces, failure = self._decode_lines(split_lines(block[:head]))
             block = block[head:]
             if not block:
                 return pieces, failure
@@ -204,12 +202,12 @@ class EdgeFileSource:
             first = int(np.argmax(simple))
             if first:
                 # Lines before the first simple one may fix the default relation's arity.
-                before, failure = self._decode_lines(_split_lines(block[: int(starts[first])]))
+                before, failure = self._decode_lines(split_lines(block[: int(starts[first])]))
                 pieces += before
                 if failure is not None:
                     return pieces, failure
                 if not self._default_may_be_binary():
-                    rest, failure = self._decode_lines(_split_lines(block[int(starts[first]) :]))
+                    rest, failure = self._decode_lines(split_lines(block[int(starts[first]) :]))
                     return pieces + rest, failure
                 starts, ends, simple = starts[first:], ends[first:], simple[first:]
         edges = parse_edge_lines(block, starts, ends, simple)
@@ -369,179 +367,6 @@ def _parse_json_line(raw: bytes, default_relation: str) -> Decoded | None:
     if is_comment(raw):
         return None
     return parse_json_record(raw, default_relation)
-
-
-class _CountingReader:
-    """A binary stream that counts the bytes read through it (for ``bytes_read``)."""
-
-    mode = "rb"
-
-    def __init__(self, inner: IO[bytes]) -> None:
-        self._inner = inner
-        self.count = 0
-
-    def read(self, size: int = -1) -> bytes:
-        data = self._inner.read(size)
-        self.count += len(data)
-        return data
-
-    def seek(self, offset: int, whence: int = 0, /) -> int:
-        raise io.UnsupportedOperation("the input is read once, front to back")
-
-
-class _Input:
-    """The opened input: the raw stream's byte counter and the (decompressed) stream."""
-
-    def __init__(self, path: str, offset: int = 0) -> None:
-        self._path = path
-        self._offset = offset
-        self._file: IO[bytes] | None = None
-        self._gzip: gzip.GzipFile | None = None
-
-    def __enter__(self) -> tuple[_CountingReader, _ByteStream]:
-        if self._path == "-":
-            raw: IO[bytes] = sys.stdin.buffer
-        else:
-            try:
-                raw = self._file = open(self._path, "rb")
-            except OSError as error:
-                raise InputError(
-                    f"cannot read input: {error.strerror}", position=self._path
-                ) from None
-        counter = _CountingReader(raw)
-        if _starts_with_gzip_magic(raw):
-            self._gzip = gzip.GzipFile(fileobj=counter, mode="rb")
-            stream: _ByteStream = _GzipStream(self._gzip, self._path)
-            _discard(stream, self._offset)
-            return counter, stream
-        if self._offset and raw.seekable():
-            size = os.fstat(raw.fileno()).st_size
-            if self._offset > size:
-                raise InputError(
-                    f"the input ends before the restart position ({self._offset - size} bytes "
-                    "short); is it the same input as before?",
-                    position=self._path,
-                )
-            raw.seek(self._offset)
-            counter.count = self._offset
-        else:
-            _discard(counter, self._offset)
-        return counter, counter
-
-    def __exit__(self, *exc: object) -> None:
-        if self._gzip is not None:
-            self._gzip.close()
-        if self._file is not None:
-            self._file.close()
-
-
-class _GzipStream:
-    """A gzip stream whose corruption errors become :class:`InputError` s."""
-
-    def __init__(self, inner: gzip.GzipFile, path: str) -> None:
-        self._inner = inner
-        self._path = path
-
-    def read(self, size: int = -1) -> bytes:
-        try:
-            return self._inner.read(size)
-        except (OSError, EOFError, zlib.error) as error:
-            raise InputError(
-                f"compressed input is corrupt or truncated ({error}); recompress or re-fetch it",
-                position=self._path,
-            ) from None
-
-
-def _discard(stream: _ByteStream, n: int) -> None:
-    """Read and drop ``n`` bytes (restarting inside a stream that cannot seek)."""
-    while n > 0:
-        data = stream.read(min(n, BLOCK_SIZE))
-        if not data:
-            raise InputError(
-                f"the input ends before the restart position ({n} bytes short); is it the "
-                "same input as before?"
-            )
-        n -= len(data)
-
-
-def _starts_with_gzip_magic(raw: IO[bytes]) -> bool:
-    peek = getattr(raw, "peek", None)
-    if peek is not None:
-        return bytes(peek(2)[:2]) == _GZIP_MAGIC
-    if raw.seekable():
-        start = raw.tell()
-        magic = raw.read(2)
-        raw.seek(start)
-        return magic == _GZIP_MAGIC
-    return False
-
-
-class _ByteStream(Protocol):
-    def read(self, size: int = -1, /) -> bytes: ...
-
-
-def _split_lines(block: bytes) -> list[bytes]:
-    """The lines of a block of whole lines, without their terminators."""
-    lines = block.split(b"\n")
-    lines.pop()
-    return lines
-
-
-def _blocks(
-    stream: _ByteStream, block_size: int, at_start: bool = True
-) -> Iterator[tuple[bytes, int]]:
-    """Whole lines, about ``block_size`` bytes at a time, each block ending with ``\\n``, with
-    the number of stream bytes each block stands for.
-
-    A UTF-8 byte order mark at the start of the stream is dropped (and counted in the first
-    block's length, so that offsets stay those of the stream).
-    """
-    data = stream.read(block_size)
-    while 0 < len(data) < len(_UTF8_BOM):
-        more = stream.read(block_size)
-        if not more:
-            break
-        data += more
-    chunk = data.removeprefix(_UTF8_BOM) if at_start else data
-    extra = len(data) - len(chunk)
-    carry: list[bytes] = []
-    while data:
-        cut = chunk.rfind(b"\n")
-        if cut < 0:
-            carry.append(chunk)
-        else:
-            carry.append(chunk[: cut + 1])
-            block = b"".join(carry)
-            yield block, len(block) + extra
-            extra = 0
-            carry = [chunk[cut + 1 :]]
-        data = chunk = stream.read(block_size)
-    tail = b"".join(carry)
-    if tail:
-        yield tail + b"\n", len(tail) + extra
-
-
-def _comment_prefix(block: bytes) -> int:
-    """How many bytes of blank and comment lines ``block`` starts with."""
-    start = 0
-    while start < len(block) and block[start] in b"#%\n \t":
-        end = block.find(b"\n", start) + 1
-        if not is_comment(block[start:end]):
-            break
-        start = end
-    return start
-
-
-def _detect_format(block: bytes) -> Format | None:
-    """``"json"`` if the first line that is not blank or a comment starts with ``{``."""
-    start = 0
-    while start < len(block):
-        end = block.find(b"\n", start)
-        line = block[start:end]
-        if not is_comment(line):
-            return "json" if line.lstrip().startswith(b"{") else "text"
-        start = end + 1
-    return None
 
 
 def _id_column(values: list[VertexId]) -> npt.NDArray[np.generic]:
