@@ -20,6 +20,7 @@ from monitor.query import (
     field_types,
     parse_queries,
 )
+from tests.query.test_parser import parse_error, parse_one
 
 EXAMPLES = """\
 % three transfers of 1,000 or more that form a ring
@@ -33,19 +34,6 @@ big_ring(a, b, c) :=
 shared_device(a, b, d) := uses_device(a, d), uses_device(b, d), transfer(a, b), distinct.
 flag(a, b) := transfer(a, b) as t, t.suspicious = true, t.amount > -2.5e3.
 """
-
-
-def parse_one(text: str) -> Query:
-    """The single query of ``text``."""
-    (query,) = parse_queries(text)
-    return query
-
-
-def parse_error(text: str, source: str = "<query>") -> QueryError:
-    """The QueryError that parsing ``text`` raises."""
-    with pytest.raises(QueryError) as caught:
-        parse_queries(text, source=source)
-    return caught.value
 
 
 def field(edge: str, name: str) -> FieldRef:
