@@ -29,7 +29,8 @@ import numpy as np
 from bench.workloads import load_graph, rmat_spec
 from core.records import RelationUpdates, UpdateBatch
 from monitor.index.graph import GraphIndex
-from monitor.index.store import StateStore, StoredMeta
+from monitor.index.store import StateStore
+from monitor.index.stored_meta import StoredMeta
 from monitor.query.parser import parse_queries
 from monitor.service.epochs import EpochProcessor
 from monitor.service.settings import Settings

@@ -32,7 +32,7 @@ from core.errors import (
 from core.records import Checkpoint, DeadLetter, UpdateBatch
 from monitor.index.graph import GraphIndex
 from monitor.index.store import StateStore
-from monitor.plan.events import event_relations, refuse_events, rewrite
+from monitor.plan.events import event_relations, rewrite
 from monitor.plan.planner import delta_queries, static_plan
 from monitor.query.ast import Query
 from monitor.query.load import load_queries_many
@@ -242,8 +242,6 @@ def run(
         if initial and preload is None:
             raise ConfigError("--initial emits the matches of the --preload graph; give --preload")
         queries = _queries(query_specs)
-        if settings.state_dir is not None:
-            refuse_events(queries, "--state-dir")
         processor = EpochProcessor(queries, settings)
         types = _field_types(queries)
         started = time.perf_counter()
@@ -413,6 +411,7 @@ def inspect(directory: str) -> None:
             index = GraphIndex()
             store.load(index)
             disk = store.disk_bytes()
+        stored = index.edge_count() + sum(len(e) for e in index.event_stores.values())
         position = meta.position
         checkpoint = position.get("checkpoint") or {}
         lines = [
@@ -432,13 +431,14 @@ def inspect(directory: str) -> None:
                 f"  {name:<20} arity {rel.arity}  {len(rel):>12,} tuples"
                 for name, rel in sorted(index.relations.items())
             ),
+            *(
+                f"  {name:<20} events   {len(events):>12,} live  fields "
+                + (", ".join(f"{f} ({c.kind})" for f, c in events.fields.items()) or "none")
+                for name, events in sorted(index.event_stores.items())
+            ),
             f"vertices         {len(index.dictionary):,}",
             f"size on disk     {disk:,} bytes"
-            + (
-                f" ({disk / max(index.edge_count(), 1):.1f} per tuple)"
-                if index.edge_count()
-                else ""
-            ),
+            + (f" ({disk / stored:.1f} per tuple or event)" if stored else ""),
         ]
         for line in lines:
             click.echo(line)

@@ -27,7 +27,7 @@ from core.fields import FieldTest, events_name, selection_name
 from core.records import EventUpdates
 from monitor.index.events import EventStore, StringPool
 from monitor.index.graph import Change, GraphIndex
-from monitor.index.levels import I32, pack
+from monitor.index.levels import I32, pack, unpack
 from monitor.plan.cut import Cut
 
 
@@ -64,6 +64,7 @@ class EventIndex:
             self.stores.setdefault(selection.relation, EventStore(selection.relation, pool=pool))
             self.graph.relation(selection.pairs, 2)
             self.graph.relation(selection.events, 3, indexed=(2,))
+        self.graph.derived = self.derived
 
     @property
     def relations(self) -> set[str]:
@@ -158,6 +159,18 @@ class EventIndex:
             )
             if len(change):
                 changes[selection.pairs] = change
+
+    def rebuild(self) -> None:
+        """Every derived relation from the stores' live events, as committed state (after the
+        stores were loaded; the derived relations must be empty)."""
+        for selection in self.selections:
+            store = self.stores[selection.relation]
+            live = np.flatnonzero(store.alive[: store.size]).astype(np.int32)
+            eids = live[store.select(live, selection.tests)]
+            src, dst = store.src[eids], store.dst[eids]
+            self.graph.load_relation(selection.events, 3, [src, dst, eids])
+            keys, values = unpack(np.unique(pack(src, dst)))
+            self.graph.load_relation(selection.pairs, 2, [keys.astype(np.int32), values])
 
     def commit(self) -> None:
         for store in self.stores.values():

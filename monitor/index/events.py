@@ -260,6 +260,30 @@ class EventStore:
             self.current[slots[::-1]] = previous[::-1]
             self._undo = None
 
+    def restore(
+        self,
+        size: int,
+        eids: I32,
+        slots: I32,
+        src: I32,
+        dst: I32,
+        fields: Mapping[str, npt.NDArray[Any]],
+        dead: I32,
+    ) -> None:
+        """Load committed events as stored (:mod:`monitor.index.event_state`): the eid count,
+        the events inserted with their slots, pairs and fields, and the eids that died since;
+        the id dictionary must be loaded first."""
+        self._check_kinds(fields)
+        self._allocate(size - self.size)
+        self.slot[eids], self.src[eids], self.dst[eids] = slots, src, dst
+        for name, column in fields.items():
+            self.fields[name].store(eids, column)
+        self.alive[eids] = True
+        self.alive[dead] = False
+        self._grow_slots(len(self.ids))
+        live = np.flatnonzero(self.alive[: self.size]).astype(np.int32)
+        self.current[self.slot[live]] = live
+
     def select(self, eids: I32, tests: Sequence[FieldTest]) -> npt.NDArray[np.bool_]:
         """Which of ``eids`` pass every test (a selection: the tests of one edge variable)."""
         keep = np.ones(eids.shape[0], np.bool_)

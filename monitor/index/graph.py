@@ -158,6 +158,8 @@ class GraphIndex:
         self._compaction = (compaction_ratio, compaction_min)
         #: The events of event relations, by relation (``monitor.index.event_relations``).
         self.event_stores: dict[str, EventStore] = {}
+        #: Relations derived from the events (never stored: rebuilt from the events on load).
+        self.derived: frozenset[str] = frozenset()
 
     # -- relations ---------------------------------------------------------------------------
 

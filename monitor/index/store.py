@@ -1,8 +1,10 @@
 """The durable copy of the index in RocksDB (rocksdict): written per epoch, loaded on start.
 
-What is stored is what a relation *is* — its set of tuples, in dense vertex ids — plus the vertex
-dictionary and the epoch's metadata; the in-memory adjacencies (every position of every relation)
-are rebuilt from it on load. Like the in-memory index, the store is an LSM of its own:
+What is stored is what a relation *is* — its set of tuples, in dense vertex ids, or for an event
+relation its live events (:mod:`monitor.index.event_state`) — plus the vertex dictionary and the
+epoch's metadata; the in-memory adjacencies (every position of every relation) and the relations
+derived from events are rebuilt from it on load. Like the in-memory index, the store is an LSM of
+its own:
 
 - a *snapshot*: every relation's tuples as of ``snapshot_epoch``, in blocks of sorted tuples;
 - a *log*: one record per epoch since the snapshot with that epoch's effective changes;
@@ -21,6 +23,9 @@ Key layout (big-endian numbers, so keys sort by them)::
     b"L" epoch:u64                  log record: relations:u16, then per relation
                                     rel:u16 arity:u8 n:u32 int32[n] x arity, int8[n] diffs
     b"V" first_dense_id:u32         dictionary entries (VertexDictionary.export)
+    b"F" rel:u16 block:u32          event snapshot block: one event record (event_state)
+    b"G" epoch:u64                  event log record: the epoch's event changes, per relation
+    b"I" rel:u16 first_slot:u32     event ids of an event relation (VertexDictionary.export)
 """
 
 from __future__ import annotations
@@ -29,74 +34,30 @@ import errno
 import os
 import struct
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
-import orjson
 import rocksdict
 
 from core.errors import StateError
 from monitor.failpoints import failpoint
+from monitor.index.event_state import (
+    EventRecord,
+    event_log,
+    load_records,
+    snapshot_records,
+    unpack_records,
+)
+from monitor.index.events import EventStore, StringPool
 from monitor.index.graph import Change, GraphIndex
 from monitor.index.levels import I8, I32
+from monitor.index.stored_meta import FORMAT_VERSION, StoredMeta
+from monitor.index.tuple_state import block_bytes, last_wins, read_block, read_log, write_log
 
-#: Bumped whenever the layout above changes; a store of another version is refused.
-FORMAT_VERSION = 1
 META_KEY = b"\x00meta"
 SNAPSHOT_BLOCK = 1 << 20
-
-
-@dataclass(frozen=True)
-class StoredMeta:
-    """The metadata of the last committed epoch."""
-
-    epoch: int = 0
-    position: dict[str, Any] = field(default_factory=dict)
-    output_bytes: int | None = None
-    queries: tuple[str, ...] = ()
-    settings: dict[str, Any] = field(default_factory=dict)
-    relations: dict[str, tuple[int, int]] = field(default_factory=dict)
-    vertices: int = 0
-    snapshot_epoch: int = 0
-    snapshot_bytes: int = 0
-    log_bytes: int = 0
-    format_version: int = FORMAT_VERSION
-
-    def to_json(self) -> bytes:
-        body = {
-            "format_version": self.format_version,
-            "epoch": self.epoch,
-            "position": self.position,
-            "output_bytes": self.output_bytes,
-            "queries": list(self.queries),
-            "settings": self.settings,
-            "relations": {k: list(v) for k, v in self.relations.items()},
-            "vertices": self.vertices,
-            "snapshot_epoch": self.snapshot_epoch,
-            "snapshot_bytes": self.snapshot_bytes,
-            "log_bytes": self.log_bytes,
-        }
-        return orjson.dumps(body)
-
-    @classmethod
-    def from_json(cls, raw: bytes) -> StoredMeta:
-        body = orjson.loads(raw)
-        return cls(
-            epoch=int(body["epoch"]),
-            position=dict(body["position"]),
-            output_bytes=body["output_bytes"],
-            queries=tuple(body["queries"]),
-            settings=dict(body["settings"]),
-            relations={k: (int(v[0]), int(v[1])) for k, v in body["relations"].items()},
-            vertices=int(body["vertices"]),
-            snapshot_epoch=int(body["snapshot_epoch"]),
-            snapshot_bytes=int(body["snapshot_bytes"]),
-            log_bytes=int(body["log_bytes"]),
-            format_version=int(body["format_version"]),
-        )
 
 
 class StateStore:
@@ -115,6 +76,8 @@ class StateStore:
         self._write.sync = True
         self.snapshot_ratio = 1.0
         self.snapshot_min_bytes = 1 << 20
+        #: Per event relation, how many of its ids (slots) are stored.
+        self._ids_stored: dict[str, int] = {}
 
     # -- opening -----------------------------------------------------------------------------
 
@@ -215,16 +178,18 @@ class StateStore:
             raise ValueError(
                 f"{len(index.dictionary)} vertices stored, metadata says {meta.vertices}"
             )
-        names = {rel_id: name for name, (rel_id, _) in meta.relations.items()}
+        names = {
+            rel_id: name for name, (rel_id, _) in meta.relations.items() if name not in meta.events
+        }
         tuples: dict[int, list[list[I32]]] = {rel_id: [] for rel_id in names}
         diffs: dict[int, list[I8]] = {rel_id: [] for rel_id in names}
         for key, blob in self._scan(b"S"):
             (rel_id,) = struct.unpack(">H", key[1:3])
-            columns = _read_block(blob)
+            columns = read_block(blob)
             tuples[rel_id].append(columns)
             diffs[rel_id].append(np.ones(columns[0].shape[0], np.int8))
         for _, blob in self._scan(b"L"):
-            for rel_id, columns, diff in _read_log(blob):
+            for rel_id, columns, diff in read_log(blob):
                 tuples[rel_id].append(columns)
                 diffs[rel_id].append(diff)
         for rel_id, name in sorted(names.items()):
@@ -232,10 +197,35 @@ class StateStore:
             parts = tuples[rel_id]
             if parts:
                 cols = [np.concatenate([p[k] for p in parts]) for k in range(arity)]
-                final = _last_wins(cols, np.concatenate(diffs[rel_id]))
+                final = last_wins(cols, np.concatenate(diffs[rel_id]))
             else:
                 final = [np.empty(0, np.int32) for _ in range(arity)]
             index.load_relation(name, arity, final)
+        self._load_events(index, meta)
+
+    def _load_events(self, index: GraphIndex, meta: StoredMeta) -> None:
+        """Fill the event stores of ``index`` (created where missing) from the stored events;
+        the relations derived from them are the caller's to rebuild."""
+        names = {meta.relations[name][0]: name for name in meta.events}
+        records: dict[int, list[EventRecord]] = {rel_id: [] for rel_id in names}
+        for prefix in (b"F", b"G"):
+            for _, blob in self._scan(prefix):
+                for record in unpack_records(blob):
+                    records[record.rel_id].append(record)
+        pool = next((s.pool for s in index.event_stores.values()), StringPool())
+        stores = {}
+        for rel_id, name in names.items():
+            stores[rel_id] = index.event_stores.setdefault(name, EventStore(name, pool=pool))
+            if stores[rel_id].size:
+                raise ValueError(f"event store {name} is not empty before loading")
+        for key, blob in self._scan(b"I"):
+            rel_id, first = struct.unpack(">HI", key[1:7])
+            if first != len(stores[rel_id].ids):
+                raise ValueError(f"event ids from {first}, expected {len(stores[rel_id].ids)}")
+            stores[rel_id].ids.restore(blob)
+        for rel_id, name in sorted(names.items()):
+            load_records(stores[rel_id], records[rel_id])
+            self._ids_stored[name] = len(stores[rel_id].ids)
 
     def _scan(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
         for raw_key, raw_value in self._db.items(from_key=prefix):
@@ -263,13 +253,18 @@ class StateStore:
         as stored (with the relation ids, vertex count and log or snapshot sizes filled in).
         """
         relations = dict(self.meta.relations if self.meta else {})
+        event_names = tuple(sorted(index.event_stores))
+        for name in event_names:
+            relations.setdefault(name, (len(relations), 2))
         for name, rel in index.relations.items():
-            if name not in relations:
+            if name not in relations and name not in index.derived:
                 relations[name] = (len(relations), rel.arity)
         batch = rocksdict.WriteBatch(raw_mode=True)
         previous = self.meta or StoredMeta()
-        log = _write_log(changes, relations)
-        grown = previous.log_bytes + len(log)
+        tuples = {n: c for n, c in changes.items() if n not in index.derived}
+        log = write_log(tuples, relations)
+        events = event_log(index.event_stores, changes, relations)
+        grown = previous.log_bytes + len(log) + len(events)
         threshold = max(self.snapshot_min_bytes, self.snapshot_ratio * previous.snapshot_bytes)
         if snapshot or grown > threshold:
             snapshot_bytes = self._write_snapshot(batch, index, relations)
@@ -280,6 +275,14 @@ class StateStore:
         else:
             if log:
                 batch.put(b"L" + struct.pack(">Q", meta.epoch), log)
+            if events:
+                batch.put(b"G" + struct.pack(">Q", meta.epoch), events)
+            for name, (rel_id, _) in relations.items():
+                if name in index.event_stores:
+                    ids = index.event_stores[name].ids
+                    if len(ids) > self._ids_stored.get(name, 0):
+                        first = self._ids_stored.get(name, 0)
+                        batch.put(b"I" + struct.pack(">HI", rel_id, first), ids.export(first))
             if len(index.dictionary) > vertices_before:
                 batch.put(
                     b"V" + struct.pack(">I", vertices_before),
@@ -291,10 +294,13 @@ class StateStore:
                 snapshot_bytes=previous.snapshot_bytes,
                 log_bytes=grown,
             )
-        meta = replace(meta, relations=relations, vertices=len(index.dictionary))
+        meta = replace(
+            meta, relations=relations, vertices=len(index.dictionary), events=event_names
+        )
         batch.put(META_KEY, meta.to_json())
         failpoint("before_store_write")
         self._db.write(batch, self._write)
+        self._ids_stored = {n: len(s.ids) for n, s in index.event_stores.items()}
         self.meta = meta
         return meta
 
@@ -307,12 +313,23 @@ class StateStore:
         batch.delete_range(b"L", b"M")
         batch.delete_range(b"S", b"T")
         batch.delete_range(b"V", b"W")
+        batch.delete_range(b"F", b"H")
+        batch.delete_range(b"I", b"J")
         written = 0
         for name, (rel_id, _) in relations.items():
+            store = index.event_stores.get(name)
+            if store is not None:
+                for block, blob in enumerate(snapshot_records(rel_id, store, SNAPSHOT_BLOCK)):
+                    batch.put(b"F" + struct.pack(">HI", rel_id, block), blob)
+                    written += len(blob)
+                ids = store.ids.export(0)
+                batch.put(b"I" + struct.pack(">HI", rel_id, 0), ids)
+                written += len(ids)
+                continue
             columns = index.tuples(name)
             n = columns[0].shape[0] if columns else 0
             for block, lo in enumerate(range(0, n, SNAPSHOT_BLOCK)):
-                blob = _block_bytes([c[lo : lo + SNAPSHOT_BLOCK] for c in columns])
+                blob = block_bytes([c[lo : lo + SNAPSHOT_BLOCK] for c in columns])
                 batch.put(b"S" + struct.pack(">HI", rel_id, block), blob)
                 written += len(blob)
         dictionary = index.dictionary.export(0)
@@ -376,56 +393,3 @@ def _open_error(directory: Path, error: Exception) -> StateError:
     if isinstance(error, OSError) and error.errno == errno.EACCES:
         return StateError(f"cannot open state directory {directory}: permission denied")
     return StateError(f"cannot open state directory {directory}: {text}")
-
-
-def _block_bytes(columns: list[I32]) -> bytes:
-    n = columns[0].shape[0]
-    head = struct.pack("<BI", len(columns), n)
-    return head + b"".join(c.astype("<i4").tobytes() for c in columns)
-
-
-def _read_block(blob: bytes) -> list[I32]:
-    arity, n = struct.unpack_from("<BI", blob)
-    if len(blob) != 5 + 4 * arity * n:
-        raise ValueError(f"snapshot block of {len(blob)} bytes does not hold {n} tuples")
-    return [np.frombuffer(blob, "<i4", n, 5 + 4 * n * k).astype(np.int32) for k in range(arity)]
-
-
-def _write_log(changes: dict[str, Change], relations: dict[str, tuple[int, int]]) -> bytes:
-    parts = [struct.pack("<H", len(changes))]
-    for name, change in changes.items():
-        rel_id, arity = relations[name]
-        parts.append(struct.pack("<HBI", rel_id, arity, len(change)))
-        parts.extend(c.astype("<i4").tobytes() for c in change.columns)
-        parts.append(change.diff.astype(np.int8).tobytes())
-    return b"".join(parts) if changes else b""
-
-
-def _read_log(blob: bytes) -> Iterator[tuple[int, list[I32], I8]]:
-    (count,) = struct.unpack_from("<H", blob)
-    at = 2
-    for _ in range(count):
-        rel_id, arity, n = struct.unpack_from("<HBI", blob, at)
-        at += 7
-        columns = []
-        for _ in range(arity):
-            columns.append(np.frombuffer(blob, "<i4", n, at).astype(np.int32))
-            at += 4 * n
-        diff = np.frombuffer(blob, np.int8, n, at).copy()
-        at += n
-        yield rel_id, columns, diff
-    if at != len(blob):
-        raise ValueError(f"log record of {len(blob)} bytes has {len(blob) - at} bytes left over")
-
-
-def _last_wins(columns: list[I32], diff: I8) -> list[I32]:
-    """The tuples whose last diff (in the given order) is +1: replaying changes onto a set."""
-    n = diff.shape[0]
-    keys: list[npt.NDArray[np.integer]] = [np.arange(n), *reversed(columns)]
-    order = np.lexsort(keys)
-    cols = [c[order] for c in columns]
-    last = np.ones(n, np.bool_)
-    if n > 1:
-        last[:-1] = np.logical_or.reduce([c[1:] != c[:-1] for c in cols])
-    keep = last & (diff[order] > 0)
-    return [c[keep] for c in cols]

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from core.errors import StateError
 from core.records import EventUpdates, UpdateBatch, mirrored
 from monitor.engine.delta import DeltaEvaluator
 from monitor.engine.owned import ChangedTuples, decide
@@ -25,6 +26,7 @@ from monitor.engine.static import count_matches, enumerate_matches
 from monitor.index.event_relations import EventIndex, Selection, selections_of
 from monitor.index.graph import Change, GraphIndex, StagedEpoch
 from monitor.index.levels import I32, I64
+from monitor.index.store import StateStore
 from monitor.plan.cut import Cut
 from monitor.plan.events import event_relations, rewrite
 from monitor.query.ast import Query
@@ -107,6 +109,22 @@ class EpochProcessor:
         self.evaluator = DeltaEvaluator(self.internal, settings.max_prefixes)
         self.epoch = 0
         self.totals = RunTotals()
+
+    def restore(self, store: StateStore) -> None:
+        """Fill the empty index from ``store``: tuples, events, and the relations derived from
+        the events. A store whose event relations are not this run's is refused."""
+        meta = store.meta
+        if meta is None:
+            return
+        stored, current = set(meta.events), self.events.relations
+        if stored != current:
+            raise StateError(
+                f"state in {store.path} keeps {_names(stored)} as events, this run's queries "
+                f"read {_names(current)} as events; run the queries that built it, or give a "
+                f"new state directory"
+            )
+        store.load(self.index)
+        self.events.rebuild()
 
     def _prepare(self, batch: UpdateBatch) -> UpdateBatch:
         return mirrored(batch) if self.settings.undirected else batch
@@ -250,3 +268,7 @@ class EpochProcessor:
             enumerate_matches(
                 query, self.index, send, max_prefixes=self.settings.max_prefixes, cut=Cut.NEW
             )
+
+
+def _names(relations: set[str]) -> str:
+    return ", ".join(sorted(relations)) if relations else "no relation"

@@ -24,7 +24,8 @@ from connectors.sinks import JsonLinesSink, OutputFile
 from core.errors import StateError
 from core.records import Checkpoint, exact_batches
 from monitor.failpoints import failpoint
-from monitor.index.store import StateStore, StoredMeta
+from monitor.index.store import StateStore
+from monitor.index.stored_meta import StoredMeta
 from monitor.query.ast import Query
 from monitor.query.parser import parse_queries
 from monitor.service.epochs import EpochProcessor, QueryOutput, RunTotals
@@ -102,7 +103,7 @@ def _recover(
     meta = store.meta
     _check_compatible(store, meta, processor, job)
     loading = time.perf_counter()
-    store.load(processor.index)
+    processor.restore(store)
     processor.epoch = max(meta.epoch, 0)
     log.info(
         "loaded state from %s: epoch %d, %d tuples, %d vertices in %.2f s",

@@ -24,7 +24,8 @@ from connectors.kafka import (
 )
 from core.errors import StateError
 from core.records import UpdateBatch
-from monitor.index.store import StateStore, StoredMeta
+from monitor.index.store import StateStore
+from monitor.index.stored_meta import StoredMeta
 from monitor.service.epochs import EpochProcessor
 from monitor.service.health import Health
 from monitor.service.metrics import Metrics
@@ -81,7 +82,7 @@ def load_state(
             f"supported yet: deploy the new queries with a new state directory and group id"
         )
     started = time.perf_counter()
-    store.load(processor.index)
+    processor.restore(store)
     processor.epoch = meta.epoch
     log.info(
         "state loaded",

@@ -127,21 +127,3 @@ def test_bad_event_records_are_skipped_with_their_line(tmp_path: Path) -> None:
     (tmp_path / "del.jsonl").write_text(json.dumps(good) + "\n" + delete + "\n")
     done = cli("run", "-q", str(tmp_path / "q.q"), "--edges", str(tmp_path / "del.jsonl"))
     assert "delete_without_id 1" in done.stderr.decode()
-
-
-def test_state_dir_and_serve_refuse_event_queries_with_a_message(tmp_path: Path) -> None:
-    (tmp_path / "q.q").write_text(QUERY_TEXT)
-    (tmp_path / "in.jsonl").write_text("")
-    done = cli(
-        "run",
-        "-q",
-        str(tmp_path / "q.q"),
-        "--edges",
-        str(tmp_path / "in.jsonl"),
-        "--state-dir",
-        str(tmp_path / "state"),
-        check=False,
-    )
-    assert done.returncode != 0
-    assert "--state-dir does not support yet" in done.stderr.decode()
-    assert not (tmp_path / "state").exists()

@@ -30,7 +30,8 @@ from connectors.kafka_retry import (
     read_to_end,
 )
 from core.records import Update, UpdateBatch
-from monitor.index.store import StateStore, StoredMeta
+from monitor.index.store import StateStore
+from monitor.index.stored_meta import StoredMeta
 from monitor.service.cluster.control import (
     EpochSpec,
     changelog_topic,

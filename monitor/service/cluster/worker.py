@@ -26,7 +26,8 @@ from core.records import Update, UpdateBatch
 from monitor.engine.owned import ChangedTuples, supports
 from monitor.failpoints import failpoint
 from monitor.index.graph import Change
-from monitor.index.store import StateStore, StoredMeta
+from monitor.index.store import StateStore
+from monitor.index.stored_meta import StoredMeta
 from monitor.query.ast import Query
 from monitor.service.cluster.barrier import wait_for_epoch
 from monitor.service.cluster.control import (

@@ -1,0 +1,206 @@
+"""Events through ``run --state-dir``, killed at any moment and rerun: the output file holds every
+delta exactly once, and the stored events are the oracle's.
+
+A JSON stream of transfers (string ids, parallel events, number and string fields, deletes by
+id, events without an id), plain tuples and labels runs with a state directory and an output
+file. It is SIGKILLed at failpoints between the steps of the epoch protocol (a snapshot among
+them) and at random moments, then rerun until it completes. The output must equal, byte for
+byte, that of a run never interrupted, whose matches are the brute-force oracle's; the events
+loaded back from the state are the oracle's live events.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from monitor.index.store import StateStore
+from monitor.service.epochs import EpochProcessor
+from monitor.service.settings import Settings
+from tests.engine.test_events_oracle import QUERIES, Model, brute_force
+
+ROOT = Path(__file__).resolve().parents[2]
+QUERY_TEXT = "\n".join(str(q) for q in QUERIES)
+ENV = {"SGM_BATCH_SIZE": "40", "SGM_SNAPSHOT_RATIO": "0.5", "SGM_SNAPSHOT_MIN_BYTES": "30000"}
+
+
+def make_stream(path: Path, seed: int = 3, n: int = 12_000) -> Model:
+    """Transfers by id over 6 accounts, tuples of ``e`` and labels; the oracle after them.
+    Every 50th insert has no id: its identity is its position, and no delete can name it."""
+    rng = np.random.default_rng(seed)
+    model = Model()
+    lines = []
+    for position in range(n):
+        roll = rng.random()
+        if roll < 0.6:
+            tx = int(rng.integers(0, 40))
+            op = (
+                "insert",
+                tx,
+                int(rng.integers(0, 6)),
+                int(rng.integers(0, 6)),
+                None if rng.random() < 0.1 else int(rng.integers(0, 4)),
+                None if rng.random() < 0.1 else str(rng.choice(["cash", "wire", "card"])),
+            )
+            record: dict[str, object] = {"relation": "transfer", "src": op[2], "dst": op[3]}
+            if rng.random() < 0.02:
+                # An event without id: its identity is its file and line.
+                op = ("insert", f"{path}:{position + 1}", *op[2:])
+            else:
+                record["id"] = f"tx-{tx}"
+            if op[4] is not None:
+                record["amount"] = op[4]
+            if op[5] is not None:
+                record["channel"] = op[5]
+        elif roll < 0.85:
+            op = ("delete", int(rng.integers(0, 40)))
+            record = {"op": "delete", "relation": "transfer", "id": f"tx-{op[1]}"}
+        elif roll < 0.95:
+            sign = "+" if rng.random() < 0.6 else "-"
+            op = ("e" + sign, int(rng.integers(0, 6)), int(rng.integers(0, 6)))
+            record = {"op": "insert" if sign == "+" else "delete", "src": op[1], "dst": op[2]}
+        else:
+            sign = "+" if rng.random() < 0.7 else "-"
+            op = ("f" + sign, int(rng.integers(0, 6)))
+            record = {"op": "insert" if sign == "+" else "delete", "relation": "flagged"}
+            record["tuple"] = [op[1]]
+        if isinstance(op[1], str):  # positional identity
+            model.events.setdefault(op[1], (op[2], op[3], _fields(op)))
+        else:
+            model.apply(op)
+        lines.append(json.dumps(record))
+    path.write_text("\n".join(lines) + "\n")
+    return model
+
+
+def _fields(op: tuple) -> dict[str, object]:  # type: ignore[type-arg]
+    return {k: v for k, v in (("amount", op[4]), ("channel", op[5])) if v is not None}
+
+
+def job(tmp: Path, stream: Path, name: str, env: dict[str, str] | None = None, wait: bool = True):  # type: ignore[no-untyped-def]
+    (tmp / "q.q").write_text(QUERY_TEXT)
+    args = [sys.executable, "-m", "monitor", "run", "-q", str(tmp / "q.q"), "--edges", str(stream)]
+    args += ["--state-dir", str(tmp / f"{name}.state"), "--output", str(tmp / f"{name}.jsonl")]
+    proc = subprocess.Popen(
+        [*args, "--quiet"],
+        cwd=ROOT,
+        env={**os.environ, **ENV, **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    if wait:
+        proc.wait(timeout=300)
+    return proc
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Model]:
+    tmp = tmp_path_factory.mktemp("events-reference")
+    stream = tmp / "stream.jsonl"
+    model = make_stream(stream)
+    done = job(tmp, stream, "ref")
+    assert done.returncode == 0, done.stderr.read() if done.stderr else ""
+    return stream, tmp / "ref.jsonl", model
+
+
+def test_the_uninterrupted_output_is_the_oracles(reference: tuple[Path, Path, Model]) -> None:
+    _, ref, model = reference
+    current: Counter[tuple[str, tuple[tuple[int, ...], tuple[str, ...]]]] = Counter()
+    for line in ref.read_text().splitlines():
+        row = json.loads(line)
+        query = next(q for q in QUERIES if q.name == row["query"])
+        events = tuple(str(row["edges"][e]["id"]) for e in query.edges)
+        key = (row["query"], (tuple(row["match"].values()), events))
+        current[key] += row["diff"]
+        assert current[key] in (0, 1), f"running sum of {key}"
+    for query in QUERIES:
+        got = {b for (n, b), c in current.items() if n == query.name and c}
+        assert got == brute_force(model, query), query.name
+        assert got, f"{query.name} has no match at the end: the check would be empty"
+
+
+def stored_events(state: Path) -> dict[str, tuple[int, int, dict[str, object]]]:
+    """The live events a state directory holds, loaded as a restarted run loads them."""
+    processor = EpochProcessor([], Settings())
+    with StateStore.open(state) as store:
+        store.load(processor.index)
+    events = processor.index.event_stores["transfer"]
+    live = np.flatnonzero(events.alive[: events.size]).astype(np.int32)
+    columns = events.columns(live, processor.index.dictionary.decode)
+    out = {}
+    for i, event in enumerate(columns["id"].tolist()):
+        fields = {k: columns[k][i] for k in ("amount", "channel") if columns[k][i] is not None}
+        out[str(event)] = (int(columns["src"][i]), int(columns["dst"][i]), fields)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("point", "hit"),
+    [
+        ("before_output_sync", 30),
+        ("after_output_sync", 55),
+        ("before_store_write", 80),
+        ("snapshot_built", 2),
+        ("after_epoch_commit", 120),
+    ],
+)
+def test_killed_at_a_failpoint_and_rerun_gives_the_uninterrupted_output(
+    tmp_path: Path, reference: tuple[Path, Path, Model], point: str, hit: int
+) -> None:
+    stream, ref, model = reference
+    killed = job(tmp_path, stream, "run", {"SGM_FAILPOINT": point, "SGM_FAILPOINT_HIT": str(hit)})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr.read() if killed.stderr else ""
+    assert (tmp_path / "run.jsonl").stat().st_size < ref.stat().st_size
+    done = job(tmp_path, stream, "run")
+    assert done.returncode == 0, done.stderr.read() if done.stderr else ""
+    assert (tmp_path / "run.jsonl").read_bytes() == ref.read_bytes()
+    assert stored_events(tmp_path / "run.state") == model.events
+
+
+def test_killed_at_random_moments_and_rerun_gives_the_uninterrupted_output(
+    tmp_path: Path, reference: tuple[Path, Path, Model]
+) -> None:
+    stream, ref, model = reference
+    rng = np.random.default_rng(11)
+    kills = 0
+    for _ in range(6):
+        proc = job(tmp_path, stream, "run", wait=False)
+        time.sleep(float(rng.uniform(0.8, 2.0)))
+        if proc.poll() is not None:
+            break
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
+        kills += 1
+    done = job(tmp_path, stream, "run")
+    assert done.returncode == 0, done.stderr.read() if done.stderr else ""
+    assert kills >= 2, "the job finished too fast to be killed; make the stream longer"
+    assert (tmp_path / "run.jsonl").read_bytes() == ref.read_bytes()
+    assert stored_events(tmp_path / "run.state") == model.events
+
+
+def test_a_state_built_with_other_event_relations_is_refused(
+    tmp_path: Path, reference: tuple[Path, Path, Model]
+) -> None:
+    stream, _, _ = reference
+    (tmp_path / "plain.q").write_text("pairs(a, b) := transfer(a, b), transfer(b, a).\n")
+    done = job(
+        tmp_path, stream, "run", {"SGM_FAILPOINT": "after_epoch_commit", "SGM_FAILPOINT_HIT": "3"}
+    )
+    assert done.returncode == -signal.SIGKILL
+    args = [sys.executable, "-m", "monitor", "run", "-q", str(tmp_path / "plain.q")]
+    args += ["--edges", str(stream), "--state-dir", str(tmp_path / "run.state")]
+    args += ["--output", str(tmp_path / "run.jsonl")]
+    again = subprocess.run(args, cwd=ROOT, capture_output=True, env={**os.environ, **ENV})
+    assert again.returncode != 0
+    assert "keeps transfer as events, this run's queries read no relation as events" in (
+        again.stderr.decode()
+    )
