@@ -10,7 +10,9 @@ letters, then ``commit`` with the consumer's offsets, so that output and input p
 committed together or not at all.
 
 Output records: key ``[query, [id, ...]]`` (JSON; the binding in head order, so a compacted topic
-or a keyed consumer tracks current matches), value ``{"query", "epoch", "diff", "match"}``,
+or a keyed consumer tracks current matches), value ``{"query", "epoch", "diff", "match"}``; a
+query with edge variables adds ``"edges"`` (per edge variable the matched event with its fields)
+to the value and the events' ids to the key, ``[query, [id, ...], [event id, ...]]``;
 headers ``epoch`` and ``service-version``. Dead letters carry the raw value and headers
 ``reason``, ``source-topic``, ``source-partition``, ``source-offset``.
 """
@@ -28,8 +30,9 @@ import numpy.typing as npt
 import orjson
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
+from connectors.events import EventRecord, FieldTypes, event_updates, parse_json_event
 from connectors.formats import decode_json_record
-from connectors.sinks import check_deltas, id_list
+from connectors.sinks import check_deltas, event_objects, id_list
 from core.errors import InputError
 from core.records import Update, UpdateBatch
 
@@ -67,8 +70,9 @@ class KafkaDeadLetter:
 
 
 #: Why records become dead letters, coarsely: ``too_large``, ``invalid_json`` (not a JSON
-#: document), ``invalid_record`` (JSON, but not a valid update).
-DEAD_LETTER_CATEGORIES = ("too_large", "invalid_json", "invalid_record")
+#: document), ``invalid_record`` (JSON, but not a valid update), ``invalid_field`` (an event
+#: whose field has another type than the relation's, or is too long or not a scalar).
+DEAD_LETTER_CATEGORIES = ("too_large", "invalid_json", "invalid_record", "invalid_field")
 
 
 @dataclass
@@ -85,6 +89,8 @@ class Polled:
     per_topic: dict[str, int] = field(default_factory=dict)
     timestamps: list[float] = field(default_factory=list)
     records: int = 0
+    #: Decoded events with their place among the poll's updates (``events`` sources only).
+    events: list[tuple[int, EventRecord]] = field(default_factory=list)
 
 
 class KafkaSource:
@@ -100,6 +106,7 @@ class KafkaSource:
         on_assign: Callable[[list[Partition]], Mapping[Partition, int]] | None = None,
         on_revoke: Callable[[list[Partition]], None] | None = None,
         on_stats: Callable[[str], object] | None = None,
+        events: FieldTypes | None = None,
     ) -> None:
         settings: dict[str, object] = {
             "enable.auto.commit": False,
@@ -116,6 +123,8 @@ class KafkaSource:
         self.topics = list(topics)
         self.default_relation = default_relation
         self.topic_relations = dict(topic_relations)
+        #: The event relations and their field types: JSON records of these are events.
+        self.events = events
         self._on_assign = on_assign
         self._on_revoke = on_revoke
         self._seq = 0
@@ -172,12 +181,13 @@ class KafkaSource:
         rewind: dict[Partition, int] = {}
         first: dict[Partition, int] = {}
         self._rebalanced = False
-        while len(updates) < max_updates:
+        while len(updates) + len(polled.events) < max_updates:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
+            wanted = max_updates - len(updates) - len(polled.events)
             messages = self.consumer.consume(
-                num_messages=min(10_000, max_updates - len(updates)), timeout=min(remaining, 0.5)
+                num_messages=min(10_000, wanted), timeout=min(remaining, 0.5)
             )
             if self._rebalanced:
                 for message in messages:
@@ -208,8 +218,8 @@ class KafkaSource:
                 break
         if rewind:
             self.seek(rewind)
-        polled.batch = UpdateBatch.from_updates(updates, self._seq)
-        self._seq += len(updates)
+        polled.batch = updates_batch(updates, polled.events, self._seq, self.events)
+        self._seq += polled.batch.count
         return polled
 
     def _give_back(self, first: Mapping[Partition, int]) -> None:
@@ -218,7 +228,9 @@ class KafkaSource:
         self.seek({p: o for p, o in first.items() if p in assigned})
 
     def _take(self, message: Message, updates: list[Update], polled: Polled) -> None:
-        take_message(message, updates, polled, self.default_relation, self.topic_relations)
+        take_message(
+            message, updates, polled, self.default_relation, self.topic_relations, self.events
+        )
 
     def group_metadata(self) -> object:
         return self.consumer.consumer_group_metadata()
@@ -272,7 +284,8 @@ class KafkaSink:
         diffs: npt.NDArray[np.integer],
         edges: Mapping[str, Mapping[str, npt.NDArray[Any]]] | None = None,
     ) -> int:
-        """Produce one record per match delta (inside the open transaction)."""
+        """Produce one record per match delta (inside the open transaction); a query with
+        edge variables adds its events to the value (``"edges"``) and their ids to the key."""
         rows = check_deltas(variables, columns, diffs)
         ids = [id_list(c) for c in columns]
         headers: list[tuple[str, str | bytes | None]] = [
@@ -280,17 +293,25 @@ class KafkaSink:
             ("service-version", self.version),
         ]
         signs = diffs.tolist()
+        names = list(edges or {})
+        matched: list[tuple[dict[str, object], ...]] = (
+            list(zip(*(event_objects(edges[n]) for n in names), strict=True))
+            if edges
+            else [() for _ in range(rows)]
+        )
         for i in range(rows):
             binding = [column[i] for column in ids]
-            value = orjson.dumps(
-                {
-                    "query": query,
-                    "epoch": epoch,
-                    "diff": signs[i],
-                    "match": dict(zip(variables, binding, strict=True)),
-                }
-            )
-            self._produce(self.output_topic, orjson.dumps([query, binding]), value, headers)
+            body: dict[str, object] = {
+                "query": query,
+                "epoch": epoch,
+                "diff": signs[i],
+                "match": dict(zip(variables, binding, strict=True)),
+            }
+            key: list[object] = [query, binding]
+            if names:
+                body["edges"] = dict(zip(names, matched[i], strict=True))
+                key.append([event["id"] for event in matched[i]])
+            self._produce(self.output_topic, orjson.dumps(key), orjson.dumps(body), headers)
         return rows
 
     def write_dead_letter(self, letter: KafkaDeadLetter) -> None:
@@ -321,6 +342,25 @@ class KafkaSink:
         for i in range(len(signs)):
             key = orjson.dumps([relation, [column[i] for column in ids]])
             self._produce(topic, key, value if signs[i] > 0 else None, headers)
+        return len(signs)
+
+    def write_event_changelog(
+        self,
+        topic: str,
+        relation: str,
+        epoch: int,
+        events: Mapping[str, npt.NDArray[Any]],
+        diffs: npt.NDArray[np.integer],
+    ) -> int:
+        """One changelog record per changed event: key ``[relation, id]``, value ``{"epoch": E,
+        "event": {"id", "src", "dst", fields...}}`` for an insert and a tombstone for a delete
+        (deletes first: an id deleted and inserted again in the epoch keeps its new event)."""
+        headers: list[tuple[str, str | bytes | None]] = [("epoch", str(epoch).encode())]
+        signs = diffs.tolist()
+        for sign, event in zip(signs, event_objects(events), strict=True):
+            key = orjson.dumps([relation, event["id"]])
+            value = orjson.dumps({"epoch": epoch, "event": event}) if sign > 0 else None
+            self._produce(topic, key, value, headers)
         return len(signs)
 
     def write_control(self, topic: str, value: bytes) -> None:
@@ -364,8 +404,10 @@ def take_message(
     polled: Polled,
     default_relation: str,
     topic_relations: Mapping[str, str],
+    events: FieldTypes | None = None,
 ) -> None:
-    """Decode one data message into ``updates``, or into a dead letter of ``polled``."""
+    """Decode one data message into ``updates`` (or, a record of an event relation, into
+    ``polled.events``), or into a dead letter of ``polled``."""
     topic, partition, offset = _where(message)
     polled.records += 1
     polled.per_topic[topic] = polled.per_topic.get(topic, 0) + 1
@@ -381,10 +423,18 @@ def take_message(
                 position=position,
             )
         relation = topic_relations.get(topic, default_relation)
+        if events is not None:
+            identity = f"{topic}:{partition}@{offset}"
+            event = parse_json_event(value, relation, events, identity)
+            if event is not None:
+                polled.events.append((len(updates) + len(polled.events), event))
+                return
         update = decode_json_record(value, default_relation=relation, position=position)
     except InputError as error:
         if len(value) > MAX_RECORD_BYTES:
             category = "too_large"
+        elif error.message.startswith("field "):
+            category = "invalid_field"
         elif error.message.startswith("invalid JSON") or "not valid JSON" in error.message:
             category = "invalid_json"
         else:
@@ -394,6 +444,34 @@ def take_message(
         )
         return
     updates.append(update)
+
+
+def updates_batch(
+    updates: list[Update],
+    events: list[tuple[int, EventRecord]],
+    first_seq: int,
+    types: FieldTypes | None,
+) -> UpdateBatch:
+    """The poll's tuple updates and events as one batch, numbered in the order taken."""
+    if not events or types is None:
+        return UpdateBatch.from_updates(updates, first_seq)
+    count = len(updates) + len(events)
+    is_event = np.zeros(count, np.bool_)
+    is_event[[i for i, _ in events]] = True
+    seq = np.arange(first_seq, first_seq + count, dtype=np.int64)
+    batch = UpdateBatch.from_updates(updates, 0)
+    tuple_seq = seq[~is_event]
+    for part in batch.parts.values():
+        part.seq[:] = tuple_seq[part.seq]
+    by_relation: dict[str, list[tuple[int, EventRecord]]] = {}
+    for at, event in events:
+        by_relation.setdefault(event.relation, []).append((at, event))
+    batch.events = {
+        relation: event_updates(found, seq, types.types.get(relation, {}))
+        for relation, found in by_relation.items()
+    }
+    batch.first_seq, batch.count = first_seq, count
+    return batch
 
 
 def _where(message: Message) -> tuple[str, int, int]:

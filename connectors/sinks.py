@@ -120,7 +120,7 @@ class JsonLinesSink:
         columns; a field that is None for an event is left out of its object)."""
         names = list(edges)
         bindings = zip(*(id_list(c) for c in columns), strict=True)
-        per_edge = [_event_objects(edges[n]) for n in names]
+        per_edge = [event_objects(edges[n]) for n in names]
         events = zip(*per_edge, strict=True)
         lines = []
         for diff, binding, matched in zip(diffs.tolist(), bindings, events, strict=True):
@@ -202,7 +202,7 @@ class ListSink:
         self.flushes += 1
 
 
-def _event_objects(columns: Mapping[str, npt.NDArray[Any]]) -> list[dict[str, object]]:
+def event_objects(columns: Mapping[str, npt.NDArray[Any]]) -> list[dict[str, object]]:
     """One JSON object per row of event columns, leaving out absent (None) values."""
     names = list(columns)
     rows = zip(*(columns[n].tolist() for n in names), strict=True)

@@ -36,7 +36,6 @@ from monitor.plan.events import event_relations, rewrite
 from monitor.plan.planner import delta_queries, static_plan
 from monitor.query.ast import Query
 from monitor.query.load import load_queries_many
-from monitor.query.types import field_types
 from monitor.service.epochs import EpochProcessor, RunTotals
 from monitor.service.filejob import FileJob, Progress, run_file_job
 from monitor.service.settings import Settings, load_settings
@@ -112,18 +111,6 @@ def _source(
         on_dead_letter=_dead_letter_reporter(quiet),
         events=events,
     )
-
-
-def _field_types(queries: tuple[Query, ...]) -> FieldTypes | None:
-    """The event relations of ``queries`` with the field types their predicates fix."""
-    relations = event_relations(queries)
-    if not relations:
-        return None
-    types: dict[str, dict[str, str]] = {r: {} for r in relations}
-    for (relation, name), kind in field_types(queries).items():
-        if relation in types:
-            types[relation][name] = kind
-    return FieldTypes.of(types)
 
 
 def _batches(source: EdgeFileSource, size: int) -> Iterator[UpdateBatch]:
@@ -212,6 +199,13 @@ def main() -> None:
 @relation_option
 @strict_option
 @prefixes_option
+@click.option(
+    "--output-fields",
+    type=str,
+    default=None,
+    help="Fields of matched events in the output, comma separated (id, src, dst always) "
+    "[default: every field].",
+)
 @click.option("--quiet", is_flag=True, help="No progress and no summary on stderr.")
 def run(
     query_specs: tuple[str, ...],
@@ -226,6 +220,7 @@ def run(
     default_relation: str | None,
     strict: bool,
     max_prefixes: int | None,
+    output_fields: str | None,
     quiet: bool,
 ) -> None:
     """Stream edge updates and print one JSON line per match delta, epochs in order."""
@@ -236,6 +231,7 @@ def run(
             default_relation=default_relation,
             max_prefixes=max_prefixes,
             state_dir=state_dir,
+            output_fields=output_fields,
         )
         if output is not None and settings.state_dir is None:
             raise ConfigError("--output needs --state-dir: exactly-once output needs stored state")
@@ -243,7 +239,7 @@ def run(
             raise ConfigError("--initial emits the matches of the --preload graph; give --preload")
         queries = _queries(query_specs)
         processor = EpochProcessor(queries, settings)
-        types = _field_types(queries)
+        types = processor.field_types
         started = time.perf_counter()
 
         def open_source(path: str, start: Checkpoint | None, skip_to: int) -> EdgeFileSource:
@@ -337,7 +333,7 @@ def count(
         )
         queries = _queries(query_specs)
         processor = EpochProcessor(queries, settings)
-        source = _source(edges, settings, fmt, strict, quiet=False, events=_field_types(queries))
+        source = _source(edges, settings, fmt, strict, quiet=False, events=processor.field_types)
         for batch in _batches(source, 1 << 20):
             processor.preload(batch)
         for name, matches in processor.counts().items():

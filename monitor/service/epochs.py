@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from connectors.events import FieldTypes
 from core.errors import StateError
 from core.records import EventUpdates, UpdateBatch, mirrored
 from monitor.engine.delta import DeltaEvaluator
@@ -30,6 +31,7 @@ from monitor.index.store import StateStore
 from monitor.plan.cut import Cut
 from monitor.plan.events import event_relations, rewrite
 from monitor.query.ast import Query
+from monitor.query.types import field_types
 from monitor.service.settings import Settings
 
 
@@ -107,6 +109,8 @@ class EpochProcessor:
             for relation, arity in query.relations.items():
                 self.index.relation(relation, arity)
         self.evaluator = DeltaEvaluator(self.internal, settings.max_prefixes)
+        #: The event relations and their field types, for the sources (None: no events).
+        self.field_types = _field_types(self.queries, self.events.relations)
         self.epoch = 0
         self.totals = RunTotals()
 
@@ -125,6 +129,16 @@ class EpochProcessor:
             )
         store.load(self.index)
         self.events.rebuild()
+        for relation, events in self.index.event_stores.items():
+            assert self.field_types is not None  # the stored event relations are this run's
+            known = self.field_types.types.setdefault(relation, {})
+            for name, column in events.fields.items():
+                if known.setdefault(name, column.kind) != column.kind:
+                    raise StateError(
+                        f"state in {store.path} holds field {name!r} of {relation!r} as a "
+                        f"{column.kind}, this run's queries compare it as a {known[name]}; "
+                        f"run the queries that built it, or give a new state directory"
+                    )
 
     def _prepare(self, batch: UpdateBatch) -> UpdateBatch:
         return mirrored(batch) if self.settings.undirected else batch
@@ -213,8 +227,9 @@ class EpochProcessor:
         source = self.rewritten[i].source
         decode = self.index.dictionary.decode
         width = len(source.head)
+        fields = self.settings.output_fields
         edges = {
-            var: self.events.stores[relation].columns(columns[width + k], decode)
+            var: self.events.stores[relation].columns(columns[width + k], decode, fields)
             for k, (var, relation) in enumerate(self.rewritten[i].edges.items())
         }
         vertices = [decode(c) for c in columns[:width]]
@@ -272,3 +287,14 @@ class EpochProcessor:
 
 def _names(relations: set[str]) -> str:
     return ", ".join(sorted(relations)) if relations else "no relation"
+
+
+def _field_types(queries: Sequence[Query], relations: set[str]) -> FieldTypes | None:
+    """The event relations with the field types the queries' predicates fix."""
+    if not relations:
+        return None
+    types: dict[str, dict[str, str]] = {r: {} for r in relations}
+    for (relation, name), kind in field_types(queries).items():
+        if relation in types:
+            types[relation][name] = kind
+    return FieldTypes.of(types)

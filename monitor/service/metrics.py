@@ -142,6 +142,17 @@ class _WithoutCreated(Collector):
             yield family
 
 
+#: Why updates were not applied (``updates_ignored_total`` labels, present from the start).
+IGNORED_REASONS = (
+    "duplicate_insert",
+    "absent_delete",
+    "netted",
+    "wrong_arity",
+    "delete_without_id",
+    "not_an_event_relation",
+)
+
+
 class Metrics:
     """The service's metrics and the events that move them.
 
@@ -266,7 +277,7 @@ class Metrics:
         # Known label values exist from the start at 0, so rates and alerts see a series.
         for category in DEAD_LETTER_CATEGORIES:
             self.dead_letters.labels(category)
-        for reason in ("duplicate_insert", "absent_delete", "netted", "wrong_arity"):
+        for reason in IGNORED_REASONS:
             self.updates_ignored.labels(reason)
         self._lag_lock = threading.Lock()
         self._lag_partitions: set[tuple[str, str]] = set()

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
+from connectors.events import FieldTypes
 from connectors.kafka import (
     KafkaSink,
     KafkaSource,
@@ -30,7 +31,7 @@ from connectors.kafka import (
 from core.errors import ConfigError
 from monitor.failpoints import failpoint
 from monitor.index.store import StateStore
-from monitor.plan.events import refuse_events
+from monitor.plan.events import event_relations, rewrite
 from monitor.plan.planner import delta_queries
 from monitor.query.load import load_queries
 from monitor.service.clients import client_config, new_sink
@@ -56,9 +57,10 @@ log = logging.getLogger(__name__)
 
 def serve(settings: Settings) -> int:
     """Run the service until SIGTERM; returns the exit code."""
-    queries = refuse_events(load_queries(settings.queries), "serve")
+    queries = load_queries(settings.queries)
+    events = event_relations(queries)
     for query in queries:
-        delta_queries(query)
+        delta_queries(rewrite(query, events).internal)  # a query that cannot plan fails here
     metrics = Metrics()
     health = Health(settings.liveness_timeout_s)
     http = HealthServer(settings.http_port, metrics, health)
@@ -131,7 +133,7 @@ def _connect(
         try:
             _refuse_second_instance(settings)
             sink = new_sink(settings)
-            source = _open_source(settings, positions, metrics, health)
+            source = _open_source(settings, positions, metrics, health, processor.field_types)
             health.set_broker_reachable(True)
             return source, sink
         except KafkaException as error:
@@ -146,7 +148,11 @@ def _connect(
 
 
 def _open_source(
-    settings: Settings, positions: Positions, metrics: Metrics, health: Health
+    settings: Settings,
+    positions: Positions,
+    metrics: Metrics,
+    health: Health,
+    events: FieldTypes | None,
 ) -> KafkaSource:
     holder: list[KafkaSource] = []
 
@@ -161,6 +167,7 @@ def _open_source(
         on_assign=on_assign,
         on_revoke=lambda parts: revoked(parts, metrics, health),
         on_stats=metrics.observe_librdkafka_stats,
+        events=events,
     )
     holder.append(source)
     return source
@@ -201,7 +208,7 @@ def _epoch(
         watchdog.arm(f"the transaction of epoch {out.epoch}")
         sink.begin()
         for q in out.queries:
-            sink.write_deltas(q.query, out.epoch, q.variables, q.columns, q.diff)
+            sink.write_deltas(q.query, out.epoch, q.variables, q.columns, q.diff, q.edges)
         for letter in polled.dead_letters:
             sink.write_dead_letter(letter)
         sink.commit(polled.next_offsets, source.group_metadata())

@@ -59,6 +59,12 @@ class Settings(BaseSettings):
         64 << 20, ge=1 << 20, description="RocksDB block cache, one for the process"
     )
 
+    output_fields: Annotated[list[str] | None, NoDecode] = Field(
+        None,
+        description="fields of matched events copied into the output (comma list; id, src and "
+        "dst always are); null: every field",
+    )
+
     # -- the Kafka service (serve) -------------------------------------------------------------
     bootstrap_servers: str = Field("localhost:9092", description="Kafka bootstrap servers")
     input_topics: Annotated[list[str], NoDecode] = Field(
@@ -116,7 +122,7 @@ class Settings(BaseSettings):
         "they win over SGM_KAFKA and are always treated as secret",
     )
 
-    @field_validator("input_topics", mode="before")
+    @field_validator("input_topics", "output_fields", mode="before")
     @classmethod
     def _comma_list(cls, value: Any) -> Any:
         if isinstance(value, str):

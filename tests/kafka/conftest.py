@@ -5,6 +5,7 @@ local broker, ``.broker`` to stop, kill and start it. It never skips: when no br
 every test that uses it fails with the reason.
 ``kafka_bootstrap`` (session): just the bootstrap address.
 ``make_topic`` (function): creates a fresh topic, ``make_topic(partitions=3) -> name``.
+``service`` (function): makes ``serve`` subprocesses, ``service(partitions=3, **SGM_env)``.
 """
 
 from __future__ import annotations
@@ -13,12 +14,17 @@ import contextlib
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from tests.kafka_broker import KafkaCluster, KafkaLocalError, broker_for_tests
+
+if TYPE_CHECKING:
+    from tests.kafka.test_serve import Service
 
 
 @pytest.fixture(scope="session")
@@ -59,3 +65,24 @@ def make_topic(kafka: KafkaCluster) -> Callable[..., str]:
         raise AssertionError(f"topic {name} has no leader for every partition after 30s")
 
     return make
+
+
+@pytest.fixture
+def service(
+    kafka: KafkaCluster, make_topic: Callable[..., str], tmp_path: Path
+) -> Iterator[Callable[..., Service]]:
+    """Make ``serve`` subprocesses (:class:`~tests.kafka.test_serve.Service`); killed at the end."""
+    from tests.kafka.test_serve import Service
+
+    made: list[Service] = []
+
+    def make(partitions: int = 3, **env: str) -> Service:
+        s = Service(kafka, make_topic, tmp_path / f"svc{len(made)}", partitions, **env)
+        made.append(s)
+        return s
+
+    yield make
+    for s in made:
+        if s.proc is not None and s.proc.poll() is None:
+            s.proc.kill()
+            s.proc.wait(timeout=30)

@@ -19,7 +19,7 @@ import time
 import urllib.request
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -226,24 +226,6 @@ class Service:
 
     def log_text(self) -> str:
         return "\n".join(p.read_text(errors="replace") for p in self.logs)
-
-
-@pytest.fixture
-def service(
-    kafka: KafkaCluster, make_topic: Callable[..., str], tmp_path: Path
-) -> Iterator[Callable[..., Service]]:
-    made: list[Service] = []
-
-    def make(partitions: int = 3, **env: str) -> Service:
-        s = Service(kafka, make_topic, tmp_path / f"svc{len(made)}", partitions, **env)
-        made.append(s)
-        return s
-
-    yield make
-    for s in made:
-        if s.proc is not None and s.proc.poll() is None:
-            s.proc.kill()
-            s.proc.wait(timeout=30)
 
 
 def deltas(records: list[tuple[bytes, bytes, dict[str, bytes]]]) -> list[dict[str, object]]:

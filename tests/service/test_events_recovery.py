@@ -19,6 +19,7 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -33,17 +34,20 @@ QUERY_TEXT = "\n".join(str(q) for q in QUERIES)
 ENV = {"SGM_BATCH_SIZE": "40", "SGM_SNAPSHOT_RATIO": "0.5", "SGM_SNAPSHOT_MIN_BYTES": "30000"}
 
 
-def make_stream(path: Path, seed: int = 3, n: int = 12_000) -> Model:
+def event_records(
+    n: int, seed: int, anonymous: str | None = None
+) -> tuple[list[dict[str, object]], Model]:
     """Transfers by id over 6 accounts, tuples of ``e`` and labels; the oracle after them.
-    Every 50th insert has no id: its identity is its position, and no delete can name it."""
+    With ``anonymous`` (the input's name), every 50th insert or so has no id: its identity is
+    its position, ``anonymous:line``, and no delete can name it."""
     rng = np.random.default_rng(seed)
     model = Model()
-    lines = []
+    records = []
     for position in range(n):
         roll = rng.random()
         if roll < 0.6:
             tx = int(rng.integers(0, 40))
-            op = (
+            op: tuple[Any, ...] = (
                 "insert",
                 tx,
                 int(rng.integers(0, 6)),
@@ -52,9 +56,8 @@ def make_stream(path: Path, seed: int = 3, n: int = 12_000) -> Model:
                 None if rng.random() < 0.1 else str(rng.choice(["cash", "wire", "card"])),
             )
             record: dict[str, object] = {"relation": "transfer", "src": op[2], "dst": op[3]}
-            if rng.random() < 0.02:
-                # An event without id: its identity is its file and line.
-                op = ("insert", f"{path}:{position + 1}", *op[2:])
+            if anonymous is not None and rng.random() < 0.02:
+                op = ("insert", f"{anonymous}:{position + 1}", *op[2:])
             else:
                 record["id"] = f"tx-{tx}"
             if op[4] is not None:
@@ -77,12 +80,18 @@ def make_stream(path: Path, seed: int = 3, n: int = 12_000) -> Model:
             model.events.setdefault(op[1], (op[2], op[3], _fields(op)))
         else:
             model.apply(op)
-        lines.append(json.dumps(record))
-    path.write_text("\n".join(lines) + "\n")
+        records.append(record)
+    return records, model
+
+
+def make_stream(path: Path, seed: int = 3, n: int = 12_000) -> Model:
+    """:func:`event_records` written to ``path`` as JSON lines."""
+    records, model = event_records(n, seed, anonymous=str(path))
+    path.write_text("\n".join(json.dumps(r) for r in records) + "\n")
     return model
 
 
-def _fields(op: tuple) -> dict[str, object]:  # type: ignore[type-arg]
+def _fields(op: tuple[Any, ...]) -> dict[str, object]:
     return {k: v for k, v in (("amount", op[4]), ("channel", op[5])) if v is not None}
 
 

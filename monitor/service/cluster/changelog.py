@@ -21,14 +21,14 @@ from confluent_kafka import (
 )
 from confluent_kafka import TopicPartition as TP
 
-from connectors.kafka import (
-    Partition,
-)
+from connectors.events import EventRecord, FieldTypes, decode_event
+from connectors.kafka import Partition, updates_batch
 from connectors.kafka_retry import (
     committed_offsets,
     epoch_header,
     read_to_end,
 )
+from core.errors import StateError
 from core.records import Update, UpdateBatch
 from monitor.index.store import StateStore
 from monitor.index.stored_meta import StoredMeta
@@ -83,22 +83,17 @@ def rebuild_from_changelog(
             return meta
         frontier = done[-1]
         log_partitions = [TP(changelog_topic(settings), 0)]
-        present: dict[bytes, bool] = {}
+        present: dict[bytes, bytes | None] = {}
         records = 0
         for message in read_to_end(probe, log_partitions):
             records += 1
             epoch = epoch_header(message)
             if epoch is None or epoch > frontier.epoch:
                 continue
-            present[message.key() or b""] = message.value() is not None
+            present[message.key() or b""] = message.value()
     finally:
         probe.close()
-    updates = []
-    for key, alive in present.items():
-        if alive:
-            decoded: list[Any] = orjson.loads(key)  # [relation, [ids]]
-            updates.append(Update(str(decoded[0]), tuple(decoded[1]), 1))
-    processor.preload(UpdateBatch.from_updates(updates))
+    processor.preload(_live(present, processor.field_types))
     processor.index.commit()
     processor.epoch = frontier.epoch
     position = {"cluster": {"control": frontier.offset + 1, **ends_json(frontier.ends)}}
@@ -117,3 +112,29 @@ def rebuild_from_changelog(
         },
     )
     return meta
+
+
+def _live(present: Mapping[bytes, bytes | None], types: FieldTypes | None) -> UpdateBatch:
+    """The live tuples (key ``[relation, [ids]]``) and events (key ``[relation, id]``, the
+    event in the value) of the changelog's last records, as one batch."""
+    updates: list[Update] = []
+    events: list[tuple[int, EventRecord]] = []
+    for key, value in present.items():
+        if value is None:
+            continue
+        decoded: list[Any] = orjson.loads(key)
+        relation = str(decoded[0])
+        if isinstance(decoded[1], list):
+            updates.append(Update(relation, tuple(decoded[1]), 1))
+            continue
+        if types is None or relation not in types.relations:
+            raise StateError(
+                f"the changelog holds events of {relation!r}, which this run's queries do not "
+                f"read as events; deploy the queries that wrote it, or a new changelog"
+            )
+        event = orjson.loads(value)["event"]
+        position = f"changelog {key.decode(errors='replace')}"
+        events.append(
+            (len(updates) + len(events), decode_event(event, relation, 1, position, types))
+        )
+    return updates_batch(updates, events, 0, types)

@@ -13,6 +13,7 @@ from confluent_kafka import (
     Message,
 )
 
+from connectors.events import EventRecord, FieldTypes
 from connectors.kafka import (
     KafkaSink,
     Partition,
@@ -20,8 +21,10 @@ from connectors.kafka import (
     parse_partition_key,
     partition_key,
     take_message,
+    updates_batch,
 )
 from core.errors import ConfigError, StateError
+from core.fields import events_name
 from core.records import Update, UpdateBatch
 from monitor.engine.owned import ChangedTuples, supports
 from monitor.failpoints import failpoint
@@ -75,20 +78,34 @@ class EpochInput:
         return np.searchsorted(self.bounds, seq, side="right") - 1
 
 
-def decode_epoch(messages: Mapping[Partition, list[Message]], settings: Settings) -> EpochInput:
-    """The epoch's records in the fixed order, partition by partition."""
+def decode_epoch(
+    messages: Mapping[Partition, list[Message]],
+    settings: Settings,
+    events: FieldTypes | None = None,
+) -> EpochInput:
+    """The epoch's records in the fixed order, partition by partition (records of the
+    ``events`` relations as events, numbered in the same order)."""
     updates: list[Update] = []
+    found: list[tuple[int, EventRecord]] = []
     partitions = sorted(messages)
     bounds = np.zeros(len(partitions), np.int64)
     polled: dict[Partition, Polled] = {}
     for i, p in enumerate(partitions):
-        bounds[i] = len(updates)
+        bounds[i] = len(updates) + len(found)
         polled[p] = Polled(UpdateBatch())
         for message in messages[p]:
             take_message(
-                message, updates, polled[p], settings.default_relation, settings.topic_relations
+                message,
+                updates,
+                polled[p],
+                settings.default_relation,
+                settings.topic_relations,
+                events,
             )
-    return EpochInput(UpdateBatch.from_updates(updates), partitions, bounds, polled)
+            if polled[p].events:
+                found.append((len(updates) + len(found), polled[p].events.pop()[1]))
+    batch = updates_batch(updates, found, 0, events)
+    return EpochInput(batch, partitions, bounds, polled)
 
 
 def owned_changes(
@@ -165,7 +182,8 @@ class Worker:
         """Stage ``spec``, publish the partitions this worker owns that are still to do, wait
         until every partition is done, then commit the epoch to the index and the store."""
         started = time.perf_counter()
-        data = decode_epoch(self.reader.read_epoch(spec, self.health), self.settings)
+        messages = self.reader.read_epoch(spec, self.health)
+        data = decode_epoch(messages, self.settings, self.processor.field_types)
         read = time.perf_counter()
         vertices = len(self.processor.index.dictionary)
         staged = self.processor.stage(data.batch)
@@ -215,6 +233,25 @@ class Worker:
             },
         )
 
+    def _write_changelog(self, epoch: int, changes: Mapping[str, Change]) -> None:
+        """The owned changes of the epoch's tuples and events (never of the relations derived
+        from events: a rebuild derives them again)."""
+        index = self.processor.index
+        decode = index.dictionary.decode
+        topic = changelog_topic(self.settings)
+        for name, change in changes.items():
+            if name not in index.derived:
+                columns = [decode(c) for c in change.columns]
+                self.sink.write_changelog(topic, name, epoch, columns, change.diff)
+        for name, events in sorted(index.event_stores.items()):
+            changed = changes.get(events_name(name, ()))
+            if changed is not None:
+                deletes_first = np.argsort(changed.diff > 0, kind="stable")
+                eids = changed.columns[2][deletes_first]
+                self.sink.write_event_changelog(
+                    topic, name, epoch, events.columns(eids, decode), changed.diff[deletes_first]
+                )
+
     def _publish(
         self, spec: EpochSpec, staged: EpochOutput, data: EpochInput, mine: set[Partition]
     ) -> int:
@@ -234,19 +271,14 @@ class Worker:
             outputs = self.processor.evaluate_decided(changes, changed)
         else:
             outputs = self.processor.evaluate(changes)
-        decode = self.processor.index.dictionary.decode
         try:
             self.sink.begin()
             for q in outputs:
-                self.sink.write_deltas(q.query, spec.epoch, q.variables, q.columns, q.diff)
+                self.sink.write_deltas(q.query, spec.epoch, q.variables, q.columns, q.diff, q.edges)
             for p in sorted(mine):
                 for letter in data.polled[p].dead_letters:
                     self.sink.write_dead_letter(letter)
-            for name, change in changes.items():
-                columns = [decode(c) for c in change.columns]
-                self.sink.write_changelog(
-                    changelog_topic(self.settings), name, spec.epoch, columns, change.diff
-                )
+            self._write_changelog(spec.epoch, changes)
             self.sink.flush()  # on the broker, in the open transaction (commit would flush too)
             failpoint("worker_before_commit")
             self.sink.commit({p: spec.ends[p] for p in mine}, self.group.group_metadata())
