@@ -6,6 +6,7 @@ every test that uses it fails with the reason.
 ``kafka_bootstrap`` (session): just the bootstrap address.
 ``make_topic`` (function): creates a fresh topic, ``make_topic(partitions=3) -> name``.
 ``service`` (function): makes ``serve`` subprocesses, ``service(partitions=3, **SGM_env)``.
+``workers`` (function): a scale-out deployment whose workers start with ``start(name)``.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from confluent_kafka.cimpl import NewTopic
 from tests.kafka_broker import KafkaCluster, KafkaLocalError, broker_for_tests
 
 if TYPE_CHECKING:
+    from tests.kafka.test_cluster import Workers
     from tests.kafka.test_serve import Service
 
 
@@ -86,3 +88,18 @@ def service(
         if s.proc is not None and s.proc.poll() is None:
             s.proc.kill()
             s.proc.wait(timeout=30)
+
+
+@pytest.fixture
+def workers(
+    kafka: KafkaCluster, make_topic: Callable[..., str], tmp_path: Path
+) -> Iterator[Workers]:
+    """A scale-out deployment (:class:`~tests.kafka.test_cluster.Workers`); killed at the end."""
+    from tests.kafka.test_cluster import Workers
+
+    w = Workers(kafka, make_topic, tmp_path)
+    yield w
+    for proc in w.procs.values():
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)

@@ -22,7 +22,7 @@ import sys
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -131,18 +131,6 @@ class Workers:
                 return
             time.sleep(0.2)
         raise AssertionError(f"{name} never logged {text!r}\n{self.log_text()}")
-
-
-@pytest.fixture
-def workers(
-    kafka: KafkaCluster, make_topic: Callable[..., str], tmp_path: Path
-) -> Iterator[Workers]:
-    w = Workers(kafka, make_topic, tmp_path)
-    yield w
-    for proc in w.procs.values():
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=30)
 
 
 def read_all(bootstrap: str, topic: str, partitions: int) -> dict[int, list[Message]]:

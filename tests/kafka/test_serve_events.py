@@ -55,17 +55,26 @@ def produce_values(bootstrap: str, topic: str, values: list[tuple[bytes, bytes]]
 
 
 def replay(records: list[tuple[bytes, bytes, dict[str, bytes]]]) -> set[Binding]:
-    """The bindings the output leaves current; every running sum stays in {0, 1} and every
-    key is ``[query, [vertex ids], [event ids]]`` of its value."""
+    """The bindings the output leaves current. Every key is ``[query, [vertex ids], [event
+    ids]]`` of its value; per epoch each (binding, diff) comes once (an event replaced within
+    an epoch, its id deleted and inserted again, gives its bindings -1 and +1 there), and the
+    running sums, epoch by epoch, stay in {0, 1}."""
     current: Counter[Binding] = Counter()
+    epochs: dict[int, Counter[tuple[Binding, int]]] = {}
     for key, value, _ in records:
         row = json.loads(value)
         events = tuple(str(row["edges"][e]["id"]) for e in EDGES[row["query"]])
         vertices = tuple(row["match"].values())
         assert json.loads(key) == [row["query"], list(vertices), list(events)]
-        binding = (row["query"], (vertices, events))
-        current[binding] += row["diff"]
-        assert current[binding] in (0, 1), f"running sum of {binding}"
+        epochs.setdefault(row["epoch"], Counter())[
+            ((row["query"], (vertices, events)), row["diff"])
+        ] += 1
+    assert list(epochs) == sorted(epochs), "epochs out of order"
+    for epoch, deltas in epochs.items():
+        assert max(deltas.values()) == 1, f"a delta twice in epoch {epoch}"
+        for binding, diff in deltas:
+            current[binding] += diff
+        assert all(current[b] in (0, 1) for b, _ in deltas), f"running sums after {epoch}"
     return {b for b, c in current.items() if c}
 
 

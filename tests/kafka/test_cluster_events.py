@@ -1,0 +1,111 @@
+"""Events in scale-out against a real broker: three workers, one killed inside a transaction and
+one added on a new volume (rebuilt from the changelog, events and all), publish per epoch what a
+single worker would, every record a real transition, ending at the brute-force oracle's matches.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+from collections import Counter, defaultdict
+
+import pytest
+
+from monitor.query.load import load_queries
+from monitor.service.cluster.worker import decode_epoch
+from monitor.service.epochs import EpochProcessor
+from monitor.service.settings import Settings
+from tests.engine.test_events_oracle import QUERIES, brute_force
+from tests.kafka.test_cluster import (
+    Workers,
+    control_epochs,
+    last_stable_lag,
+    output_rows,
+    read_all,
+)
+from tests.kafka.test_serve_events import key_of, produce_values
+from tests.service.test_events_recovery import event_records
+
+pytestmark = pytest.mark.kafka
+
+EDGES = {q.name: q.edges for q in QUERIES}
+Binding = tuple[str, tuple[object, ...], tuple[str, ...]]
+ENV = {"SGM_UNDIRECTED": "false", "SGM_BATCH_SIZE": "120"}
+
+
+def binding(row: dict[str, object]) -> Binding:
+    query = str(row["query"])
+    edges: dict[str, dict[str, object]] = row["edges"]  # type: ignore[assignment]
+    vertices = tuple(row["match"].values())  # type: ignore[attr-defined]
+    return query, vertices, tuple(str(edges[e]["id"]) for e in EDGES[query])
+
+
+def single_worker(w: Workers) -> dict[int, set[tuple[Binding, int]]]:
+    """The single worker's deltas of every epoch the control topic defines."""
+    records = read_all(w.bootstrap, w.input, 6)
+    settings = Settings(batch_size=120)
+    processor = EpochProcessor(load_queries(str(w.tmp / "queries.q")), settings)
+    out: dict[int, set[tuple[Binding, int]]] = {}
+    for spec in control_epochs(w):
+        messages = {
+            (t, p): [m for m in records[p] if spec.starts[(t, p)] <= (m.offset() or 0) < e]
+            for (t, p), e in spec.ends.items()
+        }
+        epoch = processor.process(decode_epoch(messages, settings, processor.field_types).batch)
+        processor.commit()
+        deltas: set[tuple[Binding, int]] = set()
+        for q in epoch.queries:
+            ids = [q.edges[e]["id"].tolist() for e in EDGES[q.query]]
+            vertices = [c.tolist() for c in q.columns]
+            for i, diff in enumerate(q.diff.tolist()):
+                events = tuple(str(column[i]) for column in ids)
+                deltas.add(((q.query, tuple(c[i] for c in vertices), events), diff))
+        out[spec.epoch] = deltas
+    return out
+
+
+def test_events_in_scale_out_equal_the_single_worker_through_a_kill_and_a_rebuild(
+    workers: Workers,
+) -> None:
+    (workers.tmp / "queries.q").write_text("\n".join(str(q) for q in QUERIES) + "\n")
+    records, model = event_records(4500, seed=31)
+    values = [(key_of(r), json.dumps(r).encode()) for r in records]
+    produce_values(workers.bootstrap, workers.input, values[:1500])
+    workers.start("w0", **ENV)
+    workers.start(
+        "w1",
+        **ENV,
+        SGM_FAILPOINT="worker_before_commit",
+        SGM_FAILPOINT_HIT="4",
+        SGM_TRANSACTION_TIMEOUT_MS="5000",
+    )
+    produce_values(workers.bootstrap, workers.input, values[1500:3000])
+    dying = workers.procs.pop("w1")
+    assert dying.wait(timeout=120) == -signal.SIGKILL, workers.log_text()
+    assert last_stable_lag(workers.bootstrap, *workers.written) > 0, "no open transaction left"
+    workers.start("w2", **ENV)  # a new volume: rebuilt from the changelog
+    workers.wait_log("w2", "state rebuilt from the changelog")
+    produce_values(workers.bootstrap, workers.input, values[3000:])
+    workers.wait_consumed()
+    for name in list(workers.procs):
+        assert workers.stop(name) == 0, workers.log_text()
+    rows = output_rows(workers)
+    # An event replaced within an epoch (its id deleted and inserted again) is a new event:
+    # its bindings get -1 and +1 in that epoch. So per epoch each (binding, diff) comes once,
+    # and the running sums, epoch by epoch, stay in {0, 1}.
+    per_epoch: dict[int, Counter[tuple[Binding, int]]] = defaultdict(Counter)
+    for row in rows:
+        per_epoch[int(row["epoch"])][(binding(row), int(row["diff"]))] += 1  # type: ignore[call-overload]
+    current: Counter[Binding] = Counter()
+    expected = single_worker(workers)
+    for epoch in sorted(set(expected) | set(per_epoch)):
+        got = per_epoch.get(epoch, Counter())
+        assert max(got.values(), default=1) == 1, f"a delta twice in epoch {epoch}"
+        assert set(got) == set(expected.get(epoch, {})), f"epoch {epoch} differs"
+        for (key, diff), _ in got.items():
+            current[key] += diff
+        assert all(current[k] in (0, 1) for k, _ in got), f"running sums after epoch {epoch}"
+    final = {b for b, c in current.items() if c}
+    oracle = {(q.name, *b) for q in QUERIES for b in brute_force(model, q)}
+    assert final == oracle
+    assert len({b[0] for b in final}) >= 3, f"too few queries match at the end: {final}"
