@@ -18,7 +18,6 @@ import contextlib
 import json
 import math
 import re
-import shutil
 import socket
 import subprocess
 import time
@@ -32,6 +31,8 @@ from typing import Any
 
 import pytest
 
+from scripts import deploy_tools
+
 
 def free_port() -> int:
     """A TCP port that was free a moment ago on 127.0.0.1."""
@@ -41,15 +42,12 @@ def free_port() -> int:
 
 
 def prometheus_binary() -> str:
-    """The ``prometheus`` executable; fails the test (never skips) when there is none."""
-    found = shutil.which("prometheus")
-    if found is None:
-        pytest.fail(
-            "no `prometheus` binary on PATH: install the Debian package "
-            "(apt-get install prometheus, which provides /usr/bin/prometheus)",
-            pytrace=False,
-        )
-    return found
+    """The ``prometheus`` executable, installed with apt-get when missing (as the chart tests'
+    promtool is, whichever test runs first); fails the test (never skips) when there is none."""
+    try:
+        return str(deploy_tools.prometheus())
+    except deploy_tools.DeployToolsError as exc:
+        pytest.fail(f"no `prometheus` binary: {exc}", pytrace=False)
 
 
 def _get_json(url: str, timeout: float = 30) -> dict[str, Any]:

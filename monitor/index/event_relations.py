@@ -81,6 +81,22 @@ class EventIndex:
         pools = {id(s.pool): s.pool.nbytes for s in self.stores.values()}
         return sum(s.nbytes for s in self.stores.values()) + sum(pools.values())
 
+    def stored(self) -> dict[str, int]:
+        """Live events per event relation."""
+        return {name: len(store) for name, store in self.stores.items()}
+
+    def field_bytes(self) -> dict[str, int]:
+        """Bytes of the field columns per event relation (the shared string pool counted once,
+        with the first relation)."""
+        out = {}
+        pools: set[int] = set()
+        for name, store in sorted(self.stores.items()):
+            out[name] = sum(column.nbytes for column in store.fields.values())
+            if id(store.pool) not in pools:
+                pools.add(id(store.pool))
+                out[name] += store.pool.nbytes
+        return out
+
     def stage(self, events: dict[str, EventUpdates], ignored: Counter[str]) -> dict[str, Change]:
         """Stage an epoch's event updates; the changes of every derived relation."""
         changes: dict[str, Change] = {}

@@ -63,6 +63,8 @@ METRIC_NAMES: tuple[str, ...] = tuple(
         "consumer_lag",
         "index_edges",
         "index_bytes",
+        "events_stored",
+        "event_field_bytes",
         "rebalances_total",
         "transactions_aborted_total",
         "last_committed_epoch",
@@ -239,6 +241,20 @@ class Metrics:
         self.index_bytes = Gauge(
             "index_bytes", "Memory held by the index.", namespace=ns, registry=reg
         )
+        self.events_stored = Gauge(
+            "events_stored",
+            "Live events of each event relation.",
+            ["relation"],
+            namespace=ns,
+            registry=reg,
+        )
+        self.event_field_bytes = Gauge(
+            "event_field_bytes",
+            "Memory held by the field columns of each event relation (string values shared).",
+            ["relation"],
+            namespace=ns,
+            registry=reg,
+        )
         self.rebalances = Counter(
             "rebalances_total",
             "Consumer group rebalances seen (assignments and revocations).",
@@ -332,6 +348,13 @@ class Metrics:
         for relation, edges in edges_by_relation.items():
             self.index_edges.labels(relation).set(edges)
         self.index_bytes.set(nbytes)
+
+    def events(self, stored: Mapping[str, int], field_bytes: Mapping[str, int]) -> None:
+        """Each event relation holds ``stored`` live events, their fields ``field_bytes``."""
+        for relation, n in stored.items():
+            self.events_stored.labels(relation).set(n)
+        for relation, n in field_bytes.items():
+            self.event_field_bytes.labels(relation).set(n)
 
     def set_ready(self, ready: bool) -> None:
         """Whether the service is ready (the same conditions as ``/readyz``)."""

@@ -253,6 +253,7 @@ def _epoch(
         {name: len(rel) for name, rel in processor.index.relations.items()},
         processor.index.nbytes,
     )
+    metrics.events(processor.events.stored(), processor.events.field_bytes())
     log.info(
         "epoch committed",
         extra={

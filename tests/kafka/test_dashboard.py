@@ -33,7 +33,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from monitor.service.metrics import METRIC_NAMES, Metrics
 from scripts import deploy_tools
-from tests.kafka.test_serve import GARBAGE, Service, edge_key, stream_records
+from tests.kafka.test_serve import GARBAGE, QUERIES, Service, edge_key, stream_records
 from tests.kafka_broker import KafkaCluster
 from tests.prometheus_server import (
     PrometheusServer,
@@ -125,7 +125,15 @@ def test_the_dashboard_is_well_formed() -> None:
     ids = [p["id"] for p in panels]
     assert len(ids) == len(set(ids)), f"duplicate panel ids: {sorted(ids)}"
     rows = [p["title"] for p in panels if p["type"] == "row"]
-    assert rows == ["Overview", "Throughput", "Latency", "Kafka", "Index and memory", "Health"]
+    assert rows == [
+        "Overview",
+        "Throughput",
+        "Latency",
+        "Kafka",
+        "Index and memory",
+        "Events",
+        "Health",
+    ]
     for panel in panels:
         grid = panel["gridPos"]
         assert {"h", "w", "x", "y"} <= grid.keys(), panel["title"]
@@ -213,11 +221,15 @@ def test_metric_names_parses_promql() -> None:
 
 # --- live ------------------------------------------------------------------------------------
 
+#: An event query beside the tuple queries, so that the Events row has data.
+EVENT_QUERY = "big(a, b) := transfer(a, b) as t, t.amount >= 10.\n"
+
 
 def _produce_waves(
     bootstrap: str, topic: str, stop: threading.Event, produced: list[int]
 ) -> threading.Thread:
-    """Produce edge records (and two garbage records per wave) in waves until ``stop``."""
+    """Produce edge records, a few transfer events (one with a field of the wrong type, one
+    delete without an id) and two garbage records per wave, in waves until ``stop``."""
     records = stream_records(12_000, seed=21)
     rng = np.random.default_rng(22)
     small_garbage = [g for g in GARBAGE if len(g) < 1000]
@@ -231,8 +243,19 @@ def _produce_waves(
                 producer.produce(topic, value=json.dumps(record).encode(), key=edge_key(record))
             for i in rng.integers(0, len(small_garbage), 2):
                 producer.produce(topic, value=small_garbage[int(i)])
+            events = [
+                {"relation": "transfer", "id": f"tx-{lo}-{k}", "src": k, "dst": k + 1}
+                | {"amount": float(rng.lognormal(3, 1)), "channel": "wire"}
+                for k in range(5)
+            ]
+            events += [
+                {"relation": "transfer", "id": f"tx-{lo}-bad", "src": 1, "dst": 2, "amount": "x"},
+                {"op": "delete", "relation": "transfer"},
+            ]
+            for event in events:
+                producer.produce(topic, value=json.dumps(event).encode())
             producer.flush(30)
-            produced[0] += min(150, len(records) - lo) + 2
+            produced[0] += min(150, len(records) - lo) + 2 + len(events)
             stop.wait(0.6)
         producer.flush(30)
 
@@ -271,6 +294,7 @@ def served(
         SGM_BATCH_SIZE="50",
         SGM_MAX_BATCH_DELAY_MS="200",
     )
+    (svc.tmp / "queries.q").write_text(QUERIES + EVENT_QUERY)
     svc.start()
     try:
         yield svc, port

@@ -219,6 +219,7 @@ class Worker:
             {name: len(rel) for name, rel in self.processor.index.relations.items()},
             self.processor.index.nbytes,
         )
+        self.metrics.events(self.processor.events.stored(), self.processor.events.field_bytes())
         log.info(
             "epoch committed",
             extra={
