@@ -127,3 +127,24 @@ def test_bad_event_records_are_skipped_with_their_line(tmp_path: Path) -> None:
     (tmp_path / "del.jsonl").write_text(json.dumps(good) + "\n" + delete + "\n")
     done = cli("run", "-q", str(tmp_path / "q.q"), "--edges", str(tmp_path / "del.jsonl"))
     assert "delete_without_id 1" in done.stderr.decode()
+
+
+def test_output_fields_limit_what_each_matched_event_carries(tmp_path: Path) -> None:
+    (tmp_path / "q.q").write_text(QUERY_TEXT)
+    there = {"relation": "transfer", "id": "tx-1", "src": 0, "dst": 1, "amount": 3}
+    back = {"relation": "transfer", "id": "tx-2", "src": 1, "dst": 0, "amount": 2}
+    lines = [json.dumps(r | {"channel": "wire", "note": "x"}) for r in (there, back)]
+    (tmp_path / "in.jsonl").write_text("\n".join(lines) + "\n")
+    args = ["run", "-q", str(tmp_path / "q.q"), "--edges", str(tmp_path / "in.jsonl"), "--quiet"]
+    every = [json.loads(line) for line in cli(*args).stdout.decode().splitlines()]
+    limited = [
+        json.loads(line)
+        for line in cli(*args, "--output-fields", "amount,note").stdout.decode().splitlines()
+    ]
+    assert every and len(limited) == len(every)
+    for full, short in zip(every, limited, strict=True):
+        for var, event in full["edges"].items():
+            assert set(event) == {"id", "src", "dst", "amount", "channel", "note"}
+            assert short["edges"][var] == {
+                k: event[k] for k in ("id", "src", "dst", "amount", "note")
+            }

@@ -135,6 +135,14 @@ def test_the_uninterrupted_output_is_the_oracles(reference: tuple[Path, Path, Mo
         got = {b for (n, b), c in current.items() if n == query.name and c}
         assert got == brute_force(model, query), query.name
         assert got, f"{query.name} has no match at the end: the check would be empty"
+    inspect = subprocess.run(
+        [sys.executable, "-m", "monitor", "state", "inspect", str(ref.parent / "ref.state")],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
+    live = len(model.events)
+    assert f"transfer             events   {live:>12,} live  fields amount (number), " in inspect
 
 
 def stored_events(state: Path) -> dict[str, tuple[int, int, dict[str, object]]]:
