@@ -25,7 +25,6 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from itertools import combinations
 
-from core.errors import PlanError
 from core.fields import FieldTest, events_name, selection_name
 from monitor.query.ast import Atom, FieldRef, Filter, Literal, Predicate, Query
 
@@ -107,16 +106,3 @@ def join_refs(predicate: Predicate) -> tuple[FieldRef, FieldRef]:
     """Both sides of a join filter (a predicate across two edge variables)."""
     assert isinstance(predicate.right, FieldRef)
     return predicate.left, predicate.right
-
-
-def refuse_events(queries: tuple[Query, ...], where: str) -> tuple[Query, ...]:
-    """``queries``, unless one binds events and ``where`` (``serve``, ``--state-dir``) cannot
-    keep events yet: a clear refusal beats a state or an output without its events."""
-    binding = [q.name for q in queries if q.has_events]
-    if binding:
-        raise PlanError(
-            f"{', '.join(binding)} bind events (edge variables 'as t' or field predicates), "
-            f"which {where} does not support yet (events are not persisted nor read from Kafka); "
-            f"run them with 'subgraph-monitor run' without --state-dir, or leave them out"
-        )
-    return queries
