@@ -2,8 +2,9 @@
 
 An event is one record of a relation with its own identity (its ``id``, or its source position
 when the record has none), its pair ``(src, dst)`` and typed fields. An identity has a *slot*
-(dense, from the id dictionary) and each insert of it that takes effect a new dense event id
-(``eid``, ``int32``): an id deleted and inserted again is a new event, even within one epoch.
+(dense, from :class:`~monitor.index.idmap.IdMap`) and each insert of it that takes effect a new
+dense event id (``eid``, ``int32``): an id deleted and inserted again is a new event, even
+within one epoch.
 Every field is a column indexed by eid (:mod:`core.fields`: numbers as ``float64``, strings as
 codes into the field's dictionary, booleans as ``int8``), never a Python object per event.
 ``alive`` says which events are present, ``current`` which eid a slot holds (-1: none).
@@ -25,7 +26,7 @@ import numpy.typing as npt
 
 from core.errors import InputError
 from core.fields import ABSENT, DTYPES, FieldTest, column_kind, compare
-from monitor.index.dictionary import VertexDictionary
+from monitor.index.idmap import IdMap
 from monitor.index.levels import I8, I32, I64
 from monitor.index.netting import net
 
@@ -136,7 +137,7 @@ class EventStore:
     ) -> None:
         self.relation = relation
         self.pool = pool if pool is not None else StringPool()
-        self.ids = VertexDictionary()
+        self.ids = IdMap()
         self.current: I32 = np.empty(0, np.int32)
         self.size = 0
         self.slot: I32 = np.empty(0, np.int32)
