@@ -80,6 +80,25 @@ class EventIndex:
         pools = {id(s.pool): s.pool.nbytes for s in self.stores.values()}
         return sum(s.nbytes for s in self.stores.values()) + sum(pools.values())
 
+    def breakdown(self) -> dict[str, int]:
+        """Bytes held by component: the event stores' (summed over relations), the string
+        pool, and per kind of derived relation its values, its offsets and its tuple keys."""
+        out: Counter[str] = Counter()
+        for store in self.stores.values():
+            out.update(store.breakdown())
+        out["string pool"] = sum({id(s.pool): s.pool.nbytes for s in self.stores.values()}.values())
+        for selection in self.selections:
+            for kind, name in (("pairs", selection.pairs), ("events", selection.events)):
+                rel = self.graph.relations[name]
+                for _, adjacency in rel.adjacencies():
+                    offsets = 8 * (adjacency.key_count + 1)
+                    out[f"{kind} relations: offsets"] += offsets
+                    out[f"{kind} relations: values"] += adjacency.nbytes - offsets
+                keys = sum(k.nbytes for k in rel.tuple_keys if k is not None)
+                if keys:
+                    out[f"{kind} relations: tuple keys"] += keys
+        return dict(out)
+
     def stage(self, events: dict[str, EventUpdates], ignored: Counter[str]) -> dict[str, Change]:
         """Stage an epoch's event updates; the changes of every derived relation."""
         changes: dict[str, Change] = {}

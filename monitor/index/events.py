@@ -34,6 +34,11 @@ from monitor.index.netting import net
 BUILT_IN_FIELDS = ("id", "src", "dst")
 
 
+def _grown(capacity: int) -> int:
+    """The next capacity of a column: a quarter more (bounded slack, amortized copies)."""
+    return max(capacity + capacity // 4, 1024)
+
+
 class StringPool:
     """String field values <-> codes, one pool for every string field of every event relation,
     so that join filters compare codes of two relations' fields directly."""
@@ -152,13 +157,21 @@ class EventStore:
 
     @property
     def nbytes(self) -> int:
-        columns = self.src.nbytes + self.dst.nbytes + self.alive.nbytes + self.slot.nbytes
-        columns += self.current.nbytes
-        return int(columns) + self.ids.nbytes + sum(f.nbytes for f in self.fields.values())
+        return sum(self.breakdown().values())
+
+    def breakdown(self) -> dict[str, int]:
+        """Bytes held by component (arrays at their capacity; string field values are in the
+        shared :class:`StringPool`, not here)."""
+        arrays = {"src": self.src, "dst": self.dst, "slot": self.slot, "alive": self.alive}
+        out = {name: int(a.nbytes) for name, a in arrays.items()}
+        out["current (per id)"] = int(self.current.nbytes)
+        out.update({f"id {k}": v for k, v in self.ids.breakdown().items()})
+        out.update({f"field {k}": v.nbytes for k, v in self.fields.items()})
+        return out
 
     def _grow_slots(self, n: int) -> None:
         if n > self.current.shape[0]:
-            current = np.full(max(n, 2 * self.current.shape[0], 1024), -1, np.int32)
+            current = np.full(max(n, _grown(self.current.shape[0])), -1, np.int32)
             current[: self.current.shape[0]] = self.current
             self.current = current
 
@@ -166,7 +179,7 @@ class EventStore:
         """``n`` new eids (dead until staged alive)."""
         start, self.size = self.size, self.size + n
         if self.size > self.alive.shape[0]:
-            capacity = max(self.size, 2 * self.alive.shape[0], 1024)
+            capacity = max(self.size, _grown(self.alive.shape[0]))
             self.src = np.resize(self.src, capacity)
             self.dst = np.resize(self.dst, capacity)
             self.slot = np.resize(self.slot, capacity)
