@@ -43,6 +43,10 @@ BASELINES = {
     "transfer(d, a), distinct.",
 }
 CHANNELS = np.array(["wire", "card", "cash"], dtype=object)
+#: The figures before the ids moved out of a Python dict (the 2026-12-02 earlier run, default
+#: arguments): events/s, match deltas/s, bytes per live event in the store and in the index.
+BEFORE = {"big_ring": (49_787, 131_234, 189, 64), "ring4": (46_385, 133_373, 189, 48)}
+BEFORE_RSS_MIB = 4_652
 
 
 def payments(n: int, accounts: int, seed: int, ring_every: int = 2000) -> dict[str, np.ndarray]:
@@ -144,6 +148,27 @@ def run(
     }
 
 
+def before_and_after(figures: dict[str, dict[str, float]], peak: float) -> list[str]:
+    """This run beside the figures of the 2026-12-02 earlier run (5M events loaded, 200k
+    streamed: comparable with a run at the default arguments only)."""
+    lines = [
+        "Before (the 2026-12-02 earlier run, ids in a Python dict) and after (this run):",
+        "",
+        "| query | events/s before | after | match deltas/s before | after | "
+        "B/live event (store + index) before | after |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, ours in figures.items():
+        events, deltas, store, index = BEFORE[name]
+        lines.append(
+            f"| {name} | {events:,} | {ours['events_s']:,.0f} | {deltas:,} | "
+            f"{ours['deltas_s']:,.0f} | {store} + {index} | "
+            f"{ours['store_b']:.0f} + {ours['index_b']:.0f} |"
+        )
+    lines += ["", f"Peak RSS of the run: {BEFORE_RSS_MIB:,} MiB before, {peak:,.0f} MiB after."]
+    return lines
+
+
 def where_the_bytes_go(breakdown: dict[str, dict[str, float]]) -> list[str]:
     """A table of bytes per live event by component (arrays at their capacity), per query:
     the event store (ids, pair, fields), then the relations derived for the selections."""
@@ -189,19 +214,22 @@ def main() -> int:
         "|---|---|---|---|---|---|---|",
     ]
     breakdown: dict[str, dict[str, float]] = {}
+    figures: dict[str, dict[str, float]] = {}
     for name, text in QUERIES.items():
         breakdown[name] = {}
         ours = run(text, data, args.load, args.stream, args.batch, True, parts=breakdown[name])
         print(name, ours, flush=True)
         base = run(BASELINES[name], data, args.load, args.stream, args.batch, False, args.budget)
         print(name, "baseline", base, flush=True)
+        figures[name] = ours
         lines.append(
             f"| {name} | {ours['events_s']:,.0f} | {ours['deltas_s']:,.0f} | "
             f"{ours['load_s']:.1f} | {ours['store_b']:.0f} + {ours['index_b']:.0f} | "
             f"{base['events_s']:,.0f} | {ours['events_s'] / base['events_s']:.2f} |"
         )
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    lines += ["", f"Peak RSS of the run: {peak:,.0f} MiB.", "", *where_the_bytes_go(breakdown)]
+    lines += ["", f"Peak RSS of the run: {peak:,.0f} MiB.", ""]
+    lines += [*before_and_after(figures, peak), "", *where_the_bytes_go(breakdown)]
     args.out.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
