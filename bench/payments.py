@@ -43,6 +43,10 @@ BASELINES = {
     "transfer(d, a), distinct.",
 }
 CHANNELS = np.array(["wire", "card", "cash"], dtype=object)
+#: The figures before the ids moved out of a Python dict (the 2026-12-02 earlier run, default
+#: arguments): events/s, match deltas/s, bytes per live event in the store and in the index.
+BEFORE = {"big_ring": (49_787, 131_234, 189, 64), "ring4": (46_385, 133_373, 189, 48)}
+BEFORE_RSS_MIB = 4_652
 
 
 def payments(n: int, accounts: int, seed: int, ring_every: int = 2000) -> dict[str, np.ndarray]:
@@ -101,9 +105,12 @@ def run(
     size: int,
     fields: bool,
     budget: float = float("inf"),
+    parts: dict[str, float] | None = None,
 ) -> dict[str, float]:
     """Preload ``load`` events, stream ``stream`` more (stopping after ``budget`` seconds of
-    streaming, at least one epoch); rates are over the epochs streamed."""
+    streaming, at least one epoch); rates are over the epochs streamed. ``parts`` receives the
+    bytes per live event of every component of the event store and the derived relations."""
+    parts = {} if parts is None else parts
     processor = EpochProcessor(parse_queries(query), Settings(batch_size=size))
     make = batch if fields else pairs_batch
     started = time.perf_counter()
@@ -127,6 +134,8 @@ def run(
     live = sum(len(s) for s in processor.events.stores.values())
     store = processor.events.nbytes
     derived = sum(processor.index.relations[n].nbytes for n in processor.events.derived)
+    for component, nbytes in processor.events.breakdown().items():
+        parts[component] = nbytes / max(live, 1)
     return {
         "load_s": loaded,
         "events_s": events / seconds,
@@ -137,6 +146,50 @@ def run(
         "index_b": derived / max(live, 1),
         "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
+
+
+def before_and_after(figures: dict[str, dict[str, float]], peak: float) -> list[str]:
+    """This run beside the figures of the 2026-12-02 earlier run (5M events loaded, 200k
+    streamed: comparable with a run at the default arguments only)."""
+    lines = [
+        "Before (the 2026-12-02 earlier run, ids in a Python dict) and after (this run):",
+        "",
+        "| query | events/s before | after | match deltas/s before | after | "
+        "B/live event (store + index) before | after |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, ours in figures.items():
+        events, deltas, store, index = BEFORE[name]
+        lines.append(
+            f"| {name} | {events:,} | {ours['events_s']:,.0f} | {deltas:,} | "
+            f"{ours['deltas_s']:,.0f} | {store} + {index} | "
+            f"{ours['store_b']:.0f} + {ours['index_b']:.0f} |"
+        )
+    lines += ["", f"Peak RSS of the run: {BEFORE_RSS_MIB:,} MiB before, {peak:,.0f} MiB after."]
+    return lines
+
+
+def where_the_bytes_go(breakdown: dict[str, dict[str, float]]) -> list[str]:
+    """A table of bytes per live event by component (arrays at their capacity), per query:
+    the event store (ids, pair, fields), then the relations derived for the selections."""
+    names = list(breakdown)
+    components = sorted({c for parts in breakdown.values() for c in parts}, key=_component_order)
+    lines = [
+        "Where the bytes go, per live event (after the stream; arrays at their capacity):",
+        "",
+        "| component | " + " | ".join(names) + " |",
+        "|---|" + "---|" * len(names),
+    ]
+    for component in components:
+        cells = " | ".join(f"{breakdown[n].get(component, 0.0):.1f}" for n in names)
+        lines.append(f"| {component} | {cells} |")
+    totals = " | ".join(f"**{sum(breakdown[n].values()):.1f}**" for n in names)
+    lines.append(f"| **total** | {totals} |")
+    return lines
+
+
+def _component_order(component: str) -> tuple[int, str]:
+    return (1 if "relations" in component else 0, component)
 
 
 def main() -> int:
@@ -160,18 +213,23 @@ def main() -> int:
         "index) | baseline on pairs: events/s | ratio |",
         "|---|---|---|---|---|---|---|",
     ]
+    breakdown: dict[str, dict[str, float]] = {}
+    figures: dict[str, dict[str, float]] = {}
     for name, text in QUERIES.items():
-        ours = run(text, data, args.load, args.stream, args.batch, fields=True)
+        breakdown[name] = {}
+        ours = run(text, data, args.load, args.stream, args.batch, True, parts=breakdown[name])
         print(name, ours, flush=True)
         base = run(BASELINES[name], data, args.load, args.stream, args.batch, False, args.budget)
         print(name, "baseline", base, flush=True)
+        figures[name] = ours
         lines.append(
             f"| {name} | {ours['events_s']:,.0f} | {ours['deltas_s']:,.0f} | "
             f"{ours['load_s']:.1f} | {ours['store_b']:.0f} + {ours['index_b']:.0f} | "
             f"{base['events_s']:,.0f} | {ours['events_s'] / base['events_s']:.2f} |"
         )
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    lines += ["", f"Peak RSS of the run: {peak:,.0f} MiB."]
+    lines += ["", f"Peak RSS of the run: {peak:,.0f} MiB.", ""]
+    lines += [*before_and_after(figures, peak), "", *where_the_bytes_go(breakdown)]
     args.out.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

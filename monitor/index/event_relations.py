@@ -97,6 +97,25 @@ class EventIndex:
                 out[name] += store.pool.nbytes
         return out
 
+    def breakdown(self) -> dict[str, int]:
+        """Bytes held by component: the event stores' (summed over relations), the string
+        pool, and per kind of derived relation its values, its offsets and its tuple keys."""
+        out: Counter[str] = Counter()
+        for store in self.stores.values():
+            out.update(store.breakdown())
+        out["string pool"] = sum({id(s.pool): s.pool.nbytes for s in self.stores.values()}.values())
+        for selection in self.selections:
+            for kind, name in (("pairs", selection.pairs), ("events", selection.events)):
+                rel = self.graph.relations[name]
+                for _, adjacency in rel.adjacencies():
+                    offsets = 8 * (adjacency.key_count + 1)
+                    out[f"{kind} relations: offsets"] += offsets
+                    out[f"{kind} relations: values"] += adjacency.nbytes - offsets
+                keys = sum(k.nbytes for k in rel.tuple_keys if k is not None)
+                if keys:
+                    out[f"{kind} relations: tuple keys"] += keys
+        return dict(out)
+
     def stage(self, events: dict[str, EventUpdates], ignored: Counter[str]) -> dict[str, Change]:
         """Stage an epoch's event updates; the changes of every derived relation."""
         changes: dict[str, Change] = {}
@@ -148,33 +167,28 @@ class EventIndex:
     ) -> None:
         if not eids.shape[0]:
             return
-        internal: Counter[str] = Counter()
         src, dst = store.src[eids], store.dst[eids]
         events = self.graph.relations[selection.events]
+        # An event changes once per epoch (a new eid is born, a present one dies), so the
+        # changes of the events relation are effective as they are: no netting, one key each.
+        keys = events.keys(2, [src, dst], eids.shape[0], add=True)
+        change = self.graph.stage_effective(events, [src, dst, eids], diff, seq, keys)
+        changes[selection.events] = change
         # Selected events of each changed pair before the epoch, then after it.
-        pairs, inverse = np.unique(pack(src, dst), return_inverse=True)
-        delta = np.bincount(
-            inverse.reshape(-1), weights=diff.astype(np.int64), minlength=pairs.shape[0]
-        )
-        first = np.full(pairs.shape[0], -1, np.int64)
-        np.maximum.at(first, inverse.reshape(-1), np.arange(eids.shape[0]))
-        ps, pt = src[first], dst[first]
-        keys = self.graph.keys(selection.events, 2, [ps, pt])
-        before = self.graph.view(selection.events, 2, Cut.OLD).count(keys)
-        after = before + delta.astype(np.int64)
-        change = self.graph.stage_dense(events, [src, dst, eids], diff > 0, seq, internal)
-        if len(change):
-            changes[selection.events] = change
-        flips = (before > 0) != (after > 0)
-        if flips.any():
+        pairs, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        delta = np.bincount(inverse, weights=diff, minlength=pairs.shape[0]).astype(np.int64)
+        before = events.primary.view(Cut.OLD).count(pairs)
+        after = before + delta
+        flips = np.flatnonzero((before > 0) != (after > 0))
+        if flips.shape[0]:  # a pair appears or disappears: effective as well
             pair_seq = np.zeros(pairs.shape[0], np.int64)
-            np.maximum.at(pair_seq, inverse.reshape(-1), seq)
+            np.maximum.at(pair_seq, inverse, seq)
+            appears = np.where(after[flips] > 0, np.int8(1), np.int8(-1)).astype(np.int8)
             rel = self.graph.relations[selection.pairs]
-            change = self.graph.stage_dense(
-                rel, [ps[flips], pt[flips]], (after > 0)[flips], pair_seq[flips], internal
+            changes[selection.pairs] = self.graph.stage_effective(
+                rel, [src[first[flips]], dst[first[flips]]], appears, pair_seq[flips]
             )
-            if len(change):
-                changes[selection.pairs] = change
 
     def rebuild(self) -> None:
         """Every derived relation from the stores' live events, as committed state (after the

@@ -2,8 +2,9 @@
 
 An event is one record of a relation with its own identity (its ``id``, or its source position
 when the record has none), its pair ``(src, dst)`` and typed fields. An identity has a *slot*
-(dense, from the id dictionary) and each insert of it that takes effect a new dense event id
-(``eid``, ``int32``): an id deleted and inserted again is a new event, even within one epoch.
+(dense, from :class:`~monitor.index.idmap.IdMap`) and each insert of it that takes effect a new
+dense event id (``eid``, ``int32``): an id deleted and inserted again is a new event, even
+within one epoch.
 Every field is a column indexed by eid (:mod:`core.fields`: numbers as ``float64``, strings as
 codes into the field's dictionary, booleans as ``int8``), never a Python object per event.
 ``alive`` says which events are present, ``current`` which eid a slot holds (-1: none).
@@ -25,12 +26,17 @@ import numpy.typing as npt
 
 from core.errors import InputError
 from core.fields import ABSENT, DTYPES, FieldTest, column_kind, compare
-from monitor.index.dictionary import VertexDictionary
+from monitor.index.idmap import IdMap
 from monitor.index.levels import I8, I32, I64
 from monitor.index.netting import net
 
 #: Fields every event has, from its identity and pair (not stored as columns).
 BUILT_IN_FIELDS = ("id", "src", "dst")
+
+
+def _grown(capacity: int) -> int:
+    """The next capacity of a column: a quarter more (bounded slack, amortized copies)."""
+    return max(capacity + capacity // 4, 1024)
 
 
 class StringPool:
@@ -136,7 +142,7 @@ class EventStore:
     ) -> None:
         self.relation = relation
         self.pool = pool if pool is not None else StringPool()
-        self.ids = VertexDictionary()
+        self.ids = IdMap()
         self.current: I32 = np.empty(0, np.int32)
         self.size = 0
         self.slot: I32 = np.empty(0, np.int32)
@@ -151,13 +157,21 @@ class EventStore:
 
     @property
     def nbytes(self) -> int:
-        columns = self.src.nbytes + self.dst.nbytes + self.alive.nbytes + self.slot.nbytes
-        columns += self.current.nbytes
-        return int(columns) + self.ids.nbytes + sum(f.nbytes for f in self.fields.values())
+        return sum(self.breakdown().values())
+
+    def breakdown(self) -> dict[str, int]:
+        """Bytes held by component (arrays at their capacity; string field values are in the
+        shared :class:`StringPool`, not here)."""
+        arrays = {"src": self.src, "dst": self.dst, "slot": self.slot, "alive": self.alive}
+        out = {name: int(a.nbytes) for name, a in arrays.items()}
+        out["current (per id)"] = int(self.current.nbytes)
+        out.update({f"id {k}": v for k, v in self.ids.breakdown().items()})
+        out.update({f"field {k}": v.nbytes for k, v in self.fields.items()})
+        return out
 
     def _grow_slots(self, n: int) -> None:
         if n > self.current.shape[0]:
-            current = np.full(max(n, 2 * self.current.shape[0], 1024), -1, np.int32)
+            current = np.full(max(n, _grown(self.current.shape[0])), -1, np.int32)
             current[: self.current.shape[0]] = self.current
             self.current = current
 
@@ -165,7 +179,7 @@ class EventStore:
         """``n`` new eids (dead until staged alive)."""
         start, self.size = self.size, self.size + n
         if self.size > self.alive.shape[0]:
-            capacity = max(self.size, 2 * self.alive.shape[0], 1024)
+            capacity = max(self.size, _grown(self.alive.shape[0]))
             self.src = np.resize(self.src, capacity)
             self.dst = np.resize(self.dst, capacity)
             self.slot = np.resize(self.slot, capacity)

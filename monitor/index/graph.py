@@ -287,14 +287,29 @@ class GraphIndex:
             pack(keys, dense[-1]), insert, seq, lambda k: view.contains(*unpack(k)), ignored
         )
         columns = [d[netted.rows] for d in dense]
-        diff, last_seq = netted.diff, netted.seq
+        return self.stage_effective(rel, columns, netted.diff, netted.seq)
+
+    def stage_effective(
+        self,
+        rel: Relation,
+        columns: Sequence[I32],
+        diff: I8,
+        seq: I64,
+        last_keys: I64 | None = None,
+    ) -> Change:
+        """Stage changes known to be effective: unique tuples, ``+1`` absent before the epoch,
+        ``-1`` present (netted already, or decided elsewhere: the events of a selection).
+        ``last_keys``, when given, are the tuples' keys of the last position."""
         for position, adjacency in rel.adjacencies():
-            others = rel.others(position, columns)
-            keys = rel.keys(position, others, diff.shape[0], add=True)
+            if position == rel.arity - 1 and last_keys is not None:
+                keys = last_keys
+            else:
+                others = rel.others(position, columns)
+                keys = rel.keys(position, others, diff.shape[0], add=True)
             pairs = pack(keys, columns[position])
             by_pair = np.argsort(pairs, kind="stable")
             adjacency.stage(pairs[by_pair], diff[by_pair])
-        return Change(columns, diff, last_seq)
+        return Change(list(columns), diff, seq)
 
     def commit(self) -> None:
         """Make the staged epoch part of the committed state."""

@@ -1,0 +1,313 @@
+"""Event ids: external ids (``int`` or ``str``) <-> dense slots, in flat arrays.
+
+The identities of the events of one relation, by slot (dense, in order of first appearance,
+never reused). A string id is kept as its UTF-8 bytes in one text buffer (slot ``s`` holds
+``text[end[s]: end[s + 1]]``), an integer id as its ``int64`` value; each kind is found through
+its own :class:`~monitor.index.hashtable.SlotTable`, which stores slots only: a probe compares
+the bytes (or the value) themselves, so ids whose hashes collide stay different ids.
+
+Arrays a store does not need are not allocated: ids that are all strings keep no values and no
+kinds, ids that are all integers no text. Per string id: its bytes, an 8-byte end offset and
+about 6 bytes of table; per integer id: 8 bytes of value and about 6 of table. Decoding gives
+back exactly what was encoded: ``int`` as ``int`` (``int64`` arrays when every id decoded is an
+integer), ``str`` as the same ``str``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+from core.errors import InputError
+from monitor.index.hashtable import U64, SlotTable, mix
+from monitor.index.levels import I32, I64
+from monitor.index.texts import U8, decode_rows, hash_rows, pack_strings, padded, same_rows
+
+S = TypeVar("S", bound=np.generic)
+
+#: Slots are int32.
+MAX_IDS = 2**31 - 1
+#: Bytes of text hashed at once when the string table grows (bounds the padded matrix).
+REHASH_CHUNK = 1 << 18
+
+
+class IdMap:
+    """External ids <-> dense slots; ``hash_bits`` below 64 (tests) forces hash collisions."""
+
+    def __init__(self, hash_bits: int = 64) -> None:
+        self._hash_mask = np.uint64((1 << hash_bits) - 1) if hash_bits < 64 else None
+        self._size = 0
+        self._capacity = 0
+        self._value: I64 | None = None  # integer ids, by slot (with the first integer)
+        self._end: I64 | None = None  # text end offsets, by slot + 1 (with the first string)
+        self._is_string: npt.NDArray[np.bool_] | None = None  # once both kinds are present
+        self._text: U8 = np.empty(0, np.uint8)
+        self._text_size = 0
+        self._ints = SlotTable()
+        self._strings = SlotTable()
+
+    def __len__(self) -> int:
+        return self._size
+
+    @property
+    def nbytes(self) -> int:
+        return sum(self.breakdown().values())
+
+    def breakdown(self) -> dict[str, int]:
+        """Bytes held, by component (arrays at their capacity)."""
+        arrays = {"text": self._text, "text ends": self._end, "int values": self._value}
+        out = {name: int(a.nbytes) for name, a in arrays.items() if a is not None}
+        out["kinds"] = 0 if self._is_string is None else int(self._is_string.nbytes)
+        out["hash tables"] = self._ints.nbytes + self._strings.nbytes
+        return out
+
+    # -- encode ------------------------------------------------------------------------------
+
+    def encode(self, column: npt.NDArray[np.generic], add: bool = True) -> I32:
+        """Slots of a column of external ids; unknown ids get new ones, or -1 if not ``add``."""
+        if column.dtype.kind in "iu":
+            return self._encode_ints(_int64(column), add)
+        values = column.tolist()
+        types = np.fromiter(map(type, values), object, len(values))
+        is_int = _of_type(types, int)
+        out = np.empty(len(values), np.int32)
+        if is_int.any():
+            out[is_int] = self._encode_ints(_int64(column[is_int]), add)
+        if not is_int.all():
+            rest = np.flatnonzero(~is_int)
+            strings = column[rest].tolist()
+            if not _of_type(types[rest], str).all():  # other ids are named by their text
+                strings = [s if type(s) is str else str(s) for s in strings]
+            out[rest] = self._encode_strings(strings, add)
+        return out
+
+    def _encode_ints(self, values: I64, add: bool) -> I32:
+        unique, first, inverse = np.unique(values, return_index=True, return_inverse=True)
+        hashes = mix(unique.view(np.uint64))
+        if self._value is None:
+            slots = np.full(unique.shape[0], -1, np.int32)
+        else:
+            known = self._value
+            slots = self._ints.find(hashes, lambda rows, s: known[s] == unique[rows])
+        missing = _in_order(np.flatnonzero(slots < 0), first)
+        if missing.shape[0] and add:
+            new = self._grow(missing.shape[0], strings=False)
+            assert self._value is not None
+            self._value[new] = unique[missing]
+            slots[missing] = new
+            self._ints.add(hashes[missing], new, lambda: self._int_entries(int(new[0])))
+        return slots[inverse.reshape(-1)]
+
+    def _encode_strings(self, strings: list[str], add: bool) -> I32:
+        buffer, lengths = pack_strings(strings)
+        starts = np.zeros(lengths.shape[0], np.int64)
+        np.cumsum(lengths[:-1], out=starts[1:])
+        rows = padded(buffer, starts, lengths)
+        hashes = self._hash(rows, lengths)
+        # Unique strings of the batch: by hash, then checked byte for byte (exact if not).
+        _, first, inverse = np.unique(hashes, return_index=True, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        if not same_rows(rows, lengths, rows[first[inverse]], lengths[first[inverse]]).all():
+            keyed = np.concatenate([rows, lengths.astype("<u8").view(np.uint8).reshape(-1, 8)], 1)
+            _, first, inverse = np.unique(
+                keyed.view(f"V{keyed.shape[1]}").reshape(-1), return_index=True, return_inverse=True
+            )
+            inverse = inverse.reshape(-1)
+        rows, lengths, hashes = rows[first], lengths[first], hashes[first]
+        first = first.astype(np.int64)
+        slots = np.full(first.shape[0], -1, np.int32)
+        if self._end is not None:
+            slots = self._strings.find(
+                hashes, lambda r, s: same_rows(rows[r], lengths[r], *self._rows(s, rows.shape[1]))
+            )
+        missing = _in_order(np.flatnonzero(slots < 0), first)
+        if missing.shape[0] and add:
+            new = self._grow(missing.shape[0], strings=True)
+            self._append_text(rows[missing], lengths[missing], new)
+            slots[missing] = new
+            self._strings.add(hashes[missing], new, lambda: self._string_entries(int(new[0])))
+        return slots[inverse]
+
+    def _hash(self, rows: U8, lengths: I64) -> U64:
+        hashes = hash_rows(rows, lengths)
+        return hashes if self._hash_mask is None else hashes & self._hash_mask
+
+    def _rows(self, slots: I32, width: int) -> tuple[U8, I64]:
+        """The padded text rows of string ``slots`` and their lengths."""
+        assert self._end is not None
+        starts = self._end[slots]
+        lengths = self._end[slots.astype(np.int64) + 1] - starts
+        return padded(self._text, starts, np.minimum(lengths, width), width), lengths
+
+    def _append_text(self, rows: U8, lengths: I64, slots: I32) -> None:
+        assert self._end is not None
+        total = int(lengths.sum())
+        if self._text_size + total > self._text.shape[0]:
+            self._text = _resized(self._text, self._text_size + total, 0)
+        inside = np.arange(rows.shape[1]) < lengths[:, None]
+        self._text[self._text_size : self._text_size + total] = rows[inside]
+        self._end[slots.astype(np.int64) + 1] = self._text_size + np.cumsum(lengths)
+        self._text_size += total
+
+    def _grow(self, n: int, strings: bool) -> I32:
+        """``n`` new slots of one kind, allocating the arrays that kind needs."""
+        start = self._size
+        if start + n > MAX_IDS:
+            raise InputError(f"more than {MAX_IDS} distinct event ids")
+        if start + n > self._capacity:
+            self._capacity = max(start + n, self._capacity + self._capacity // 4, 1024)
+            if self._value is not None:
+                self._value = _resized(self._value, self._capacity, 0)
+            if self._end is not None:
+                self._end = _resized(self._end, self._capacity + 1, self._text_size)
+            if self._is_string is not None:
+                self._is_string = _resized(self._is_string, self._capacity, False)
+        had_strings = self._end is not None
+        if self._is_string is None and start and had_strings != strings:  # now both kinds
+            self._is_string = np.full(self._capacity, had_strings, np.bool_)
+        if strings and self._end is None:
+            self._end = np.zeros(self._capacity + 1, np.int64)
+        if not strings and self._value is None:
+            self._value = np.zeros(self._capacity, np.int64)
+        new = np.arange(start, start + n, dtype=np.int32)
+        if self._end is not None:
+            self._end[start + 1 : start + n + 1] = self._text_size
+        if self._is_string is not None:
+            self._is_string[new] = strings
+        self._size += n
+        return new
+
+    def _int_entries(self, below: int) -> tuple[U64, I32]:
+        """Hashes and slots of the integer ids of slots ``< below`` (those in the table)."""
+        slots = np.flatnonzero(~self._string_mask()[:below]).astype(np.int32)
+        assert self._value is not None
+        return mix(self._value[slots].view(np.uint64)), slots
+
+    def _string_entries(self, below: int) -> tuple[U64, I32]:
+        """Hashes and slots of the string ids of slots ``< below`` (those in the table)."""
+        slots = np.flatnonzero(self._string_mask()[:below]).astype(np.int32)
+        assert self._end is not None
+        hashes = np.empty(slots.shape[0], np.uint64)
+        for lo in range(0, slots.shape[0], REHASH_CHUNK):
+            chunk = slots[lo : lo + REHASH_CHUNK]
+            starts = self._end[chunk]
+            lengths = self._end[chunk.astype(np.int64) + 1] - starts
+            hashes[lo : lo + REHASH_CHUNK] = self._hash(
+                padded(self._text, starts, lengths), lengths
+            )
+        return hashes, slots
+
+    def _string_mask(self) -> npt.NDArray[np.bool_]:
+        """Which slots hold strings."""
+        if self._is_string is not None:
+            return self._is_string[: self._size]
+        return np.full(self._size, self._end is not None, np.bool_)
+
+    # -- decode ------------------------------------------------------------------------------
+
+    def decode(self, slots: npt.NDArray[np.integer]) -> npt.NDArray[np.generic]:
+        """External ids of slots: ``int64`` when all are integers, else ``object``."""
+        strings = self._string_mask()[slots]
+        if not strings.any():
+            assert self._value is not None or not slots.shape[0]
+            return np.empty(0, np.int64) if self._value is None else self._value[slots]
+        out = np.empty(slots.shape[0], dtype=object)
+        if not strings.all():
+            assert self._value is not None
+            out[~strings] = self._value[slots[~strings]].astype(object)
+        assert self._end is not None
+        chosen = slots[strings].astype(np.int64)
+        starts = self._end[chosen]
+        out[strings] = decode_rows(self._text, starts, self._end[chosen + 1] - starts)
+        return out
+
+    # -- persistence -------------------------------------------------------------------------
+
+    def export(self, start: int = 0) -> bytes:
+        """The ids of slots ``start ..`` as bytes, for :meth:`restore`.
+
+        Layout (little-endian, that of the vertex dictionary's export): ``n`` (u32); per id a
+        kind byte (0 int, 1 str); per id the int64 value (0 for strings); per string its UTF-8
+        length (u32); the UTF-8 bytes.
+        """
+        slots = np.arange(start, max(start, self._size), dtype=np.int64)
+        kinds = self._string_mask()[slots]
+        ints = np.zeros(slots.shape[0], "<i8")
+        if self._value is not None:
+            ints[~kinds] = self._value[slots[~kinds]]
+        texts = b""
+        lengths = np.empty(0, "<u4")
+        if self._end is not None and slots.shape[0]:  # string texts follow each other by slot
+            at = slots[kinds]
+            lengths = (self._end[at + 1] - self._end[at]).astype("<u4")
+            texts = self._text[self._end[start] : self._text_size].tobytes()
+        head = np.uint32(slots.shape[0]).astype("<u4").tobytes()
+        return b"".join(
+            [head, kinds.astype(np.uint8).tobytes(), ints.tobytes(), lengths.tobytes(), texts]
+        )
+
+    def restore(self, blob: bytes) -> None:
+        """Append the ids of an :meth:`export` blob; they get the next slots, in order."""
+        n = int(np.frombuffer(blob, "<u4", 1)[0])
+        kinds = np.frombuffer(blob, np.uint8, n, 4).astype(np.bool_)
+        ints = np.frombuffer(blob, "<i8", n, 4 + n).astype(np.int64)
+        lengths = np.frombuffer(blob, "<u4", int(kinds.sum()), 4 + 9 * n).astype(np.int64)
+        offset = 4 + 9 * n + 4 * lengths.shape[0]
+        if offset + int(lengths.sum()) != len(blob):
+            raise ValueError(f"event id blob of {len(blob)} bytes does not hold {n} ids")
+        text = np.frombuffer(blob, np.uint8, len(blob) - offset, offset)
+        starts = np.zeros(lengths.shape[0], np.int64)
+        np.cumsum(lengths[:-1], out=starts[1:])
+        # Runs of one kind, in blob order (slots are given out in order), in bounded chunks.
+        changes = np.flatnonzero(kinds[1:] != kinds[:-1]) + 1
+        edges = sorted({0, n, *changes.tolist(), *range(0, n, REHASH_CHUNK)})
+        nth_string: I64 = np.cumsum(kinds, dtype=np.int64) - kinds
+        for lo, hi in itertools.pairwise(edges):
+            if kinds[lo]:
+                i, j = int(nth_string[lo]), int(nth_string[lo]) + hi - lo
+                self._add_strings(padded(text, starts[i:j], lengths[i:j]), lengths[i:j])
+            else:
+                self._add_ints(ints[lo:hi])
+
+    def _add_ints(self, values: I64) -> None:
+        """Append unique integer ids, unknown so far, in order."""
+        new = self._grow(values.shape[0], strings=False)
+        assert self._value is not None
+        self._value[new] = values
+        self._ints.add(mix(values.view(np.uint64)), new, lambda: self._int_entries(int(new[0])))
+
+    def _add_strings(self, rows: U8, lengths: I64) -> None:
+        """Append unique string ids (padded rows), unknown so far, in order."""
+        new = self._grow(rows.shape[0], strings=True)
+        self._append_text(rows, lengths, new)
+        self._strings.add(self._hash(rows, lengths), new, lambda: self._string_entries(int(new[0])))
+
+
+def _int64(column: npt.NDArray[np.generic]) -> I64:
+    """Integer ids as ``int64`` (Python ints beyond 64 bits are an input error)."""
+    if column.dtype.kind == "u" and column.shape[0] and int(column.max()) >= 2**63:
+        raise InputError("event id out of the 64-bit integer range")
+    try:
+        return column.astype(np.int64)
+    except OverflowError as exc:
+        raise InputError(f"event id out of the 64-bit integer range: {exc}") from exc
+
+
+def _in_order(missing: I64, first: I64) -> I64:
+    """``missing`` (unique ids of a batch) in order of first appearance in the batch."""
+    return missing[np.argsort(first[missing], kind="stable")]
+
+
+def _of_type(types: npt.NDArray[np.object_], kind: type) -> npt.NDArray[np.bool_]:
+    """Which entries of an ``object`` array of types are exactly ``kind``."""
+    return np.asarray(types == np.asarray(kind, dtype=object), np.bool_)
+
+
+def _resized(array: npt.NDArray[S], capacity: int, fill: object) -> npt.NDArray[S]:
+    """``array`` in a new array of ``capacity`` entries, the new ones ``fill``."""
+    out = np.full(capacity, fill, dtype=array.dtype)
+    out[: array.shape[0]] = array[:capacity]
+    return out

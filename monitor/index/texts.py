@@ -1,0 +1,78 @@
+"""Strings as bytes in one buffer: packing a batch, hashing, comparing and decoding by column.
+
+A batch of Python strings becomes its UTF-8 bytes, one buffer, and each string's length (with
+``surrogatepass``, so every ``str`` a JSON decoder can produce round-trips exactly). Per-string
+work is done on a *padded* matrix, one row per string, its bytes then zeros up to a width that
+is a multiple of 8: hashing reads the rows as ``uint64`` words, comparing reads whole rows, and
+the loops run over the words of the longest string, never over the strings.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from monitor.index.hashtable import U64, mix
+from monitor.index.levels import I64
+
+U8 = npt.NDArray[np.uint8]
+ENCODING = ("utf-8", "surrogatepass")
+
+
+def pack_strings(strings: list[str]) -> tuple[U8, I64]:
+    """The UTF-8 bytes of ``strings`` back to back, and each string's length in bytes."""
+    data = "".join(strings).encode(*ENCODING)
+    lengths = np.fromiter(map(len, strings), np.int64, len(strings))
+    if len(data) != int(lengths.sum()):  # not all ASCII: lengths in bytes differ from chars
+        lengths = np.fromiter((len(s.encode(*ENCODING)) for s in strings), np.int64, len(strings))
+    return np.frombuffer(data, np.uint8), lengths
+
+
+def padded(buffer: U8, starts: I64, lengths: I64, width: int | None = None) -> U8:
+    """One row per string (``buffer[starts[i]: starts[i] + lengths[i]]``), zero padded to
+    ``width`` (default: the longest, rounded up to a multiple of 8)."""
+    if width is None:
+        longest = int(lengths.max()) if lengths.shape[0] else 0
+        width = max(8, -(-longest // 8) * 8)
+    columns = np.arange(width, dtype=np.int64)
+    inside = columns < lengths[:, None]
+    out = np.zeros((lengths.shape[0], width), np.uint8)
+    out[inside] = buffer[(starts[:, None] + columns)[inside]]
+    return out
+
+
+def hash_rows(rows: U8, lengths: I64) -> U64:
+    """A 64-bit hash of each padded row and its length (the same at any padding)."""
+    words = np.ascontiguousarray(rows).view("<u8")
+    h = mix(lengths.astype(np.uint64) ^ np.uint64(0x9E3779B97F4A7C15))
+    for j in range(words.shape[1]):  # the words a string has, whatever the padding
+        h = np.where(lengths > 8 * j, mix(h ^ words[:, j]), h)
+    return h
+
+
+def same_rows(a: U8, a_lengths: I64, b: U8, b_lengths: I64) -> npt.NDArray[np.bool_]:
+    """Whether row ``i`` of ``a`` holds the same string as row ``i`` of ``b``."""
+    width = min(a.shape[1], b.shape[1])
+    same = a_lengths == b_lengths
+    same &= a_lengths <= width
+    same &= (a[:, :width] == b[:, :width]).all(axis=1)
+    return np.asarray(same, np.bool_)
+
+
+def decode_rows(buffer: U8, starts: I64, lengths: I64) -> npt.NDArray[np.object_]:
+    """The strings at ``starts``/``lengths`` of ``buffer``, as an ``object`` array of ``str``."""
+    out = np.empty(lengths.shape[0], dtype=object)
+    if not lengths.shape[0]:
+        return out
+    rows = padded(buffer, starts, lengths)
+    fixed = rows.view(f"S{rows.shape[1]}").reshape(-1)
+    ascii_only = not (rows >= 0x80).any()
+    texts = fixed.astype(f"U{rows.shape[1]}") if ascii_only else np.char.decode(fixed, *ENCODING)
+    out[:] = texts.astype(object)
+    # Fixed-width byte strings drop trailing NULs: decode those few one by one.
+    ends = starts + lengths
+    nul = np.flatnonzero(lengths > 0)
+    nul = nul[buffer[ends[nul] - 1] == 0]
+    for i in nul.tolist():
+        out[i] = bytes(buffer[starts[i] : starts[i] + lengths[i]]).decode(*ENCODING)
+    return out

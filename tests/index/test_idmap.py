@@ -1,0 +1,120 @@
+"""The event id map against a dict: string, integer and mixed ids, forced hash collisions,
+export/restore, and strings a fixed-width array would get wrong (NULs, non-ASCII, surrogates)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from core.errors import InputError
+from monitor.index.hashtable import SlotTable
+from monitor.index.idmap import IdMap
+
+ODD = ["", "\x00", "a\x00", "\x00a", "é", "日本", "\ud800", "x" * 100, "tx-1", "1", "-1"]
+ids = st.one_of(
+    st.integers(-(2**63), 2**63 - 1),
+    st.integers(-3, 3),
+    st.text(max_size=12),
+    st.sampled_from(ODD),
+)
+
+
+def column(values: list[object]) -> np.ndarray:
+    out = np.empty(len(values), dtype=object)
+    out[:] = values
+    return out
+
+
+class Model:
+    """What the map must do: a dict of (type, value) -> slot in order of first appearance."""
+
+    def __init__(self) -> None:
+        self.slots: dict[tuple[type, object], int] = {}
+
+    def encode(self, values: list[object], add: bool) -> list[int]:
+        out = []
+        for v in values:
+            key = (type(v), v)
+            if key not in self.slots and add:
+                self.slots[key] = len(self.slots)
+            out.append(self.slots.get(key, -1))
+        return out
+
+
+def check_batches(idmap: IdMap, batches: list[list[object]], adds: list[bool]) -> None:
+    model = Model()
+    for values, add in zip(batches, adds, strict=True):
+        slots = idmap.encode(column(values), add=add)
+        expected = model.encode(values, add)
+        # Slots are dense but given out in any order within a batch: compare as a renaming.
+        seen = {int(s): v for s, v in zip(slots.tolist(), values, strict=True) if s >= 0}
+        assert (slots < 0).tolist() == [e < 0 for e in expected]
+        assert len(idmap) == len(model.slots)
+        back = idmap.decode(slots[slots >= 0])
+        assert [(type(v), v) for v in back.tolist()] == [
+            (type(v), v) for v, s in zip(values, slots.tolist(), strict=True) if s >= 0
+        ]
+        assert len(seen) == len({(type(v), v) for v in seen.values()})
+    restored = IdMap()
+    restored.restore(idmap.export())
+    every = np.arange(len(idmap), dtype=np.int32)
+    assert [(type(v), v) for v in restored.decode(every).tolist()] == [
+        (type(v), v) for v in idmap.decode(every).tolist()
+    ]
+    assert restored.encode(idmap.decode(every).astype(object), add=False).tolist() == list(
+        range(len(idmap))
+    )
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.lists(ids, max_size=20), min_size=1, max_size=6),
+    st.lists(st.booleans(), min_size=6, max_size=6),
+    st.sampled_from([64, 3, 0]),
+)
+def test_against_a_dict(batches: list[list[object]], adds: list[bool], bits: int) -> None:
+    """0 and 3 hash bits: every string collides with many others; still exact."""
+    check_batches(IdMap(hash_bits=bits), batches, adds[: len(batches)])
+
+
+def test_strings_only_keep_no_values_and_ints_only_no_text() -> None:
+    strings, ints = IdMap(), IdMap()
+    strings.encode(column([f"tx-{i}" for i in range(5000)]))
+    ints.encode(np.arange(5000, dtype=np.int64))
+    assert "int values" not in strings.breakdown()
+    assert strings.breakdown()["kinds"] == 0
+    assert ints.breakdown().get("text", 0) == 0 and "text ends" not in ints.breakdown()
+    assert ints.decode(np.array([0, 4999])).dtype == np.int64
+    assert strings.decode(np.array([0, 4999])).tolist() == ["tx-0", "tx-4999"]
+
+
+def test_ints_and_their_text_are_different_ids() -> None:
+    idmap = IdMap()
+    slots = idmap.encode(column([1, "1", 1, "1", True]))
+    assert slots[0] == slots[2] != slots[1] == slots[3] != slots[4]
+    assert idmap.decode(slots).tolist() == [1, "1", 1, "1", "True"]
+
+
+def test_growth_rehashes_every_id() -> None:
+    idmap = IdMap(hash_bits=20)
+    first = idmap.encode(column([f"id-{i}" for i in range(30_000)]))
+    again = idmap.encode(column([f"id-{i}" for i in range(29_999, -1, -1)]), add=False)
+    assert again.tolist() == first[::-1].tolist()
+    assert idmap.encode(np.array([7, 8], np.int64)).tolist() == [30_000, 30_001]
+
+
+def test_out_of_range_integers_are_input_errors() -> None:
+    with pytest.raises(InputError):
+        IdMap().encode(column([2**64]))
+
+
+def test_slot_table_probes_past_equal_hashes() -> None:
+    table = SlotTable()
+    keys = np.arange(100, dtype=np.int64)
+    hashes = np.zeros(100, np.uint64)  # one hash for every key: one long probe sequence
+    ids = keys.astype(np.int32)
+    table.add(hashes, ids, lambda: (np.empty(0, np.uint64), ids[:0]))
+    found = table.find(hashes[:40], lambda rows, ids: ids == keys[rows] * 3)
+    assert found.tolist() == [3 * r if 3 * r < 100 else -1 for r in range(40)]
