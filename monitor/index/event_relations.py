@@ -56,6 +56,8 @@ class EventIndex:
     stores: dict[str, EventStore] = field(default_factory=dict)
     #: Effective event changes of the last staged epoch.
     staged_events: int = 0
+    #: Ids of the last staged epoch deleted and inserted again (each a new event).
+    replaced: int = 0
 
     def __post_init__(self) -> None:
         self.graph.event_stores = self.stores
@@ -120,6 +122,7 @@ class EventIndex:
         """Stage an epoch's event updates; the changes of every derived relation."""
         changes: dict[str, Change] = {}
         self.staged_events = 0
+        self.replaced = 0
         for relation, updates in sorted(events.items()):
             store = self.stores.get(relation)
             if store is None:
@@ -136,6 +139,8 @@ class EventIndex:
                 updates.ids, insert, updates.seq, src, dst, updates.fields, ignored
             )
             self.staged_events += int(changed.eids.shape[0])
+            died, born = changed.eids[changed.diff < 0], changed.eids[changed.diff > 0]
+            self.replaced += np.intersect1d(store.slot[died], store.slot[born]).shape[0]
             for selection in self.selections:
                 if selection.relation == relation:
                     keep = store.select(changed.eids, selection.tests)

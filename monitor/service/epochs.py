@@ -224,6 +224,8 @@ class EpochProcessor:
 
     def _output(self, i: int, columns: Sequence[I32], diff: I64) -> QueryOutput:
         """External ids for query ``i``'s dense binding columns, and its matched events."""
+        if self.events.replaced and self.rewritten[i].edges:
+            columns, diff = self._by_identity(i, columns, diff)
         source = self.rewritten[i].source
         decode = self.index.dictionary.decode
         width = len(source.head)
@@ -234,6 +236,28 @@ class EpochProcessor:
         }
         vertices = [decode(c) for c in columns[:width]]
         return QueryOutput(source.name, source.head, vertices, diff, edges)
+
+    def _by_identity(self, i: int, columns: Sequence[I32], diff: I64) -> tuple[list[I32], I64]:
+        """The deltas consolidated by what a binding is outside: its vertices and its events'
+        ids. An id deleted and inserted again within the epoch is a new event, so a binding
+        that holds with the old event and with the new one comes as -1 and +1 of two internal
+        bindings; they cancel (at most one of each per identity: the old and the new event
+        are never alive at once)."""
+        width = len(self.rewritten[i].source.head)
+        slots = [
+            self.events.stores[relation].slot[columns[width + k]]
+            for k, relation in enumerate(self.rewritten[i].edges.values())
+        ]
+        keys = [*columns[:width], *slots]
+        order = np.lexsort(keys[::-1])
+        n = order.shape[0]
+        starts = np.ones(n, np.bool_)
+        if n > 1:
+            starts[1:] = np.logical_or.reduce([k[order][1:] != k[order][:-1] for k in keys])
+        group = np.cumsum(starts) - 1
+        sums = np.add.reduceat(diff[order], np.flatnonzero(starts)) if n else diff[:0]
+        keep = np.sort(order[diff[order] == np.sign(sums)[group]])
+        return [c[keep] for c in columns], diff[keep]
 
     def commit(self) -> None:
         """Make the staged epoch part of the committed state."""

@@ -245,6 +245,26 @@ def deltas(out: list) -> Iterator[tuple[str, tuple[tuple[int, ...], tuple[str, .
             yield q.query, (vertices, tuple(str(e[i]) for e in edges)), diff
 
 
+@example(  # deleted and inserted again as it was, within one epoch: nothing changes outside
+    ops=[
+        ("insert", 0, 0, 1, 2, "wire"),
+        ("insert", 1, 1, 0, 2, "wire"),
+        ("delete", 0),
+        ("insert", 0, 0, 1, 2, "wire"),
+    ],
+    cuts=[2],
+)
+@example(  # inserted again with another amount: the matches that hold with both stay
+    ops=[
+        ("insert", 0, 0, 1, 2, "wire"),
+        ("insert", 1, 1, 0, 2, "wire"),
+        ("delete", 0),
+        ("insert", 0, 0, 1, 3, "cash"),
+        ("delete", 1),
+        ("insert", 1, 1, 0, 1, "wire"),
+    ],
+    cuts=[2],
+)
 @example(  # an event deleted and inserted again, elsewhere, within one epoch: a new event
     ops=[
         ("insert", 0, 0, 0, None, None),
