@@ -4,7 +4,9 @@
      "amount": 1500.0, "channel": "wire"}
     {"op": "delete", "relation": "transfer", "id": "tx-91"}
 
-Every key but ``op``, ``relation``, ``id``, ``src`` and ``dst`` is a field. Field values are
+Every key but ``op``, ``relation``, ``id``, ``src`` and ``dst`` is a field; ``ts`` is the
+event's time, milliseconds or an ISO-8601 string with an offset, stored as milliseconds
+(:mod:`core.times`). Field values are
 numbers, strings (at most :data:`MAX_FIELD_LENGTH` characters) or booleans; ``null`` means the
 field is absent. A field has one type per relation (:class:`FieldTypes`): the type the queries
 compare it with, else the first value seen; a value of another type makes the record a bad
@@ -28,6 +30,7 @@ from connectors.formats import _json_id, _json_kind, is_comment
 from core.errors import InputError
 from core.fields import kind_of, to_column
 from core.records import EventUpdates, VertexId, id_column
+from core.times import TIME_FIELD, parse_time
 
 #: The longest string field value accepted, in characters.
 MAX_FIELD_LENGTH = 4096
@@ -96,6 +99,8 @@ def decode_event(
     for name, value in record.items():
         if name in RESERVED or value is None:
             continue
+        if name == TIME_FIELD:
+            value = parse_time(value)
         types.check(relation, name, value)
         fields[name] = value
     return EventRecord(relation, position if event_id is None else event_id, 1, src, dst, fields)

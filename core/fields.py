@@ -74,6 +74,13 @@ def present(values: npt.NDArray[Any]) -> npt.NDArray[np.bool_]:
     return np.asarray(values >= 0, np.bool_)
 
 
+def affine(values: npt.NDArray[Any], factor: float, offset: float) -> npt.NDArray[Any]:
+    """``factor * values + offset`` of a number column (absent values stay absent, NaN)."""
+    if factor == 1.0 and offset == 0.0:
+        return values
+    return values * factor + offset
+
+
 def compare(left: npt.NDArray[Any], op: str, right: Any) -> npt.NDArray[np.bool_]:
     """``left op right`` row by row; false where either side is absent."""
     if op == "<":
@@ -98,15 +105,22 @@ def compare(left: npt.NDArray[Any], op: str, right: Any) -> npt.NDArray[np.bool_
 
 @dataclass(frozen=True)
 class FieldTest:
-    """``field op other_field`` (both of one event) or ``field op literal``."""
+    """``field op other_field`` (both of one event, the other as ``factor * other_field +
+    offset``) or ``field op literal``."""
 
     field: str
     op: str
     literal: float | int | str | bool | None = None
     other_field: str | None = None
+    factor: float = 1.0
+    offset: float = 0.0
 
     def __str__(self) -> str:
         right = self.other_field if self.other_field is not None else repr(self.literal)
+        if self.factor != 1.0:
+            right = f"{self.factor:g} * {right}"
+        if self.offset:
+            right = f"{right} {'+' if self.offset > 0 else '-'} {abs(self.offset):g}ms"
         return f"{self.field} {self.op} {right}"
 
 

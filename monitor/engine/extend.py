@@ -14,7 +14,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from core.fields import compare
+from core.fields import affine, compare
 from monitor.engine.prefixes import Prefixes
 from monitor.index.adjacency import AdjacencyView
 from monitor.index.levels import I32, I64
@@ -149,7 +149,7 @@ class Filters:
         b = self._index.field_values(join.right_relation, join.right_field, right)
         if a is None or b is None or a.dtype != b.dtype:
             return np.zeros(left.shape[0], np.bool_)
-        return compare(a, join.op, b)
+        return compare(a, join.op, affine(b, join.factor, join.offset))
 
     def compare(self, columns: Sequence[npt.NDArray[np.integer]]) -> npt.NDArray[np.bool_]:
         """Which rows of ``columns`` pass every comparison (checks are not applied)."""

@@ -25,7 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from core.errors import InputError
-from core.fields import ABSENT, DTYPES, FieldTest, column_kind, compare
+from core.fields import ABSENT, DTYPES, FieldTest, affine, column_kind, compare
 from monitor.index.idmap import IdMap
 from monitor.index.levels import I8, I32, I64
 from monitor.index.netting import net
@@ -313,7 +313,7 @@ class EventStore:
             right = self.column(test.other_field, eids)
             if right is None:
                 return np.zeros(eids.shape[0], np.bool_)
-            return compare(left, test.op, right)
+            return compare(left, test.op, affine(right, test.factor, test.offset))
         return compare(left, test.op, self._literal(test.field, test.literal))
 
     def _literal(self, name: str, literal: object) -> Any:

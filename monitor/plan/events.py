@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 from itertools import combinations
 
 from core.fields import FieldTest, events_name, selection_name
+from core.times import TIME_FIELD
 from monitor.query.ast import Atom, FieldRef, Filter, Literal, Predicate, Query
 
 
@@ -58,7 +59,7 @@ def selection_of(query: Query, edge: str) -> tuple[FieldTest, ...]:
         if isinstance(p.right, Literal):
             tests.append(FieldTest(p.left.name, p.op, literal=p.right.value))
         else:
-            tests.append(FieldTest(p.left.name, p.op, other_field=p.right.name))
+            tests.append(FieldTest(p.left.name, p.op, None, p.right.name, p.factor, p.offset))
     return tuple(sorted(tests, key=str))
 
 
@@ -67,6 +68,7 @@ def rewrite(query: Query, events: set[str]) -> EventQuery:
     if not query.has_events:  # set semantics only: the atoms read the relations as named
         reads = tuple((a.relation, ()) for a in query.atoms if a.relation in events)
         return EventQuery(query, query, {}, tuple(dict.fromkeys(reads)))
+    source, query = query, replace(query, predicates=query.predicates + within(query))
     atoms: list[Atom] = []
     edges: dict[str, str] = {}
     selections: list[tuple[str, tuple[FieldTest, ...]]] = []
@@ -99,7 +101,25 @@ def rewrite(query: Query, events: set[str]) -> EventQuery:
         column=query.column,
         predicates=joins,
     )
-    return EventQuery(query, internal, edges, tuple(dict.fromkeys(selections)))
+    return EventQuery(source, internal, edges, tuple(dict.fromkeys(selections)))
+
+
+def within(query: Query) -> tuple[Predicate, ...]:
+    """``within D`` as join filters: for every two edge variables ``t`` and ``u``,
+    ``t.ts <= u.ts + D`` and ``u.ts <= t.ts + D`` (the latest minus the earliest time is at
+    most ``D`` exactly when every two differ by at most ``D``); an edge variable without a time
+    fails them."""
+    if query.within is None:
+        return ()
+    out: list[Predicate] = []
+    for t, u in combinations(query.edges, 2):
+        for a, b in ((t, u), (u, t)):
+            left, right = FieldRef(a, TIME_FIELD), FieldRef(b, TIME_FIELD)
+            out.append(Predicate(left, "<=", right, query.line, query.column, 1.0, query.within))
+    if len(query.edges) == 1:  # one event: the bound holds when it has a time
+        ref = FieldRef(query.edges[0], TIME_FIELD)
+        out.append(Predicate(ref, "=", ref, query.line, query.column))
+    return tuple(out)
 
 
 def join_refs(predicate: Predicate) -> tuple[FieldRef, FieldRef]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from core.times import format_duration
 from monitor.plan.cut import Cut
 
 
@@ -84,11 +85,17 @@ class FieldFilter:
     right: int
     right_relation: str
     right_field: str
+    #: The right side is ``factor * right_field + offset``.
+    factor: float = 1.0
+    offset: float = 0.0
 
     def describe(self, order: tuple[str, ...]) -> str:
-        return (
-            f"{order[self.left]}.{self.left_field} {self.op} {order[self.right]}.{self.right_field}"
-        )
+        right = f"{order[self.right]}.{self.right_field}"
+        if self.factor != 1.0:
+            right = f"{self.factor:g} * {right}"
+        if self.offset:
+            right = f"{right} {'+' if self.offset > 0 else '-'} {format_duration(abs(self.offset))}"
+        return f"{order[self.left]}.{self.left_field} {self.op} {right}"
 
 
 @dataclass(frozen=True)

@@ -168,6 +168,8 @@ def _field_filters(query: Query, column: dict[str, int]) -> list[FieldFilter]:
                 column[right.edge],
                 relation_of[right.edge],
                 right.name,
+                p.factor,
+                p.offset,
             )
         )
     return out

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from core.times import format_duration
+
 #: Comparison operators a filter may use, between two variables.
 FILTER_OPERATORS = ("<", "<=", ">", ">=", "!=")
 
@@ -84,6 +86,10 @@ class Predicate:
     right: FieldRef | Literal
     line: int = field(default=0, compare=False)
     column: int = field(default=0, compare=False)
+    #: Field arithmetic on a right-hand field: ``factor * right + offset`` (``0.9 * t1.amount``,
+    #: ``t1.ts + 10m``: offsets are durations in milliseconds, on times only).
+    factor: float = 1.0
+    offset: float = 0.0
 
     @property
     def edges(self) -> tuple[str, ...]:
@@ -97,7 +103,13 @@ class Predicate:
         return len(self.edges) == 1
 
     def __str__(self) -> str:
-        return f"{self.left} {self.op} {self.right}"
+        right = str(self.right)
+        if self.factor != 1.0:
+            right = f"{self.factor:g} * {right}"
+        if self.offset:
+            sign = "+" if self.offset > 0 else "-"
+            right = f"{right} {sign} {format_duration(abs(self.offset))}"
+        return f"{self.left} {self.op} {right}"
 
 
 @dataclass(frozen=True)
@@ -135,6 +147,9 @@ class Query:
     line: int = field(default=0, compare=False)
     column: int = field(default=0, compare=False)
     predicates: tuple[Predicate, ...] = ()
+    #: ``within D``: the latest minus the earliest ``ts`` of the edge variables is at most
+    #: this many milliseconds (None: no bound).
+    within: float | None = None
 
     @property
     def edges(self) -> tuple[str, ...]:
@@ -144,7 +159,7 @@ class Query:
     @property
     def has_events(self) -> bool:
         """Whether the query binds events or compares their fields."""
-        return bool(self.edges or self.predicates)
+        return bool(self.edges or self.predicates or self.within is not None)
 
     @property
     def variables(self) -> tuple[str, ...]:
@@ -159,6 +174,8 @@ class Query:
     def __str__(self) -> str:
         body = [str(a) for a in self.atoms] + [str(f) for f in self.filters]
         body += [str(p) for p in self.predicates]
+        if self.within is not None:
+            body.append(f"within {format_duration(self.within)}")
         if self.distinct:
             body.append("distinct")
         return f"{self.name}({', '.join(self.head)}) := {', '.join(body)}."

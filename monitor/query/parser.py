@@ -45,6 +45,7 @@ offending token and, when there is one, the offending identifier as ``name``.
 from __future__ import annotations
 
 from core.errors import QueryError
+from core.times import parse_duration
 from monitor.query.ast import (
     FILTER_OPERATORS,
     Atom,
@@ -61,7 +62,8 @@ from monitor.query.validate import Validation
 
 _DISTINCT = "distinct"
 _AS = "as"
-_KEYWORDS = (_DISTINCT, _AS)
+_WITHIN = "within"
+_KEYWORDS = (_DISTINCT, _AS, _WITHIN)
 _OPERATORS_TEXT = ", ".join(FILTER_OPERATORS)
 #: Token kinds read where a name is expected; an invalid one gets the name rule in its error.
 _NAMES = ("word", "number", "field")
@@ -259,6 +261,9 @@ class _Parser(Validation, PredicateParsing):
                 f"'{_AS}' starts an item in the body of query '{query}'; it binds an edge "
                 "variable right after an atom, like transfer(a, b) as t",
             )
+        if word.text == _WITHIN:
+            self._within(parsed, word)
+            return
         if parsed.distinct is not None:
             first = parsed.distinct
             raise self._fail_on(
@@ -267,6 +272,25 @@ class _Parser(Validation, PredicateParsing):
                 f"column {first.column}); write it once",
             )
         parsed.distinct = word
+
+    def _within(self, parsed: _ParsedQuery, word: _Token) -> None:
+        """``within D``: a duration after the keyword, once per query."""
+        query = parsed.name.text
+        if parsed.within is not None:
+            first = parsed.within[0]
+            raise self._fail_on(
+                word,
+                f"'{_WITHIN}' appears twice in query '{query}' (first at line {first.line}, "
+                f"column {first.column}); write it once",
+            )
+        token = self._next()
+        if token.kind != "duration":
+            raise self._fail_on(
+                token,
+                f"expected a duration like 10m, 24h or 7d after '{_WITHIN}' in query '{query}', "
+                f"found {token.describe()}; units are ms, s, m, h and d",
+            )
+        parsed.within = (word, parse_duration(token.text))
 
     def _atom(self, parsed: _ParsedQuery, relation: _Token) -> None:
         """Parse ``RELATION(VAR, ...) [as EDGE]`` and check the relation's arity against earlier

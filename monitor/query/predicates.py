@@ -4,13 +4,19 @@
 are numbers, double-quoted strings and ``true``/``false``. Order comparisons need numbers;
 ``id``, ``src`` and ``dst`` compare with ``=`` and ``!=`` only. Field types across the text are
 checked by :mod:`monitor.query.types`.
+
+Field arithmetic on the right-hand field: ``t2.ts <= t1.ts + 10m`` (a duration added to or
+subtracted from a time, both sides ``ts``) and ``t2.amount >= 0.9 * t1.amount`` (a number times
+a number field). ``ts`` is the event's time (:mod:`core.times`): compared with numbers of
+milliseconds, or with an ISO-8601 string, read as the time it names.
 """
 
 from __future__ import annotations
 
 import math
 
-from core.errors import QueryError
+from core.errors import InputError, QueryError
+from core.times import TIME_FIELD, parse_duration, parse_time
 from monitor.query.ast import PREDICATE_OPERATORS, FieldRef, Literal, Predicate
 from monitor.query.tokens import LETTERS, VARIABLE_CHARS, number_value
 from monitor.query.tokens import Token as _Token
@@ -58,11 +64,90 @@ class PredicateParsing:
                 op,
             )
         operand = self._next()
+        factor, offset = 1.0, 0.0
+        if operand.kind == "number" and self._peek().kind == "arith" and self._peek().text == "*":
+            factor = self._factor(operand, query)
+            self._next()
+            operand = self._next()
+            if operand.kind != "field":
+                raise self._fail(
+                    f"expected a field like t.amount after '*' in query '{query}', found "
+                    f"{operand.describe()}",
+                    operand,
+                )
         right = self._operand(operand, op, query)
-        predicate = Predicate(left, op.text, right, left_token.line, left_token.column)
+        if left.name == TIME_FIELD and isinstance(right, Literal):
+            right = self._time_literal(right, operand, query)
+        if isinstance(right, FieldRef) and self._peek().kind == "arith":
+            offset = self._offset(left, right, query)
+        predicate = Predicate(
+            left, op.text, right, left_token.line, left_token.column, factor, offset
+        )
         tokens = [left_token, operand] if isinstance(right, FieldRef) else [left_token]
         self._check_predicate(predicate, query, tokens, op, operand)
+        self._check_arithmetic(predicate, query, operand)
         parsed.predicates.append((predicate, tokens))
+
+    def _peek(self) -> _Token:
+        raise NotImplementedError
+
+    def _factor(self, token: _Token, query: str) -> float:
+        value = float(number_value(token.text))
+        if not math.isfinite(value):
+            raise self._fail(f"number {token.text} in query '{query}' is too large", token)
+        return value
+
+    def _offset(self, left: FieldRef, right: FieldRef, query: str) -> float:
+        """``+ D`` or ``- D`` after a right-hand time field."""
+        sign = self._next()
+        if sign.text == "*":
+            raise self._fail(
+                f"'{right} *' in query '{query}': write the number first, like 0.9 * {right}",
+                sign,
+            )
+        duration = self._next()
+        if duration.kind != "duration":
+            raise self._fail(
+                f"expected a duration like 10m after '{right} {sign.text}' in query '{query}', "
+                f"found {duration.describe()}; a time plus or minus a duration (units ms, s, m, "
+                "h, d) is the only sum a predicate takes",
+                duration,
+            )
+        if left.name != TIME_FIELD or right.name != TIME_FIELD:
+            raise self._fail(
+                f"'{right} {sign.text} {duration.text}' in query '{query}': a duration is added "
+                f"to or subtracted from a time, so both sides compare '{TIME_FIELD}' fields",
+                sign,
+            )
+        ms = parse_duration(duration.text)
+        return ms if sign.text == "+" else -ms
+
+    def _time_literal(self, literal: Literal, token: _Token, query: str) -> Literal:
+        """A literal compared with ``ts``: milliseconds, or an ISO-8601 time read as such."""
+        if isinstance(literal.value, str):
+            try:
+                return Literal(parse_time(literal.value))
+            except InputError as error:
+                raise self._fail(f"in query '{query}': {error.message}", token) from None
+        if isinstance(literal.value, bool):
+            raise self._fail(
+                f"'{TIME_FIELD}' is a time, compared in query '{query}' with {literal}; compare it "
+                "with milliseconds since the epoch or an ISO-8601 string",
+                token,
+            )
+        return literal
+
+    def _check_arithmetic(self, predicate: Predicate, query: str, token: _Token) -> None:
+        """A factor multiplies a number field: never a time, an id or a string."""
+        if predicate.factor == 1.0:
+            return
+        names = {predicate.left.name, getattr(predicate.right, "name", "")}
+        if names & {TIME_FIELD, *ID_FIELDS}:
+            raise self._fail(
+                f"predicate '{predicate}' of query '{query}' multiplies a time or an id; a number "
+                f"times a field applies to number fields (a time takes + or - a duration)",
+                token,
+            )
 
     def _field(self, token: _Token, query: str) -> FieldRef:
         """The field reference ``token`` (a ``field`` token) spells."""

@@ -6,9 +6,12 @@ Token kinds:
   ``true`` and ``false``;
 - ``number``: ``1000``, ``-5``, ``2.5``, ``1e3``, ``-2.5e-3`` (a run that merely starts with
   digits, like ``4-clique`` or ``1e``, is a word);
+- ``duration``: ``500ms``, ``30s``, ``10m``, ``24h``, ``7d`` (:mod:`core.times`);
 - ``field``: a field reference like ``t1.amount``: words joined by ``.`` with no space;
 - ``string``: a double-quoted string on one line, with ``\\"`` and ``\\\\`` as its only escapes;
 - ``op``: one of ``<``, ``<=``, ``>``, ``>=``, ``=``, ``!=``; ``:=``; each of ``(),.``;
+- ``arith``: ``+``, ``-`` (where it starts no number) and ``*``, the field arithmetic of
+  predicates (``t1.ts + 10m``, ``0.9 * t1.amount``);
 - ``other``: a character that starts no token, so the parser can say what it expected there;
 - ``error``: a malformed string, with the reason as ``problem``;
 - ``end``: after the last token.
@@ -22,6 +25,8 @@ from __future__ import annotations
 import re
 import string
 from dataclasses import dataclass
+
+from core.times import DURATION
 
 LETTERS = frozenset(string.ascii_letters + "_")
 DIGITS = frozenset(string.digits)
@@ -69,6 +74,9 @@ def tokenize(text: str) -> list[Token]:
         elif char in _COMMENT_STARTS:
             end = text.find("\n", i)
             i = len(text) if end < 0 else end
+        elif duration := _duration_at(text, i):
+            tokens.append(Token("duration", duration, line, column))
+            i += len(duration)
         elif number := _number_at(text, i):
             tokens.append(Token("number", number, line, column))
             i += len(number)
@@ -93,6 +101,9 @@ def tokenize(text: str) -> list[Token]:
         elif char in "<>=":
             tokens.append(Token("op", char, line, column))
             i += 1
+        elif char in "+-*":
+            tokens.append(Token("arith", char, line, column))
+            i += 1
         else:
             tokens.append(Token("other", char, line, column))
             i += 1
@@ -108,6 +119,17 @@ def number_value(text: str) -> int | float:
 def _joins_words(text: str, i: int) -> bool:
     """Whether ``text[i]`` is a ``.`` directly followed by a word character."""
     return text.startswith(".", i) and i + 1 < len(text) and text[i + 1] in VARIABLE_CHARS
+
+
+def _duration_at(text: str, i: int) -> str:
+    """The duration starting at ``i`` (``10m``), or ``""`` when none ends cleanly there."""
+    match = DURATION.match(text, i)
+    if not match:
+        return ""
+    end = match.end()
+    if end < len(text) and (text[end] in NAME_CHARS or _joins_words(text, end)):
+        return ""
+    return match.group()
 
 
 def _number_at(text: str, i: int) -> str:

@@ -79,8 +79,12 @@ class FieldTypes:
             other = _field(right, relations)
             if left is None or other is None:
                 continue
-            if predicate.op in ORDER_OPERATORS:
-                using = f" using '{predicate.op}' (numbers only)"
+            if predicate.op in ORDER_OPERATORS or predicate.factor != 1.0 or predicate.offset:
+                using = (
+                    f" using '{predicate.op}' (numbers only)"
+                    if predicate.op in ORDER_OPERATORS
+                    else " with arithmetic (numbers only)"
+                )
                 self._fix(left, "number", _describe(other) + using, predicate)
                 self._fix(other, "number", _describe(left) + using, predicate)
             else:

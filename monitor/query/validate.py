@@ -24,6 +24,8 @@ class ParsedQuery:
     atoms: list[tuple[Atom, list[_Token]]] = field(default_factory=list)
     filters: list[tuple[Filter, _Token, _Token]] = field(default_factory=list)
     distinct: _Token | None = None
+    #: ``within D``: its keyword token and D in milliseconds.
+    within: tuple[_Token, float] | None = None
     #: Each atom with 'as', and the token of its edge variable.
     bindings: list[tuple[Atom, _Token]] = field(default_factory=list)
     #: Each predicate, with the token of each field reference it reads (left first).
@@ -104,6 +106,12 @@ class Validation:
                     )
         for predicate, tokens in parsed.predicates:
             self._check_predicate_edges(name, predicate, tokens, edges, bound)
+        if parsed.within is not None and not parsed.bindings:
+            raise self._fail_on(
+                parsed.within[0],
+                f"'within' in query '{name}' bounds the times of its events, and the query binds "
+                "none; bind them with 'as', like transfer(a, b) as t",
+            )
         self._check_connected(name, parsed.atoms)
         return Query(
             name=name,
@@ -114,6 +122,7 @@ class Validation:
             line=parsed.name.line,
             column=parsed.name.column,
             predicates=tuple(predicate for predicate, _ in parsed.predicates),
+            within=parsed.within[1] if parsed.within else None,
         )
 
     def _check_edges(self, parsed: ParsedQuery) -> None:

@@ -148,3 +148,56 @@ def test_output_fields_limit_what_each_matched_event_carries(tmp_path: Path) -> 
             assert short["edges"][var] == {
                 k: event[k] for k in ("id", "src", "dst", "amount", "note")
             }
+
+
+def test_times_in_iso_or_milliseconds_and_bad_times_with_their_line(tmp_path: Path) -> None:
+    (tmp_path / "q.q").write_text(
+        "pass_through(a, b, c) := transfer(a, b) as t1, transfer(b, c) as t2, "
+        "t1.ts <= t2.ts, t2.ts <= t1.ts + 10m, t2.amount >= 0.9 * t1.amount.\n"
+    )
+    records = [
+        {
+            "relation": "transfer",
+            "id": "in",
+            "src": "A",
+            "dst": "B",
+            "amount": 100,
+            "ts": "2026-12-02T10:00:00Z",
+        },
+        {
+            "relation": "transfer",
+            "id": "out",
+            "src": "B",
+            "dst": "C",
+            "amount": 95,
+            "ts": 1_796_205_900_000,
+        },  # 10:05 as milliseconds: 5 minutes later
+        {
+            "relation": "transfer",
+            "id": "late",
+            "src": "B",
+            "dst": "D",
+            "amount": 95,
+            "ts": "2026-12-02T10:10:00.001Z",
+        },  # just past the 10 minutes
+        {
+            "relation": "transfer",
+            "id": "small",
+            "src": "B",
+            "dst": "E",
+            "amount": 80,
+            "ts": "2026-12-02T10:01:00+00:00",
+        },  # within the time, below 90% of the amount
+        {"relation": "transfer", "id": "x", "src": "B", "dst": "F", "ts": "yesterday"},
+        {"relation": "transfer", "id": "y", "src": "B", "dst": "G", "ts": "2026-12-02T10:01"},
+    ]
+    (tmp_path / "in.jsonl").write_text("\n".join(map(json.dumps, records)) + "\n")
+    done = cli("run", "-q", str(tmp_path / "q.q"), "--edges", str(tmp_path / "in.jsonl"))
+    rows = [json.loads(line) for line in done.stdout.decode().splitlines()]
+    assert [(r["match"], r["edges"]["t2"]["id"]) for r in rows] == [
+        ({"a": "A", "b": "B", "c": "C"}, "out")
+    ]
+    assert rows[0]["edges"]["t1"]["ts"] == 1_796_205_600_000  # read as milliseconds
+    err = done.stderr.decode()
+    assert "in.jsonl:5: field 'ts' 'yesterday' is not an ISO-8601 time" in err
+    assert "in.jsonl:6: field 'ts' '2026-12-02T10:01' has no zone offset" in err

@@ -177,6 +177,10 @@ def holds(model: Model, p: Predicate, binding: dict[str, str]) -> bool:
         right: object = p.right.value
     else:
         right = model.value(binding[p.right.edge], p.right.name)
+        if isinstance(right, int | float) and not isinstance(right, bool):
+            right = right * p.factor + p.offset
+    if _number(left) and _number(right):  # one number type, as the engine's float64
+        left, right = float(left), float(right)  # type: ignore[arg-type]
     if left is None or right is None or type(left) is not type(right):
         return False
     ops = {
@@ -188,6 +192,10 @@ def holds(model: Model, p: Predicate, binding: dict[str, str]) -> bool:
         "!=": lambda x, y: x != y,
     }
     return bool(ops[p.op](left, right))
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def brute_force(model: Model, query: Query) -> set[tuple[tuple[int, ...], tuple[str, ...]]]:
@@ -222,8 +230,13 @@ def brute_force(model: Model, query: Query) -> set[tuple[tuple[int, ...], tuple[
             if query.distinct and len(set(events)) < len(events):
                 continue
             binding = dict(zip(query.edges, events, strict=True))
-            if all(holds(model, p, binding) for p in query.predicates):
-                found.add((values, events))
+            if not all(holds(model, p, binding) for p in query.predicates):
+                continue
+            if query.within is not None:
+                times = [model.value(e, "ts") for e in events]
+                if None in times or max(times) - min(times) > query.within:  # type: ignore[operator, type-var]
+                    continue
+            found.add((values, events))
     return found
 
 
