@@ -206,6 +206,12 @@ def main() -> None:
     help="Fields of matched events in the output, comma separated (id, src, dst always) "
     "[default: every field].",
 )
+@click.option(
+    "--emit",
+    type=click.Choice(["changes", "appearances"]),
+    default=None,
+    help="changes: every +1 and -1; appearances: only +1 (alerting) [default: changes].",
+)
 @click.option("--quiet", is_flag=True, help="No progress and no summary on stderr.")
 def run(
     query_specs: tuple[str, ...],
@@ -221,6 +227,7 @@ def run(
     strict: bool,
     max_prefixes: int | None,
     output_fields: str | None,
+    emit: str | None,
     quiet: bool,
 ) -> None:
     """Stream edge updates and print one JSON line per match delta, epochs in order."""
@@ -232,6 +239,7 @@ def run(
             max_prefixes=max_prefixes,
             state_dir=state_dir,
             output_fields=output_fields,
+            emit=emit,
         )
         if output is not None and settings.state_dir is None:
             raise ConfigError("--output needs --state-dir: exactly-once output needs stored state")

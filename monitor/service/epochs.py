@@ -220,12 +220,16 @@ class EpochProcessor:
         if not any(len(c) for c in changes.values()):
             return []
         results = self.evaluator.evaluate(self.index, changes)
-        return [self._output(i, r.columns, r.diff) for i, r in enumerate(results) if len(r)]
+        outputs = [self._output(i, r.columns, r.diff) for i, r in enumerate(results) if len(r)]
+        return [out for out in outputs if len(out)]
 
     def _output(self, i: int, columns: Sequence[I32], diff: I64) -> QueryOutput:
         """External ids for query ``i``'s dense binding columns, and its matched events."""
         if self.events.replaced and self.rewritten[i].edges:
             columns, diff = self._by_identity(i, columns, diff)
+        if self.settings.emit == "appearances":
+            keep = diff > 0
+            columns, diff = [c[keep] for c in columns], diff[keep]
         source = self.rewritten[i].source
         decode = self.index.dictionary.decode
         width = len(source.head)
@@ -283,6 +287,7 @@ class EpochProcessor:
             columns, diff = decide(query, found, changed)
             if len(diff):
                 outputs.append(self._output(i, columns, diff))
+        outputs = [out for out in outputs if len(out)]
         return outputs
 
     def counts(self) -> dict[str, int]:

@@ -230,7 +230,7 @@ def _reconcile_queries(
     for name in changed:
         if name in stored:
             processor.initial(
-                lambda out: _write(sink, out, meta.epoch, sign=-1), queries=[stored[name]]
+                lambda out: _retract(processor, sink, out, meta.epoch), queries=[stored[name]]
             )
         processor.initial(lambda out: _write(sink, out, meta.epoch), queries=[current[name]])
     log.warning(
@@ -251,6 +251,13 @@ def _reconcile_queries(
     if store is None:
         return new_meta
     return store.commit_epoch(processor.index, new_meta, {}, len(processor.index.dictionary))
+
+
+def _retract(processor: EpochProcessor, sink: JsonLinesSink, out: QueryOutput, epoch: int) -> None:
+    """-1 deltas for the matches of a query whose text changed (none with ``emit`` of
+    appearances only)."""
+    if processor.settings.emit != "appearances":
+        _write(sink, out, epoch, sign=-1)
 
 
 def _write(sink: JsonLinesSink, out: QueryOutput, epoch: int, sign: int = 1) -> None:

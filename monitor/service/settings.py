@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import socket
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
@@ -59,6 +59,10 @@ class Settings(BaseSettings):
         64 << 20, ge=1 << 20, description="RocksDB block cache, one for the process"
     )
 
+    emit: Literal["changes", "appearances"] = Field(
+        "changes",
+        description="changes: every +1 and -1; appearances: only +1 records (alerting)",
+    )
     output_fields: Annotated[list[str] | None, NoDecode] = Field(
         None,
         description="fields of matched events copied into the output (comma list; id, src and "

@@ -201,3 +201,15 @@ def test_times_in_iso_or_milliseconds_and_bad_times_with_their_line(tmp_path: Pa
     err = done.stderr.decode()
     assert "in.jsonl:5: field 'ts' 'yesterday' is not an ISO-8601 time" in err
     assert "in.jsonl:6: field 'ts' '2026-12-02T10:01' has no zone offset" in err
+
+
+def test_emit_appearances_publishes_only_the_plus_ones(tmp_path: Path) -> None:
+    records, _ = stream(4, 300)
+    (tmp_path / "q.q").write_text(QUERY_TEXT)
+    (tmp_path / "in.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    args = ["run", "-q", str(tmp_path / "q.q"), "--edges", str(tmp_path / "in.jsonl")]
+    args += ["--batch-size", "20", "--quiet"]
+    changes = cli(*args).stdout.decode().splitlines()
+    appearances = cli(*args, "--emit", "appearances").stdout.decode().splitlines()
+    assert any('"diff":-1' in line for line in changes), "the stream retracts some matches"
+    assert appearances == [line for line in changes if '"diff":1,' in line]
