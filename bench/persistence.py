@@ -122,7 +122,9 @@ def stream(size: int, directory: Path | None) -> dict[str, Any]:
         deltas += out.deltas
         if store is not None:
             meta = StoredMeta(epoch=out.epoch, position={"seq": half + lo + BATCH})
-            store.commit_epoch(processor.index, meta, out.changes, before)
+            store.commit_epoch(
+                processor.index, meta, out.changes, before, event_changes=out.event_changes
+            )
     seconds = time.perf_counter() - started
     if store is not None:
         store.close()

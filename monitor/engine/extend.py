@@ -36,13 +36,21 @@ class IndexReader(Protocol):
     def field_values(self, relation: str, name: str, eids: I32) -> npt.NDArray[Any] | None: ...
 
 
-def _keys(extender: Extender, prefixes: Prefixes, index: IndexReader) -> npt.NDArray[np.integer]:
-    """The adjacency key of every prefix for an extender (its other positions' values)."""
-    if extender.arity == 2:
-        return prefixes.columns[extender.key[0]]
+def _keys(
+    extender: Extender,
+    prefixes: Prefixes,
+    index: IndexReader,
+    rows: npt.NDArray[np.integer] | None = None,
+) -> npt.NDArray[np.integer]:
+    """The adjacency key of every prefix (or of those at ``rows``) for an extender: its other
+    positions' values."""
     columns = [prefixes.columns[c] for c in extender.key]
+    if rows is not None:
+        columns = [c[rows] for c in columns]
+    if extender.arity == 2:
+        return columns[0]
     if not columns:
-        return np.zeros(len(prefixes), np.int64)
+        return np.zeros(len(prefixes) if rows is None else rows.shape[0], np.int64)
     return index.keys(extender.relation, extender.position, columns)
 
 
@@ -114,7 +122,8 @@ def last_key(index: IndexReader, relation: str, columns: Sequence[I32]) -> npt.N
 
 
 class Filters:
-    """Checks (membership of fully bound atoms) and comparisons, applied to whole batches."""
+    """Checks (membership of fully bound atoms), comparisons, join filters and guards
+    (extenders of later stages that must count a value), applied to whole batches."""
 
     def __init__(
         self,
@@ -122,15 +131,17 @@ class Filters:
         comparisons: Sequence[Comparison],
         index: IndexReader,
         fields: Sequence[FieldFilter] = (),
+        guards: Sequence[Extender] = (),
     ) -> None:
         self.checks = [(c, index.view(c.relation, len(c.columns) - 1, c.cut)) for c in checks]
         self.comparisons = list(comparisons)
         self.fields = list(fields)
+        self.guards = [(g, index.view(g.relation, g.position, g.cut)) for g in guards]
         self._index = index
 
     def __call__(self, prefixes: Prefixes) -> Prefixes:
-        """The prefixes that pass every comparison, every check and every join filter."""
-        if not len(prefixes) or not (self.checks or self.comparisons or self.fields):
+        """The prefixes that pass every comparison, check, join filter and guard."""
+        if not len(prefixes) or not (self.checks or self.comparisons or self.fields or self.guards):
             return prefixes
         keep = self.compare(prefixes.columns)
         for check, view in self.checks:
@@ -141,6 +152,9 @@ class Filters:
             rows = np.flatnonzero(keep)
             left, right = prefixes.columns[join.left][rows], prefixes.columns[join.right][rows]
             keep[rows] = self._join(join, left, right)
+        for guard, view in self.guards:
+            rows = np.flatnonzero(keep)
+            keep[rows] = view.count(_keys(guard, prefixes, self._index, rows)) > 0
         return prefixes if keep.all() else prefixes.take(keep)
 
     def _join(self, join: FieldFilter, left: I32, right: I32) -> npt.NDArray[np.bool_]:

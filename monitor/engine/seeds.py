@@ -32,4 +32,4 @@ def seed_prefixes(
     prefixes = Prefixes(cols, diff)
     if not keep.all():
         prefixes = prefixes.take(keep)
-    return Filters(plan.checks, plan.comparisons, index, plan.fields)(prefixes)
+    return Filters(plan.checks, plan.comparisons, index, plan.fields, plan.guards)(prefixes)

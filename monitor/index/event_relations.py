@@ -12,7 +12,9 @@ relations, derived from the events that pass it:
   a pair, which expand an edge variable once both its vertices are bound.
 
 Both are staged with the epoch, from the effective event changes, so delta queries are seeded
-by changed events with the same cuts as any relation.
+by changed events with the same cuts as any relation. Only the selections some atom reads are
+kept (the plain one too only when read): the epoch's event changes themselves, which the store
+and the changelog record, are :attr:`EventIndex.changed`, not a relation's change.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import numpy as np
 
 from core.fields import FieldTest, events_name, selection_name
 from core.records import EventUpdates
-from monitor.index.events import EventStore, StringPool
+from monitor.index.events import EventChanges, EventStore, StringPool
 from monitor.index.graph import Change, GraphIndex
 from monitor.index.levels import I32, pack, unpack
 from monitor.plan.cut import Cut
@@ -58,6 +60,8 @@ class EventIndex:
     staged_events: int = 0
     #: Ids of the last staged epoch deleted and inserted again (each a new event).
     replaced: int = 0
+    #: Effective event changes of the last staged epoch, by event relation (those that changed).
+    changed: dict[str, EventChanges] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.graph.event_stores = self.stores
@@ -123,6 +127,7 @@ class EventIndex:
         changes: dict[str, Change] = {}
         self.staged_events = 0
         self.replaced = 0
+        self.changed = {}
         for relation, updates in sorted(events.items()):
             store = self.stores.get(relation)
             if store is None:
@@ -139,6 +144,8 @@ class EventIndex:
                 updates.ids, insert, updates.seq, src, dst, updates.fields, ignored
             )
             self.staged_events += int(changed.eids.shape[0])
+            if changed.eids.shape[0]:
+                self.changed[relation] = changed
             died, born = changed.eids[changed.diff < 0], changed.eids[changed.diff > 0]
             self.replaced += np.intersect1d(store.slot[died], store.slot[born]).shape[0]
             for selection in self.selections:
@@ -217,9 +224,5 @@ class EventIndex:
 
 
 def selections_of(found: Iterable[Selection]) -> list[Selection]:
-    """Unique selections, in first-seen order, always with each relation's plain one."""
-    out: dict[Selection, None] = {}
-    for selection in found:
-        out.setdefault(Selection(selection.relation), None)
-        out.setdefault(selection, None)
-    return list(out)
+    """Unique selections, in first-seen order (those the atoms read, nothing else)."""
+    return list(dict.fromkeys(found))

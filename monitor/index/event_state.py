@@ -27,9 +27,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from core.fields import KINDS, absent_column, column_kind, events_name
-from monitor.index.events import EventStore
-from monitor.index.graph import Change
+from core.fields import KINDS, absent_column, column_kind
+from monitor.index.events import EventChanges, EventStore
 from monitor.index.levels import I32
 
 _VALUE_INT, _VALUE_STRING, _VALUE_ABSENT = 0, 1, 2
@@ -158,16 +157,17 @@ def changes_record(rel_id: int, store: EventStore, eids: I32, diff: npt.NDArray[
 
 def event_log(
     stores: dict[str, EventStore],
-    changes: Mapping[str, Change],
+    changes: Mapping[str, EventChanges],
     relations: Mapping[str, tuple[int, int]],
 ) -> bytes:
-    """The epoch's event changes, one record per event relation that changed: the changes of
-    its plain selection (which every event passes) name them."""
+    """The epoch's event changes (:attr:`EventIndex.changed
+    <monitor.index.event_relations.EventIndex.changed>`), one record per event relation that
+    changed."""
     parts = []
     for name, store in sorted(stores.items()):
-        change = changes.get(events_name(name, ()))
-        if change is not None and len(change):
-            parts.append(changes_record(relations[name][0], store, change.columns[2], change.diff))
+        change = changes.get(name)
+        if change is not None and change.eids.shape[0]:
+            parts.append(changes_record(relations[name][0], store, change.eids, change.diff))
     return b"".join(parts)
 
 

@@ -28,7 +28,7 @@ from core.errors import InputError
 from core.records import RelationUpdates, UpdateBatch
 from monitor.index.adjacency import Adjacency, AdjacencyView
 from monitor.index.dictionary import VertexDictionary
-from monitor.index.events import EventStore
+from monitor.index.events import EventChanges, EventStore
 from monitor.index.keys import TupleKeys
 from monitor.index.levels import I8, I32, I64, pack, unpack
 from monitor.index.netting import net
@@ -139,6 +139,8 @@ class StagedEpoch:
     ignored: Counter[str] = field(default_factory=Counter)
     #: Effective event changes (their derived relations' changes are in ``changes``).
     events: int = 0
+    #: Those event changes, by event relation: what the store and the changelog record.
+    event_changes: dict[str, EventChanges] = field(default_factory=dict)
     #: Relations derived from events: their changes are not updates of their own.
     derived: frozenset[str] = frozenset()
 

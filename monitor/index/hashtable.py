@@ -4,10 +4,15 @@ The table holds ``int32`` ids (``-1``: empty) in a power-of-two array; a key's h
 64-bit hash masked to the table, and a key that finds its home taken tries the next position
 (linear probing). The table stores no keys: a probe asks the caller whether the id found there
 has the key looked for (``equal``), so two keys with the same hash are simply two positions of
-one probe sequence and can never be merged. Ids are never removed.
+one probe sequence and can never be merged. Beside each id it keeps a one-byte *tag*, the top
+byte of the key's hash: a probe asks ``equal`` only where the tag matches (one position in 256
+otherwise), so a key that is absent costs no comparison, however long its probe sequence. Ids
+are never removed.
 
-Every step works on all pending keys at once: the loop runs once per probe *length* (short at a
-load factor of at most 0.7), never once per key. 4 bytes per position, at least 1/0.7 positions
+Every step works on all pending keys at once: a lookup reads a window of ``WINDOW`` positions
+per key and round (one cache line of ids), so the loop runs once per ``WINDOW`` positions of the
+longest probe sequence, never once per key (the first round reads each key's home position
+only: most keys are there). 5 bytes per position, at least 1/0.7 positions
 per id.
 """
 
@@ -21,18 +26,23 @@ import numpy.typing as npt
 from monitor.index.levels import I32, I64
 
 U64 = npt.NDArray[np.uint64]
+U8 = npt.NDArray[np.uint8]
 #: ``equal(rows, ids)``: whether key ``rows[i]`` (of the keys looked up) is the key of ``ids[i]``.
 Equal = Callable[[I64, I32], npt.NDArray[np.bool_]]
 MAX_LOAD = 0.7
+#: Positions a lookup reads per key and round.
+WINDOW = 8
+_STEPS = np.arange(WINDOW, dtype=np.int64)
 
 
 class SlotTable:
     """Hashes of keys -> ids; the keys themselves live with the caller."""
 
-    __slots__ = ("_count", "table")
+    __slots__ = ("_count", "table", "tags")
 
     def __init__(self) -> None:
         self.table: I32 = np.full(16, -1, np.int32)
+        self.tags: U8 = np.zeros(16, np.uint8)
         self._count = 0
 
     def __len__(self) -> int:
@@ -40,23 +50,31 @@ class SlotTable:
 
     @property
     def nbytes(self) -> int:
-        return int(self.table.nbytes)
+        return int(self.table.nbytes + self.tags.nbytes)
 
     def find(self, hashes: U64, equal: Equal) -> I32:
         """The id of each key (``-1``: absent), given the keys' hashes."""
-        mask = np.uint64(self.table.shape[0] - 1)
-        pos = (hashes & mask).astype(np.int64)
+        mask = self.table.shape[0] - 1
+        pos = (hashes & np.uint64(mask)).astype(np.int64)
+        tag = _tag(hashes)
         found = np.full(hashes.shape[0], -1, np.int32)
         rows = np.arange(hashes.shape[0], dtype=np.int64)
+        width = 1  # most keys are at home: the first round reads that position only
         while rows.shape[0]:
-            ids = self.table[pos[rows]]
-            filled = ids >= 0
-            hit = np.zeros(rows.shape[0], np.bool_)
-            if filled.any():
-                hit[filled] = equal(rows[filled], ids[filled])
-            found[rows[hit]] = ids[hit]
-            rows = rows[filled & ~hit]
-            pos[rows] = (pos[rows] + 1) & int(mask)
+            at = (pos[rows, None] + _STEPS[:width]) & mask
+            ids = self.table[at]
+            empty = ids < 0
+            # Positions up to the first empty one are the keys' probe sequences.
+            ended = empty.any(axis=1)
+            inside = np.cumsum(empty, axis=1) == 0
+            r, c = np.nonzero(inside & (self.tags[at] == tag[rows, None]))
+            if r.shape[0]:
+                hit = equal(rows[r], ids[r, c])
+                found[rows[r[hit]]] = ids[r[hit], c[hit]]
+            going = ~ended & (found[rows] < 0)
+            rows = rows[going]
+            pos[rows] += width
+            width = WINDOW
         return found
 
     def add(self, hashes: U64, ids: I32, existing: Callable[[], tuple[U64, I32]]) -> None:
@@ -69,26 +87,36 @@ class SlotTable:
                 capacity *= 2
             old_hashes, old_ids = existing()
             self.table = np.full(capacity, -1, np.int32)
+            self.tags = np.zeros(capacity, np.uint8)
             self._place(old_hashes, old_ids)
         self._place(hashes, ids)
         self._count = count
 
     def _place(self, hashes: U64, ids: I32) -> None:
-        """Put each id at the first empty position of its probe sequence; of ids that reach
-        one empty position together, the first takes it and the others probe on."""
+        """Put each id at the first empty position of its probe sequence, reading windows of
+        positions; of ids that pick one empty position together, one takes it (the scatter
+        decides) and the others probe on from there."""
         mask = self.table.shape[0] - 1
         pos = (hashes & np.uint64(mask)).astype(np.int64)
+        tag = _tag(hashes)
         pending = np.arange(ids.shape[0], dtype=np.int64)
         while pending.shape[0]:
-            at = pos[pending]
+            at = (pos[pending, None] + _STEPS) & mask
             free = self.table[at] < 0
-            _, first = np.unique(at[free], return_index=True)
-            winners = pending[np.flatnonzero(free)[first]]
-            self.table[pos[winners]] = ids[winners]
-            placed = np.zeros(ids.shape[0], np.bool_)
-            placed[winners] = True
-            pending = pending[~placed[pending]]
-            pos[pending] = (pos[pending] + 1) & mask
+            some = free.any(axis=1)
+            target = at[np.arange(pending.shape[0]), np.argmax(free, axis=1)]
+            trying = pending[some]
+            self.table[target[some]] = ids[trying]
+            won = self.table[target[some]] == ids[trying]
+            self.tags[target[some][won]] = tag[trying[won]]
+            pos[trying] = target[some]  # the losers probe on from the position taken
+            pos[pending[~some]] += WINDOW
+            pending = np.concatenate([trying[~won], pending[~some]])
+
+
+def _tag(hashes: U64) -> U8:
+    """The top byte of each hash (the table's position comes from the low bits)."""
+    return (hashes >> np.uint64(56)).astype(np.uint8)
 
 
 def mix(values: U64) -> U64:

@@ -145,8 +145,9 @@ class IdMap:
     def _append_text(self, rows: U8, lengths: I64, slots: I32) -> None:
         assert self._end is not None
         total = int(lengths.sum())
-        if self._text_size + total > self._text.shape[0]:
-            self._text = _resized(self._text, self._text_size + total, 0)
+        if self._text_size + total > self._text.shape[0]:  # an eighth more: amortized copies
+            capacity = max(self._text_size + total, self._text.shape[0] * 9 // 8, 1 << 16)
+            self._text = _resized(self._text, capacity, 0)
         inside = np.arange(rows.shape[1]) < lengths[:, None]
         self._text[self._text_size : self._text_size + total] = rows[inside]
         self._end[slots.astype(np.int64) + 1] = self._text_size + np.cumsum(lengths)

@@ -4,7 +4,7 @@ An adjacency proposes one position of a relation keyed by the values at all its 
 For a binary relation that key is one vertex; for arity ``k >= 3`` it is a tuple of ``k - 1``
 vertices, which :class:`TupleKeys` maps to a dense key id. Tuples are folded left to right:
 ``(x1, x2)`` is packed into one ``int64`` and mapped to an id, that id is packed with ``x3``, and so
-on, each fold with its own :class:`~monitor.index.intmap.IntMap`. Key id 0 is never handed out: it
+on, each fold with its own hash table. Key id 0 is never handed out: it
 stands for "no such tuple", whose adjacency row stays empty.
 """
 
@@ -14,39 +14,64 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from monitor.index.intmap import IntMap
+from monitor.index.hashtable import SlotTable, mix
 from monitor.index.levels import I32, I64, pack
 
 
 class _Fold:
-    """One fold: ``(left id, next vertex)`` -> id, and back."""
+    """One fold: ``(left id, next vertex)`` -> id, and back: the pair of each id in ``left``
+    and ``right`` (ids from 1), found through a :class:`~monitor.index.hashtable.SlotTable`
+    of the packed pair's hash, which compares the pair itself."""
 
     def __init__(self) -> None:
-        self.map = IntMap()
+        self.table = SlotTable()
         self.left: I32 = np.zeros(1, np.int32)
         self.right: I32 = np.zeros(1, np.int32)
+        self._size = 1
 
     @property
     def size(self) -> int:
-        return int(self.left.shape[0])
+        return self._size
+
+    @property
+    def nbytes(self) -> int:
+        return self.table.nbytes + int(self.left.nbytes + self.right.nbytes)
 
     def encode(self, left: I32, right: I32, add: bool) -> I32:
         valid = left >= 0
         packed = pack(np.where(valid, left, 0), right)
         unique, inverse = np.unique(packed[valid], return_inverse=True)
-        ids = self.map.find(unique)
+        hashes = mix(unique.view(np.uint64))
+        ids = self.table.find(hashes, lambda rows, found: self._packed(found) == unique[rows])
         missing = ids < 0
         if add and missing.any():
             fresh = unique[missing]
-            start = self.size
-            new = np.arange(start, start + fresh.shape[0], dtype=np.int32)
+            start = self._size
+            new = self._grow(fresh.shape[0])
             ids[missing] = new
-            self.map.add(fresh, new)
-            self.left = np.concatenate([self.left, (fresh >> 32).astype(np.int32)])
-            self.right = np.concatenate([self.right, (fresh & 0xFFFFFFFF).astype(np.int32)])
+            self.left[new] = (fresh >> 32).astype(np.int32)
+            self.right[new] = (fresh & 0xFFFFFFFF).astype(np.int32)
+            everything = np.arange(1, start, dtype=np.int32)
+            self.table.add(
+                hashes[missing],
+                new,
+                lambda: (mix(self._packed(everything).view(np.uint64)), everything),
+            )
         out = np.full(left.shape[0], -1, np.int32)
         out[valid] = ids[inverse.reshape(-1)]
         return out
+
+    def _packed(self, ids: I32) -> I64:
+        return pack(self.left[ids], self.right[ids])
+
+    def _grow(self, n: int) -> I32:
+        """``n`` new ids; the pair arrays grow by an eighth (amortized copies)."""
+        start, self._size = self._size, self._size + n
+        if self._size > self.left.shape[0]:
+            capacity = max(self._size, self.left.shape[0] * 9 // 8, 1024)
+            self.left = np.resize(self.left, capacity)
+            self.right = np.resize(self.right, capacity)
+        return np.arange(start, self._size, dtype=np.int32)
 
 
 class TupleKeys:
@@ -65,7 +90,7 @@ class TupleKeys:
 
     @property
     def nbytes(self) -> int:
-        return sum(f.map.nbytes + f.left.nbytes + f.right.nbytes for f in self._folds)
+        return sum(f.nbytes for f in self._folds)
 
     def encode(self, columns: Sequence[I32], add: bool = True) -> I32:
         """Key id of each tuple; unknown tuples get new ids, or 0 if not ``add``."""

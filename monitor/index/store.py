@@ -33,7 +33,7 @@ from __future__ import annotations
 import errno
 import os
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -50,7 +50,7 @@ from monitor.index.event_state import (
     snapshot_records,
     unpack_records,
 )
-from monitor.index.events import EventStore, StringPool
+from monitor.index.events import EventChanges, EventStore, StringPool
 from monitor.index.graph import Change, GraphIndex
 from monitor.index.levels import I8, I32
 from monitor.index.stored_meta import FORMAT_VERSION, StoredMeta
@@ -244,8 +244,11 @@ class StateStore:
         vertices_before: int,
         *,
         snapshot: bool = False,
+        event_changes: Mapping[str, EventChanges] | None = None,
     ) -> StoredMeta:
-        """Durably record a committed epoch: its changes, new vertices and ``meta``.
+        """Durably record a committed epoch: its changes, its event changes (``event_changes``, by
+        event relation: :attr:`~monitor.index.graph.StagedEpoch.event_changes`), new vertices
+        and ``meta``.
 
         ``index`` must already hold the epoch as committed; ``vertices_before`` is the size of
         the dictionary before the epoch. A new snapshot replaces log and snapshot when the log
@@ -263,7 +266,7 @@ class StateStore:
         previous = self.meta or StoredMeta()
         tuples = {n: c for n, c in changes.items() if n not in index.derived}
         log = write_log(tuples, relations)
-        events = event_log(index.event_stores, changes, relations)
+        events = event_log(index.event_stores, event_changes or {}, relations)
         grown = previous.log_bytes + len(log) + len(events)
         threshold = max(self.snapshot_min_bytes, self.snapshot_ratio * previous.snapshot_bytes)
         if snapshot or grown > threshold:

@@ -10,7 +10,11 @@ A static plan (BiGJoin) has the same shape, seeded by every tuple of one atom's 
 Within a stage, every :class:`Extender` can count, propose and intersect values for the stage's
 variable (prefix-extension in the paper); a :class:`Check` is an atom whose variables are all
 bound already (a membership test); a :class:`Comparison` is a filter, placed at the first stage
-where both its variables are bound.
+where both its variables are bound. A *guard* is an extender of a later stage applied to the
+seed prefixes: a seed for which it counts no value cannot extend to a match, so it is dropped
+before the stages in between extend it. The planner guards with the atoms of arity 3 or more
+whose key the seed binds: a changed pair seeds nothing unless the pair's events, read under
+their cut, hold one (a pair that appears had no events before the epoch).
 """
 
 from __future__ import annotations
@@ -151,6 +155,8 @@ class DeltaQuery:
     stages: tuple[Stage, ...]
     output: tuple[int, ...]
     fields: tuple[FieldFilter, ...] = ()
+    #: Extenders of later stages that must count a value for a seed prefix (see above).
+    guards: tuple[Extender, ...] = ()
 
     def describe(self) -> str:
         """The plan as text, as ``subgraph-monitor explain`` prints it."""
@@ -170,5 +176,7 @@ class DeltaQuery:
             )
         if self.fields:
             lines.append("         join " + ", ".join(f.describe(order) for f in self.fields))
+        if self.guards:
+            lines.append("         guard " + ", ".join(g.describe(order) for g in self.guards))
         lines.extend(f"  stage {i + 1}: {s.describe(order)}" for i, s in enumerate(self.stages))
         return "\n".join(lines)

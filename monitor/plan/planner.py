@@ -110,6 +110,7 @@ def build(query: Query, seed: int, *, delta: bool) -> DeltaQuery:
     first_checks = checks_until(width)
     first_comparisons = comparisons_until(width)
     first_joins = joins_until(width)
+    first_guards = _guards(query, order, width, used, column, seed_cut)
     stages = []
     for var in order[width:]:
         extenders = []
@@ -144,6 +145,7 @@ def build(query: Query, seed: int, *, delta: bool) -> DeltaQuery:
         tuple(stages),
         tuple(column[v] for v in query.head),
         first_joins,
+        first_guards,
     )
 
 
@@ -173,6 +175,26 @@ def _field_filters(query: Query, column: dict[str, int]) -> list[FieldFilter]:
             )
         )
     return out
+
+
+def _guards(
+    query: Query,
+    order: tuple[str, ...],
+    width: int,
+    used: set[int],
+    column: dict[str, int],
+    seed_cut: int | None,
+) -> tuple[Extender, ...]:
+    """The seed's guards: atoms of arity >= 3 whose variables but one the seed binds, and whose
+    free variable a later stage than the first binds (the first stage counts it anyway)."""
+    out = []
+    for i, atom in enumerate(query.atoms):
+        free = [v for v in atom.variables if column[v] >= width]
+        if i in used or len(atom.variables) < 3 or len(free) != 1 or free[0] == order[width]:
+            continue
+        if atom.variables.count(free[0]) == 1:
+            out.append(_extender(i, atom, free[0], column, cut_of(i, seed_cut)))
+    return tuple(out)
 
 
 def _binds(atom: Atom, var: str, bound: set[str]) -> bool:

@@ -25,6 +25,7 @@ from monitor.engine.delta import DeltaEvaluator
 from monitor.engine.owned import ChangedTuples, decide
 from monitor.engine.static import count_matches, enumerate_matches
 from monitor.index.event_relations import EventIndex, Selection, selections_of
+from monitor.index.events import EventChanges
 from monitor.index.graph import Change, GraphIndex, StagedEpoch
 from monitor.index.levels import I32, I64
 from monitor.index.store import StateStore
@@ -62,6 +63,8 @@ class EpochOutput:
     queries: list[QueryOutput]
     seconds: float
     changes: dict[str, Change] = field(default_factory=dict)
+    #: The epoch's effective event changes, by event relation (what the store records).
+    event_changes: dict[str, EventChanges] = field(default_factory=dict)
 
     @property
     def deltas(self) -> int:
@@ -181,6 +184,7 @@ class EpochProcessor:
         staged.ignored.update(ignored)
         staged.changes.update(self.events.stage(events, staged.ignored))
         staged.events = self.events.staged_events
+        staged.event_changes = dict(self.events.changed)
         staged.derived = self.events.derived
         return staged
 
@@ -213,6 +217,7 @@ class EpochProcessor:
             [],
             time.perf_counter() - started,
             staged.changes,
+            staged.event_changes,
         )
 
     def evaluate(self, changes: dict[str, Change]) -> list[QueryOutput]:

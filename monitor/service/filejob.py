@@ -306,7 +306,13 @@ def _stream(
                     queries=meta.queries,
                     settings=meta.settings,
                 )
-                meta = store.commit_epoch(processor.index, meta, out.changes, vertices_before)
+                meta = store.commit_epoch(
+                    processor.index,
+                    meta,
+                    out.changes,
+                    vertices_before,
+                    event_changes=out.event_changes,
+                )
                 failpoint("after_epoch_commit")
             now = time.perf_counter()
             if job.progress is not None and now - last_report >= job.progress_seconds:

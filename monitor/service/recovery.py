@@ -181,7 +181,9 @@ def catch_up(
     positions.stored.update(reached)
     positions.stored.update(positions.catch_up)
     meta = stored_meta(store, processor, positions, out.epoch)
-    store.commit_epoch(processor.index, meta, out.changes, vertices)
+    store.commit_epoch(
+        processor.index, meta, out.changes, vertices, event_changes=out.event_changes
+    )
     log.info(
         "caught up without emitting: the output of these records was already committed",
         extra={

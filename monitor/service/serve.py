@@ -234,7 +234,11 @@ def _epoch(
     processor.commit()
     positions.stored.update(polled.next_offsets)
     store.commit_epoch(
-        processor.index, stored_meta(store, processor, positions, out.epoch), out.changes, vertices
+        processor.index,
+        stored_meta(store, processor, positions, out.epoch),
+        out.changes,
+        vertices,
+        event_changes=out.event_changes,
     )
     now = time.time()
     metrics.epoch(time.perf_counter() - started, polled.records)

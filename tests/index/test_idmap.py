@@ -118,3 +118,26 @@ def test_slot_table_probes_past_equal_hashes() -> None:
     table.add(hashes, ids, lambda: (np.empty(0, np.uint64), ids[:0]))
     found = table.find(hashes[:40], lambda rows, ids: ids == keys[rows] * 3)
     assert found.tolist() == [3 * r if 3 * r < 100 else -1 for r in range(40)]
+
+
+def test_slot_table_compares_only_keys_whose_tag_matches() -> None:
+    """Keys with one home position and different top bytes: a lookup asks ``equal`` about the
+    id whose hash tag matches only, through windows of positions, and an absent key whose tag
+    no entry has costs no comparison at all."""
+    table = SlotTable()
+    n = 50
+    hashes = (np.arange(n, dtype=np.uint64) << np.uint64(56)) | np.uint64(5)
+    ids = np.arange(n, dtype=np.int32)
+    table.add(hashes, ids, lambda: (np.empty(0, np.uint64), ids[:0]))
+    asked: list[int] = []
+
+    def equal(rows: np.ndarray, found: np.ndarray) -> np.ndarray:
+        asked.extend(found.tolist())
+        return np.asarray(found == rows + 10, np.bool_)
+
+    absent = np.array([np.uint64(200) << np.uint64(56) | np.uint64(5)], np.uint64)
+    assert table.find(np.concatenate([hashes[10:40], absent]), equal).tolist() == [
+        *range(10, 40),
+        -1,
+    ]
+    assert sorted(asked) == list(range(10, 40))

@@ -112,6 +112,29 @@ def test_every_plan_uses_each_atom_once_with_its_cut(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", sorted(QUERIES))
+def test_guards_are_later_extenders_whose_key_the_seed_binds(name: str) -> None:
+    """A guard repeats, on the seed prefixes, an extender of a stage after the first: the same
+    atom, key and cut."""
+    query = rewrite(QUERIES[name], EVENTS).internal
+    for plan in (*delta_queries(query), static_plan(query)):
+        later = {e for stage in plan.stages[1:] for e in stage.extenders}
+        for guard in plan.guards:
+            assert guard in later, plan.describe()
+            assert guard.arity >= 3 and max(guard.key) < plan.seed.width
+
+
+def test_a_changed_pair_is_guarded_by_its_events_before_the_epoch() -> None:
+    """dQ/dpairs reads the seed pair's events under OLD: a pair that appears had none, so it
+    seeds nothing and is dropped before the first stage extends it."""
+    internal = rewrite(QUERIES["big_ring"], EVENTS).internal
+    first = delta_queries(internal)[0]
+    assert [(g.relation, g.cut) for g in first.guards] == [
+        ("transfer{amount >= 1000, channel != 'cash'}#events", Cut.OLD)
+    ]
+    assert not delta_queries(internal)[1].guards  # seeded by the events themselves
+
+
+@pytest.mark.parametrize("name", sorted(QUERIES))
 def test_filters_are_placed_at_the_first_stage_binding_both_variables(name: str) -> None:
     query = rewrite(QUERIES[name], EVENTS).internal
     for plan in (*delta_queries(query), static_plan(query)):

@@ -24,10 +24,10 @@ from connectors.kafka import (
     updates_batch,
 )
 from core.errors import ConfigError, StateError
-from core.fields import events_name
 from core.records import Update, UpdateBatch
 from monitor.engine.owned import ChangedTuples, supports
 from monitor.failpoints import failpoint
+from monitor.index.events import EventChanges
 from monitor.index.graph import Change
 from monitor.index.store import StateStore
 from monitor.index.stored_meta import StoredMeta
@@ -123,6 +123,20 @@ def owned_changes(
     return out
 
 
+def owned_events(
+    changes: Mapping[str, EventChanges], data: EpochInput, partitions: set[Partition]
+) -> dict[str, EventChanges]:
+    """The event changes decided by updates from ``partitions``."""
+    wanted = np.array([p in partitions for p in data.partitions], np.bool_)
+    out: dict[str, EventChanges] = {}
+    for name, change in changes.items():
+        n = change.eids.shape[0]
+        mask = wanted[data.owners(change.seq)] if len(wanted) else np.zeros(n, bool)
+        if mask.any():
+            out[name] = EventChanges(change.eids[mask], change.diff[mask], change.seq[mask])
+    return out
+
+
 @dataclass
 class Worker:
     """One worker of the group: its index, its consumers, its transactional sink."""
@@ -210,7 +224,9 @@ class Worker:
             queries=previous.queries,
             settings=previous.settings,
         )
-        self.store.commit_epoch(self.processor.index, meta, staged.changes, vertices)
+        self.store.commit_epoch(
+            self.processor.index, meta, staged.changes, vertices, event_changes=staged.event_changes
+        )
         now = time.time()
         self.metrics.epoch(time.perf_counter() - started, spec.records)
         self.metrics.committed(spec.epoch, 0.0, [], now)
@@ -234,7 +250,9 @@ class Worker:
             },
         )
 
-    def _write_changelog(self, epoch: int, changes: Mapping[str, Change]) -> None:
+    def _write_changelog(
+        self, epoch: int, changes: Mapping[str, Change], events: Mapping[str, EventChanges]
+    ) -> None:
         """The owned changes of the epoch's tuples and events (never of the relations derived
         from events: a rebuild derives them again)."""
         index = self.processor.index
@@ -244,13 +262,13 @@ class Worker:
             if name not in index.derived:
                 columns = [decode(c) for c in change.columns]
                 self.sink.write_changelog(topic, name, epoch, columns, change.diff)
-        for name, events in sorted(index.event_stores.items()):
-            changed = changes.get(events_name(name, ()))
+        for name, store in sorted(index.event_stores.items()):
+            changed = events.get(name)
             if changed is not None:
                 deletes_first = np.argsort(changed.diff > 0, kind="stable")
-                eids = changed.columns[2][deletes_first]
+                eids = changed.eids[deletes_first]
                 self.sink.write_event_changelog(
-                    topic, name, epoch, events.columns(eids, decode), changed.diff[deletes_first]
+                    topic, name, epoch, store.columns(eids, decode), changed.diff[deletes_first]
                 )
 
     def _publish(
@@ -279,7 +297,9 @@ class Worker:
             for p in sorted(mine):
                 for letter in data.polled[p].dead_letters:
                     self.sink.write_dead_letter(letter)
-            self._write_changelog(spec.epoch, changes)
+            self._write_changelog(
+                spec.epoch, changes, owned_events(staged.event_changes, data, mine)
+            )
             self.sink.flush()  # on the broker, in the open transaction (commit would flush too)
             failpoint("worker_before_commit")
             self.sink.commit({p: spec.ends[p] for p in mine}, self.group.group_metadata())
