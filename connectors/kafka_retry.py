@@ -16,7 +16,7 @@ from typing import TypeVar
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message
 from confluent_kafka import TopicPartition as TP
 
-from connectors.kafka import Partition
+from connectors.kafka_records import Partition
 
 log = logging.getLogger(__name__)
 

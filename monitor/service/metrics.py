@@ -35,7 +35,7 @@ from prometheus_client import (
 from prometheus_client.metrics_core import HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from connectors.kafka import DEAD_LETTER_CATEGORIES
+from connectors.kafka_records import DEAD_LETTER_CATEGORIES
 
 NAMESPACE = "subgraph_monitor"
 DISTRIBUTION = "subgraph-monitor"

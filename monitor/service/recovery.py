@@ -16,12 +16,8 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import OFFSET_BEGINNING
 
-from connectors.kafka import (
-    KafkaSource,
-    Partition,
-    parse_partition_key,
-    partition_key,
-)
+from connectors.kafka import KafkaSource
+from connectors.kafka_records import Partition, parse_partition_key, partition_key
 from core.errors import StateError
 from core.records import UpdateBatch
 from monitor.index.store import StateStore

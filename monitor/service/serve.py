@@ -21,13 +21,8 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from connectors.events import FieldTypes
-from connectors.kafka import (
-    KafkaSink,
-    KafkaSource,
-    Partition,
-    Polled,
-    partition_key,
-)
+from connectors.kafka import KafkaSink, KafkaSource
+from connectors.kafka_records import Partition, Polled, partition_key
 from core.errors import ConfigError
 from monitor.failpoints import failpoint
 from monitor.index.store import StateStore

@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from connectors.kafka import DEAD_LETTER_CATEGORIES
+from connectors.kafka_records import DEAD_LETTER_CATEGORIES
 from monitor.service.metrics import LATENCY_BUCKETS, METRIC_NAMES, BulkHistogram, Metrics
 
 

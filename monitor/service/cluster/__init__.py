@@ -46,7 +46,7 @@ import time
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from connectors.kafka import Partition
+from connectors.kafka_records import Partition
 from monitor.index.store import StateStore
 from monitor.service.clients import client_config, new_sink, service_version
 from monitor.service.cluster.changelog import rebuild_from_changelog

@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from connectors.kafka import Partition
+from connectors.kafka_records import Partition
 from monitor.service.cluster.control import EpochSpec
 from monitor.service.cluster.group import GroupMember
 from monitor.service.health import Health

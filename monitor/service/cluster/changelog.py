@@ -22,7 +22,7 @@ from confluent_kafka import (
 from confluent_kafka import TopicPartition as TP
 
 from connectors.events import EventRecord, FieldTypes, decode_event
-from connectors.kafka import Partition, updates_batch
+from connectors.kafka_records import Partition, updates_batch
 from connectors.kafka_retry import (
     committed_offsets,
     epoch_header,

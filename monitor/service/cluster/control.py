@@ -21,11 +21,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._listoffsets import OffsetSpec
 from confluent_kafka.cimpl import NewTopic
 
-from connectors.kafka import (
-    Partition,
-    parse_partition_key,
-    partition_key,
-)
+from connectors.kafka_records import Partition, parse_partition_key, partition_key
 from core.errors import StateError
 from monitor.service.settings import Settings
 

@@ -11,10 +11,7 @@ from confluent_kafka import (
 )
 from confluent_kafka import TopicPartition as TP
 
-from connectors.kafka import (
-    Partition,
-    partition_key,
-)
+from connectors.kafka_records import Partition, partition_key
 from connectors.kafka_retry import (
     committed_offsets,
 )

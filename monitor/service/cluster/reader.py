@@ -21,10 +21,7 @@ from confluent_kafka import (
 )
 from confluent_kafka import TopicPartition as TP
 
-from connectors.kafka import (
-    Partition,
-    partition_key,
-)
+from connectors.kafka_records import Partition, partition_key
 from connectors.kafka_retry import retry
 from core.errors import StateError
 from monitor.service.cluster.control import (

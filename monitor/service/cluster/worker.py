@@ -14,8 +14,8 @@ from confluent_kafka import (
 )
 
 from connectors.events import EventRecord, FieldTypes
-from connectors.kafka import (
-    KafkaSink,
+from connectors.kafka import KafkaSink
+from connectors.kafka_records import (
     Partition,
     Polled,
     parse_partition_key,
@@ -101,9 +101,8 @@ def decode_epoch(
                 settings.default_relation,
                 settings.topic_relations,
                 events,
+                found,
             )
-            if polled[p].events:
-                found.append((len(updates) + len(found), polled[p].events.pop()[1]))
     batch = updates_batch(updates, found, 0, events)
     return EpochInput(batch, partitions, bounds, polled)
 
