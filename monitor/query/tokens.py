@@ -123,18 +123,17 @@ def _joins_words(text: str, i: int) -> bool:
 
 def _duration_at(text: str, i: int) -> str:
     """The duration starting at ``i`` (``10m``), or ``""`` when none ends cleanly there."""
-    match = DURATION.match(text, i)
-    if not match:
-        return ""
-    end = match.end()
-    if end < len(text) and (text[end] in NAME_CHARS or _joins_words(text, end)):
-        return ""
-    return match.group()
+    return _clean_match(DURATION, text, i)
 
 
 def _number_at(text: str, i: int) -> str:
     """The number starting at ``i``, or ``""`` when none ends cleanly there (``4-clique``)."""
-    match = _NUMBER.match(text, i)
+    return _clean_match(_NUMBER, text, i)
+
+
+def _clean_match(pattern: re.Pattern[str], text: str, i: int) -> str:
+    """``pattern`` matched at ``i``, or ``""`` when the match runs on into a word."""
+    match = pattern.match(text, i)
     if not match:
         return ""
     end = match.end()

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 from hypothesis import example, given, settings
@@ -300,12 +301,24 @@ def deltas(out: list) -> Iterator[tuple[str, tuple[tuple[int, ...], tuple[str, .
 @settings(max_examples=300, deadline=None)
 @given(ops=st.lists(OPS, min_size=4, max_size=45), cuts=st.lists(st.integers(1, 45), max_size=6))
 def test_events_match_the_brute_force_after_every_epoch(ops: list, cuts: list[int]) -> None:  # type: ignore[type-arg]
-    processor = EpochProcessor(QUERIES, Settings())
-    model = Model()
+    check_epochs(QUERIES, Model(), batch, ops, cuts)
+
+
+def check_epochs(
+    queries: Sequence[Query],
+    model: Model,
+    make_batch: Callable[[list[Any], int], UpdateBatch],
+    ops: list[Any],
+    cuts: list[int],
+) -> None:
+    """Run ``ops`` in epochs cut at ``cuts``; after every epoch the accumulated deltas equal
+    the brute force over ``model``, each binding at most once per epoch, running sums in
+    {0, 1}."""
+    processor = EpochProcessor(queries, Settings())
     current: Counter[tuple[str, tuple[tuple[int, ...], tuple[str, ...]]]] = Counter()
     bounds = sorted({0, len(ops), *(c for c in cuts if c < len(ops))})
     for lo, hi in itertools.pairwise(bounds):
-        out = processor.process(batch(ops[lo:hi], lo))
+        out = processor.process(make_batch(ops[lo:hi], lo))
         processor.commit()
         seen = set()
         for name, binding, diff in deltas(out.queries):
@@ -315,7 +328,7 @@ def test_events_match_the_brute_force_after_every_epoch(ops: list, cuts: list[in
             assert current[(name, binding)] in (0, 1), f"running sum of {name} {binding}"
         for op in ops[lo:hi]:
             model.apply(op)
-        for query in QUERIES:
+        for query in queries:
             got = {b for (n, b), c in current.items() if n == query.name and c}
             assert got == brute_force(model, query), f"{query.name} after ops {lo}..{hi}"
 

@@ -8,8 +8,6 @@ events present, each binding at most once per epoch, every running sum in {0, 1}
 
 from __future__ import annotations
 
-import itertools
-from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -19,9 +17,7 @@ from hypothesis import strategies as st
 from core.fields import to_column
 from core.records import EventUpdates, UpdateBatch
 from monitor.query.parser import parse_queries
-from monitor.service.epochs import EpochProcessor
-from monitor.service.settings import Settings
-from tests.engine.test_events_oracle import Model, brute_force, deltas
+from tests.engine.test_events_oracle import Model, brute_force, check_epochs
 
 MINUTE = 60_000
 QUERIES = parse_queries(
@@ -115,24 +111,7 @@ def batch(ops: list[tuple[Any, ...]], first_seq: int) -> UpdateBatch:
 def test_time_predicates_match_the_brute_force_after_every_epoch(
     ops: list[tuple[Any, ...]], cuts: list[int]
 ) -> None:
-    processor = EpochProcessor(QUERIES, Settings())
-    model = TimedModel()
-    current: Counter[tuple[str, tuple[tuple[int, ...], tuple[str, ...]]]] = Counter()
-    bounds = sorted({0, len(ops), *(c for c in cuts if c < len(ops))})
-    for lo, hi in itertools.pairwise(bounds):
-        out = processor.process(batch(ops[lo:hi], lo))
-        processor.commit()
-        seen = set()
-        for name, binding, diff in deltas(out.queries):
-            assert (name, binding) not in seen, f"{name} {binding} twice in one epoch"
-            seen.add((name, binding))
-            current[(name, binding)] += diff
-            assert current[(name, binding)] in (0, 1), f"running sum of {name} {binding}"
-        for op in ops[lo:hi]:
-            model.apply(op)
-        for query in QUERIES:
-            got = {b for (n, b), c in current.items() if n == query.name and c}
-            assert got == brute_force(model, query), f"{query.name} after ops {lo}..{hi}"
+    check_epochs(QUERIES, TimedModel(), batch, ops, cuts)
 
 
 def test_the_time_oracle_sees_matches() -> None:
