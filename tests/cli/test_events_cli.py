@@ -7,67 +7,19 @@ import json
 from collections import Counter
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from tests.cli.test_cli import cli
-from tests.engine.test_events_oracle import QUERIES, Model, brute_force
+from tests.engine.test_events_oracle import QUERIES, brute_force, event_records
 
 QUERY_TEXT = "\n".join(str(q) for q in QUERIES)
-
-
-def stream(seed: int, n: int) -> tuple[list[dict[str, object]], Model]:
-    """A random JSON stream over 5 vertices and the oracle's state after it."""
-    rng = np.random.default_rng(seed)
-    records: list[dict[str, object]] = []
-    model = Model()
-    for _ in range(n):
-        kind = rng.random()
-        if kind < 0.6:
-            op = (
-                "insert",
-                int(rng.integers(0, 14)),
-                int(rng.integers(0, 4)),
-                int(rng.integers(0, 4)),
-                None if rng.random() < 0.1 else int(rng.integers(0, 4)),
-                None if rng.random() < 0.1 else str(rng.choice(["cash", "wire", "card"])),
-            )
-            record: dict[str, object] = {
-                "op": "insert",
-                "relation": "transfer",
-                "id": f"tx-{op[1]}",
-                "src": op[2],
-                "dst": op[3],
-            }
-            if op[4] is not None:
-                record["amount"] = op[4]
-            if op[5] is not None:
-                record["channel"] = op[5]
-        elif kind < 0.8:
-            op = ("delete", int(rng.integers(0, 14)))
-            record = {"op": "delete", "relation": "transfer", "id": f"tx-{op[1]}"}
-        elif kind < 0.9:
-            sign = "+" if rng.random() < 0.7 else "-"
-            op = ("e" + sign, int(rng.integers(0, 4)), int(rng.integers(0, 4)))
-            record = {"op": "insert" if sign == "+" else "delete", "src": op[1], "dst": op[2]}
-        else:
-            sign = "+" if rng.random() < 0.7 else "-"
-            op = ("f" + sign, int(rng.integers(0, 4)))
-            record = {
-                "op": "insert" if sign == "+" else "delete",
-                "relation": "flagged",
-                "tuple": [op[1]],
-            }
-        model.apply(op)
-        records.append(record)
-    return records, model
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_run_publishes_each_match_with_its_events_like_the_oracle(
     tmp_path: Path, seed: int
 ) -> None:
-    records, model = stream(seed, 400)
+    records, model = event_records(400, seed, ids=14, accounts=4)
     (tmp_path / "q.q").write_text(QUERY_TEXT)
     (tmp_path / "in.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n")
     done = cli(
@@ -204,7 +156,7 @@ def test_times_in_iso_or_milliseconds_and_bad_times_with_their_line(tmp_path: Pa
 
 
 def test_emit_appearances_publishes_only_the_plus_ones(tmp_path: Path) -> None:
-    records, _ = stream(4, 300)
+    records, _ = event_records(300, 4, ids=14, accounts=4)
     (tmp_path / "q.q").write_text(QUERY_TEXT)
     (tmp_path / "in.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n")
     args = ["run", "-q", str(tmp_path / "q.q"), "--edges", str(tmp_path / "in.jsonl")]

@@ -172,6 +172,61 @@ class Model:
         return self.events[event][2].get(name)
 
 
+def event_records(
+    n: int, seed: int, anonymous: str | None = None, ids: int = 40, accounts: int = 6
+) -> tuple[list[dict[str, object]], Model]:
+    """JSON records of transfers by id (``ids`` of them, over ``accounts`` accounts), tuples of
+    ``e`` and labels; and the oracle after them.
+    With ``anonymous`` (the input's name), every 50th insert or so has no id: its identity is
+    its position, ``anonymous:line``, and no delete can name it."""
+    rng = np.random.default_rng(seed)
+    model = Model()
+    records = []
+    for position in range(n):
+        roll = rng.random()
+        if roll < 0.6:
+            tx = int(rng.integers(0, ids))
+            op: tuple[Any, ...] = (
+                "insert",
+                tx,
+                int(rng.integers(0, accounts)),
+                int(rng.integers(0, accounts)),
+                None if rng.random() < 0.1 else int(rng.integers(0, 4)),
+                None if rng.random() < 0.1 else str(rng.choice(["cash", "wire", "card"])),
+            )
+            record: dict[str, object] = {"relation": "transfer", "src": op[2], "dst": op[3]}
+            if anonymous is not None and rng.random() < 0.02:
+                op = ("insert", f"{anonymous}:{position + 1}", *op[2:])
+            else:
+                record["id"] = f"tx-{tx}"
+            if op[4] is not None:
+                record["amount"] = op[4]
+            if op[5] is not None:
+                record["channel"] = op[5]
+        elif roll < 0.85:
+            op = ("delete", int(rng.integers(0, ids)))
+            record = {"op": "delete", "relation": "transfer", "id": f"tx-{op[1]}"}
+        elif roll < 0.95:
+            sign = "+" if rng.random() < 0.6 else "-"
+            op = ("e" + sign, int(rng.integers(0, accounts)), int(rng.integers(0, accounts)))
+            record = {"op": "insert" if sign == "+" else "delete", "src": op[1], "dst": op[2]}
+        else:
+            sign = "+" if rng.random() < 0.7 else "-"
+            op = ("f" + sign, int(rng.integers(0, accounts)))
+            record = {"op": "insert" if sign == "+" else "delete", "relation": "flagged"}
+            record["tuple"] = [op[1]]
+        if isinstance(op[1], str):  # positional identity
+            model.events.setdefault(op[1], (op[2], op[3], _fields(op)))
+        else:
+            model.apply(op)
+        records.append(record)
+    return records, model
+
+
+def _fields(op: tuple[Any, ...]) -> dict[str, object]:
+    return {k: v for k, v in (("amount", op[4]), ("channel", op[5])) if v is not None}
+
+
 def holds(model: Model, p: Predicate, binding: dict[str, str]) -> bool:
     left = model.value(binding[p.left.edge], p.left.name)
     if isinstance(p.right, Literal):

@@ -15,7 +15,7 @@ from monitor.query.load import load_queries
 from monitor.service.cluster.worker import decode_epoch
 from monitor.service.epochs import EpochProcessor
 from monitor.service.settings import Settings
-from tests.engine.test_events_oracle import QUERIES, brute_force
+from tests.engine.test_events_oracle import QUERIES, brute_force, event_records
 from tests.kafka.test_cluster import (
     Workers,
     control_epochs,
@@ -24,7 +24,6 @@ from tests.kafka.test_cluster import (
     read_all,
 )
 from tests.kafka.test_serve_events import key_of, produce_values
-from tests.service.test_events_recovery import event_records
 
 pytestmark = pytest.mark.kafka
 

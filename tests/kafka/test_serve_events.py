@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from confluent_kafka import Producer
 
-from tests.engine.test_events_oracle import QUERIES, brute_force
+from tests.engine.test_events_oracle import QUERIES, brute_force, event_records
 from tests.kafka.test_serve import (
     Service,
     _port_from_log,
@@ -29,7 +29,6 @@ from tests.kafka.test_serve import (
     wait_consumed,
     wait_ready,
 )
-from tests.service.test_events_recovery import event_records
 
 pytestmark = pytest.mark.kafka
 

@@ -8,11 +8,13 @@ output of a run that was never interrupted, and the stored graph must equal the 
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -115,6 +117,26 @@ def stored_graph(state: Path) -> set[tuple[str, tuple[object, ...]]]:
     return graph
 
 
+def kill_at_random(
+    start: Callable[[], subprocess.Popen[bytes]],
+    rng: np.random.Generator,
+    rounds: int,
+    seconds: tuple[float, float],
+) -> int:
+    """Start the job and SIGKILL it after a random time, up to ``rounds`` times or until it
+    finishes first; returns how many times it was killed."""
+    kills = 0
+    for _ in range(rounds):
+        proc = start()
+        time.sleep(float(rng.uniform(*seconds)))
+        if proc.poll() is not None:
+            break
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
+        kills += 1
+    return kills
+
+
 def finish(tmp: Path, stream: Path, name: str) -> None:
     done = job(tmp, stream, name)
     assert done.returncode == 0, done.stderr.read() if done.stderr else ""
@@ -148,16 +170,8 @@ def test_killed_at_random_moments_and_rerun_gives_the_uninterrupted_output(
     tmp_path: Path, reference: tuple[Path, Path, set[object]]
 ) -> None:
     stream, ref, oracle = reference
-    rng = np.random.default_rng(7)
-    kills = 0
-    for _ in range(8):
-        proc = job(tmp_path, stream, "run", wait=False)
-        time.sleep(float(rng.uniform(0.4, 1.5)))
-        if proc.poll() is not None:
-            break
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=60)
-        kills += 1
+    start = functools.partial(job, tmp_path, stream, "run", wait=False)
+    kills = kill_at_random(start, np.random.default_rng(7), 8, (0.4, 1.5))
     finish(tmp_path, stream, "run")
     assert kills >= 2, "the job finished too fast to be killed; make the stream longer"
     assert (tmp_path / "run.jsonl").read_bytes() == ref.read_bytes()

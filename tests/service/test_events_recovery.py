@@ -11,15 +11,14 @@ loaded back from the state are the oracle's live events.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -27,61 +26,12 @@ import pytest
 from monitor.index.store import StateStore
 from monitor.service.epochs import EpochProcessor
 from monitor.service.settings import Settings
-from tests.engine.test_events_oracle import QUERIES, Model, brute_force
+from tests.engine.test_events_oracle import QUERIES, Model, brute_force, event_records
+from tests.service.test_crash_recovery import kill_at_random
 
 ROOT = Path(__file__).resolve().parents[2]
 QUERY_TEXT = "\n".join(str(q) for q in QUERIES)
 ENV = {"SGM_BATCH_SIZE": "40", "SGM_SNAPSHOT_RATIO": "0.5", "SGM_SNAPSHOT_MIN_BYTES": "30000"}
-
-
-def event_records(
-    n: int, seed: int, anonymous: str | None = None
-) -> tuple[list[dict[str, object]], Model]:
-    """Transfers by id over 6 accounts, tuples of ``e`` and labels; the oracle after them.
-    With ``anonymous`` (the input's name), every 50th insert or so has no id: its identity is
-    its position, ``anonymous:line``, and no delete can name it."""
-    rng = np.random.default_rng(seed)
-    model = Model()
-    records = []
-    for position in range(n):
-        roll = rng.random()
-        if roll < 0.6:
-            tx = int(rng.integers(0, 40))
-            op: tuple[Any, ...] = (
-                "insert",
-                tx,
-                int(rng.integers(0, 6)),
-                int(rng.integers(0, 6)),
-                None if rng.random() < 0.1 else int(rng.integers(0, 4)),
-                None if rng.random() < 0.1 else str(rng.choice(["cash", "wire", "card"])),
-            )
-            record: dict[str, object] = {"relation": "transfer", "src": op[2], "dst": op[3]}
-            if anonymous is not None and rng.random() < 0.02:
-                op = ("insert", f"{anonymous}:{position + 1}", *op[2:])
-            else:
-                record["id"] = f"tx-{tx}"
-            if op[4] is not None:
-                record["amount"] = op[4]
-            if op[5] is not None:
-                record["channel"] = op[5]
-        elif roll < 0.85:
-            op = ("delete", int(rng.integers(0, 40)))
-            record = {"op": "delete", "relation": "transfer", "id": f"tx-{op[1]}"}
-        elif roll < 0.95:
-            sign = "+" if rng.random() < 0.6 else "-"
-            op = ("e" + sign, int(rng.integers(0, 6)), int(rng.integers(0, 6)))
-            record = {"op": "insert" if sign == "+" else "delete", "src": op[1], "dst": op[2]}
-        else:
-            sign = "+" if rng.random() < 0.7 else "-"
-            op = ("f" + sign, int(rng.integers(0, 6)))
-            record = {"op": "insert" if sign == "+" else "delete", "relation": "flagged"}
-            record["tuple"] = [op[1]]
-        if isinstance(op[1], str):  # positional identity
-            model.events.setdefault(op[1], (op[2], op[3], _fields(op)))
-        else:
-            model.apply(op)
-        records.append(record)
-    return records, model
 
 
 def make_stream(path: Path, seed: int = 3, n: int = 12_000) -> Model:
@@ -89,10 +39,6 @@ def make_stream(path: Path, seed: int = 3, n: int = 12_000) -> Model:
     records, model = event_records(n, seed, anonymous=str(path))
     path.write_text("\n".join(json.dumps(r) for r in records) + "\n")
     return model
-
-
-def _fields(op: tuple[Any, ...]) -> dict[str, object]:
-    return {k: v for k, v in (("amount", op[4]), ("channel", op[5])) if v is not None}
 
 
 def job(tmp: Path, stream: Path, name: str, env: dict[str, str] | None = None, wait: bool = True):  # type: ignore[no-untyped-def]
@@ -187,16 +133,8 @@ def test_killed_at_random_moments_and_rerun_gives_the_uninterrupted_output(
     tmp_path: Path, reference: tuple[Path, Path, Model]
 ) -> None:
     stream, ref, model = reference
-    rng = np.random.default_rng(11)
-    kills = 0
-    for _ in range(6):
-        proc = job(tmp_path, stream, "run", wait=False)
-        time.sleep(float(rng.uniform(0.8, 2.0)))
-        if proc.poll() is not None:
-            break
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=60)
-        kills += 1
+    start = functools.partial(job, tmp_path, stream, "run", wait=False)
+    kills = kill_at_random(start, np.random.default_rng(11), 6, (0.8, 2.0))
     done = job(tmp_path, stream, "run")
     assert done.returncode == 0, done.stderr.read() if done.stderr else ""
     assert kills >= 2, "the job finished too fast to be killed; make the stream longer"
