@@ -133,7 +133,7 @@ class EventIndex:
             if store is None:
                 ignored["not_an_event_relation"] += len(updates)
                 continue
-            anonymous = np.array([i is None for i in updates.ids.tolist()], np.bool_)
+            anonymous = np.asarray(updates.ids == None, np.bool_)  # noqa: E711 (elementwise)
             if anonymous.any():
                 ignored["delete_without_id"] += int(anonymous.sum())
                 updates = updates.take(~anonymous)

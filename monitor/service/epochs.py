@@ -169,7 +169,7 @@ class EpochProcessor:
             if part.arity != 2:
                 ignored["wrong_arity"] += int(insert.sum())
                 continue
-            ids = np.array([f"@{s}" for s in part.seq[insert].tolist()], dtype=object)
+            ids = np.char.add("@", part.seq[insert].astype(str)).astype(object)
             positional = EventUpdates(
                 ids,
                 part.diff[insert],

@@ -77,6 +77,13 @@ class EpochInput:
         """Index into ``partitions`` of the partition each sequence number came from."""
         return np.searchsorted(self.bounds, seq, side="right") - 1
 
+    def from_partitions(self, seq: np.ndarray, partitions: set[Partition]) -> np.ndarray:
+        """Which sequence numbers came from ``partitions``."""
+        if not self.partitions:
+            return np.zeros(seq.shape[0], np.bool_)
+        wanted = np.array([p in partitions for p in self.partitions], np.bool_)
+        return np.asarray(wanted[self.owners(seq)], np.bool_)
+
 
 def decode_epoch(
     messages: Mapping[Partition, list[Message]],
@@ -111,12 +118,11 @@ def owned_changes(
     changes: Mapping[str, Change], data: EpochInput, partitions: set[Partition]
 ) -> dict[str, Change]:
     """The changes decided by updates from ``partitions``."""
-    wanted = np.array([p in partitions for p in data.partitions], np.bool_)
     out: dict[str, Change] = {}
     for name, change in changes.items():
         if change.seq is None:
             raise StateError("staged changes carry no sequence numbers")
-        mask = wanted[data.owners(change.seq)] if len(wanted) else np.zeros(len(change), bool)
+        mask = data.from_partitions(change.seq, partitions)
         if mask.any():
             out[name] = change.take(mask)
     return out
@@ -126,11 +132,9 @@ def owned_events(
     changes: Mapping[str, EventChanges], data: EpochInput, partitions: set[Partition]
 ) -> dict[str, EventChanges]:
     """The event changes decided by updates from ``partitions``."""
-    wanted = np.array([p in partitions for p in data.partitions], np.bool_)
     out: dict[str, EventChanges] = {}
     for name, change in changes.items():
-        n = change.eids.shape[0]
-        mask = wanted[data.owners(change.seq)] if len(wanted) else np.zeros(n, bool)
+        mask = data.from_partitions(change.seq, partitions)
         if mask.any():
             out[name] = EventChanges(change.eids[mask], change.diff[mask], change.seq[mask])
     return out
