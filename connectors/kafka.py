@@ -232,6 +232,7 @@ class KafkaSink:
         columns: Sequence[npt.NDArray[np.generic]],
         diffs: npt.NDArray[np.integer],
         edges: Mapping[str, Mapping[str, npt.NDArray[Any]]] | None = None,
+        extra: Mapping[str, npt.NDArray[Any]] | None = None,
     ) -> int:
         """Produce one record per match delta (inside the open transaction); a query with
         edge variables adds its events to the value (``"edges"``) and their ids to the key."""
@@ -242,6 +243,7 @@ class KafkaSink:
             ("service-version", self.version),
         ]
         signs = diffs.tolist()
+        more = [(member, column.tolist()) for member, column in (extra or {}).items()]
         names = list(edges or {})
         matched: list[tuple[dict[str, object], ...]] = (
             list(zip(*(event_objects(edges[n]) for n in names), strict=True))
@@ -260,6 +262,9 @@ class KafkaSink:
             if names:
                 body["edges"] = dict(zip(names, matched[i], strict=True))
                 key.append([event["id"] for event in matched[i]])
+            for member, values in more:
+                if values[i] is not None:
+                    body[member] = values[i]
             self._produce(self.output_topic, orjson.dumps(key), orjson.dumps(body), headers)
         return rows
 

@@ -162,6 +162,9 @@ class UpdateBatch:
     resume: Checkpoint | None = None
     #: Updates of event relations (records with an identity and fields), per relation.
     events: dict[str, EventUpdates] = field(default_factory=dict)
+    #: Event times seen per input partition (the watermark is per partition); empty: the
+    #: ``ts`` of the batch's inserted events, all from one input.
+    times: dict[str, npt.NDArray[np.float64]] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return self.count

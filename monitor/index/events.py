@@ -298,6 +298,33 @@ class EventStore:
         live = np.flatnonzero(self.alive[: self.size]).astype(np.int32)
         self.current[self.slot[live]] = live
 
+    def expire(self, eids: I32, seq: int) -> tuple[EventChanges, I32]:
+        """Stage the expiry of ``eids`` after the staged epoch's updates: those still alive die.
+
+        Returns the epoch's changes with the expiries (an event born in this epoch that
+        expires in it nets out: it never was in the window) and the eids that were alive
+        before the epoch and expired. :meth:`abort` undoes both."""
+        eids = np.unique(eids[self.alive[eids]]).astype(np.int32)
+        if self._undo is None:
+            empty = np.empty(0, np.int32)
+            none = EventChanges(empty, np.empty(0, np.int8), np.empty(0, np.int64))
+            self._undo = (none, empty, empty)
+        changes, slots, previous = self._undo
+        if not eids.shape[0]:
+            return changes, eids
+        newborn = (changes.diff > 0) & np.isin(changes.eids, eids)
+        old = eids[~np.isin(eids, changes.eids[newborn])]
+        out = EventChanges(
+            np.concatenate([changes.eids[~newborn], old]),
+            np.concatenate([changes.diff[~newborn], np.full(old.shape[0], -1, np.int8)]),
+            np.concatenate([changes.seq[~newborn], np.full(old.shape[0], seq, np.int64)]),
+        )
+        touched = self.slot[eids]
+        self._undo = (out, np.concatenate([slots, touched]), np.concatenate([previous, eids]))
+        self.alive[eids] = False
+        self.current[touched] = -1
+        return out, old
+
     def select(self, eids: I32, tests: Sequence[FieldTest]) -> npt.NDArray[np.bool_]:
         """Which of ``eids`` pass every test (a selection: the tests of one edge variable)."""
         keep = np.ones(eids.shape[0], np.bool_)

@@ -262,7 +262,13 @@ def _retract(processor: EpochProcessor, sink: JsonLinesSink, out: QueryOutput, e
 
 def _write(sink: JsonLinesSink, out: QueryOutput, epoch: int, sign: int = 1) -> None:
     sink.write_deltas(
-        out.query, epoch, out.variables, out.columns, sign * out.diff, edges=out.edges or None
+        out.query,
+        epoch,
+        out.variables,
+        out.columns,
+        sign * out.diff,
+        edges=out.edges or None,
+        extra=out.extra,
     )
 
 

@@ -203,7 +203,7 @@ def _epoch(
         watchdog.arm(f"the transaction of epoch {out.epoch}")
         sink.begin()
         for q in out.queries:
-            sink.write_deltas(q.query, out.epoch, q.variables, q.columns, q.diff, q.edges)
+            sink.write_deltas(q.query, out.epoch, q.variables, q.columns, q.diff, q.edges, q.extra)
         for letter in polled.dead_letters:
             sink.write_dead_letter(letter)
         sink.commit(polled.next_offsets, source.group_metadata())

@@ -23,6 +23,8 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+from core.times import parse_duration, parse_retention
+
 #: librdkafka settings whose values are secrets.
 SECRET_KAFKA_KEYS = (
     "sasl.password",
@@ -67,6 +69,25 @@ class Settings(BaseSettings):
         None,
         description="fields of matched events copied into the output (comma list; id, src and "
         "dst always are); null: every field",
+    )
+
+    # -- event time (monitor.plan.windows, monitor.service.clock) ------------------------------
+    retention: Annotated[dict[str, float], NoDecode] = Field(
+        default_factory=dict,
+        description="per event relation, how long its events live after their ts "
+        "(transfer=24h,logins=1h); default: the longest span of the queries reading it",
+    )
+    allowed_lateness: float = Field(
+        5_000.0,
+        ge=0,
+        description="how far behind the latest event time the watermark stays (5s, 1m; ms)",
+    )
+    watermark_outliers: int = Field(
+        1,
+        ge=0,
+        le=1000,
+        description="the watermark ignores this many largest event times per partition, so "
+        "that as many events with wrong clocks cannot expire the window",
     )
 
     # -- the Kafka service (serve) -------------------------------------------------------------
@@ -132,6 +153,16 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             return [t.strip() for t in value.split(",") if t.strip()]
         return value
+
+    @field_validator("retention", mode="before")
+    @classmethod
+    def _retention(cls, value: Any) -> Any:
+        return parse_retention(value) if isinstance(value, str) else value
+
+    @field_validator("allowed_lateness", mode="before")
+    @classmethod
+    def _lateness(cls, value: Any) -> Any:
+        return parse_duration(value) if isinstance(value, str) and value[-1:].isalpha() else value
 
     @field_validator("topic_relations", mode="before")
     @classmethod

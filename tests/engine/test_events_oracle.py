@@ -365,11 +365,12 @@ def check_epochs(
     make_batch: Callable[[list[Any], int], UpdateBatch],
     ops: list[Any],
     cuts: list[int],
+    settings: Settings | None = None,
 ) -> None:
     """Run ``ops`` in epochs cut at ``cuts``; after every epoch the accumulated deltas equal
     the brute force over ``model``, each binding at most once per epoch, running sums in
     {0, 1}."""
-    processor = EpochProcessor(queries, Settings())
+    processor = EpochProcessor(queries, settings or Settings())
     current: Counter[tuple[str, tuple[tuple[int, ...], tuple[str, ...]]]] = Counter()
     bounds = sorted({0, len(ops), *(c for c in cuts if c < len(ops))})
     for lo, hi in itertools.pairwise(bounds):

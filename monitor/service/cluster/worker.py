@@ -296,7 +296,9 @@ class Worker:
         try:
             self.sink.begin()
             for q in outputs:
-                self.sink.write_deltas(q.query, spec.epoch, q.variables, q.columns, q.diff, q.edges)
+                self.sink.write_deltas(
+                    q.query, spec.epoch, q.variables, q.columns, q.diff, q.edges, q.extra
+                )
             for p in sorted(mine):
                 for letter in data.polled[p].dead_letters:
                     self.sink.write_dead_letter(letter)
