@@ -60,7 +60,7 @@ class EventClock:
             top[partition] = np.sort(merged)
         full = [t[0] for t in top.values() if t.shape[0] == keep]
         candidate = min(full) - self.lateness if full and len(full) == len(top) else -math.inf
-        watermark = max(self.watermark, candidate)
+        watermark = float(max(self.watermark, candidate))
         self._staged = (top, watermark)
         return watermark
 
@@ -87,7 +87,7 @@ class EventClock:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "watermark": None if math.isinf(self.watermark) else self.watermark,
+            "watermark": None if math.isinf(self.watermark) else float(self.watermark),
             "top": {p: t.tolist() for p, t in self.top.items()},
         }
 

@@ -160,6 +160,7 @@ class EpochProcessor:
             )
         store.load(self.index)
         self.events.rebuild()
+        self.clock.restore(meta.position.get("clock"))
         for relation, events in self.index.event_stores.items():
             assert self.field_types is not None  # the stored event relations are this run's
             known = self.field_types.types.setdefault(relation, {})

@@ -199,7 +199,7 @@ def _start(
         processor.initial(lambda out: _write(sink, out, 0))
     meta = StoredMeta(
         epoch=0,
-        position=meta.position,
+        position={**meta.position, "clock": processor.clock.to_dict()},
         output_bytes=_sync(sink),
         queries=meta.queries,
         settings=meta.settings,
@@ -307,6 +307,7 @@ def _stream(
                         "input": job.edges,
                         "seq": end,
                         "checkpoint": batch.resume.to_dict() if batch.resume else None,
+                        "clock": processor.clock.to_dict(),
                     },
                     output_bytes=length,
                     queries=meta.queries,

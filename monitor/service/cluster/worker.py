@@ -219,7 +219,10 @@ class Worker:
             self.processor.abort()
             return
         self.processor.commit()
-        position = {"cluster": {"control": spec.offset + 1, **ends_json(spec.ends)}}
+        position = {
+            "cluster": {"control": spec.offset + 1, **ends_json(spec.ends)},
+            "clock": self.processor.clock.to_dict(),
+        }
         previous = self.store.meta or StoredMeta()
         meta = StoredMeta(
             epoch=spec.epoch,
