@@ -31,11 +31,12 @@ from core.errors import (
     StateError,
 )
 from core.records import Checkpoint, DeadLetter, UpdateBatch
-from core.times import format_time
+from core.times import format_duration, format_time
 from monitor.index.graph import GraphIndex
 from monitor.index.store import StateStore
 from monitor.plan.events import event_relations, rewrite
 from monitor.plan.planner import delta_queries, static_plan
+from monitor.plan.windows import describe, retentions, span
 from monitor.query.ast import Query
 from monitor.query.load import load_queries_many
 from monitor.service.epochs import EpochProcessor, RunTotals
@@ -387,10 +388,18 @@ def explain(query_specs: tuple[str, ...]) -> None:
             internal = rewrite(query, events).internal
             if internal is not query:
                 click.echo(f"# over the index: {internal}")
+            if query.edges:
+                reach = span(query)
+                click.echo(
+                    f"# span: {'unbounded' if math.isinf(reach) else format_duration(reach)}"
+                )
             for plan in delta_queries(internal):
                 click.echo(plan.describe())
             click.echo(static_plan(internal).describe())
             click.echo()
+        if events:
+            window = retentions(queries, events, {})
+            click.echo(f"# retention by default (--retention overrides): {describe(window)}")
     except MonitorError as error:
         _fail(error)
 
