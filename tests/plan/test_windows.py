@@ -79,5 +79,5 @@ def test_retention_settings_parse_durations_and_forever() -> None:
         "x": math.inf,
     }
     for bad in ("transfer", "transfer=", "=1h", "transfer=24 hours", "transfer=1y"):
-        with pytest.raises(ValueError, match="transfer=24h|duration"):
+        with pytest.raises(ValueError, match=r"transfer=24h|duration"):
             parse_retention(bad)
