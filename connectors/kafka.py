@@ -168,6 +168,7 @@ class KafkaSource:
         if rewind:
             self.seek(rewind)
         polled.batch = updates_batch(updates, polled.events, self._seq, self.events)
+        polled.batch.times = {k: np.asarray(v, np.float64) for k, v in polled.times.items()}
         self._seq += polled.batch.count
         return polled
 

@@ -72,6 +72,8 @@ class EventIndex:
     #: and the sequence numbers of the updates not applied for being late or without a time.
     expired: dict[str, I32] = field(default_factory=dict)
     late: dict[str, I64] = field(default_factory=dict)
+    #: Of the last staged epoch: per relation the inserts refused as late (with a time).
+    late_count: Counter[str] = field(default_factory=Counter)
 
     def __post_init__(self) -> None:
         self.graph.event_stores = self.stores
@@ -147,6 +149,7 @@ class EventIndex:
         self.changed = {}
         self.expired = {}
         self.late = {}
+        self.late_count = Counter()
         for relation in sorted(set(events) | (set(self.queues) if tick else set())):
             store = self.stores.get(relation)
             updates = events.get(relation)
@@ -210,6 +213,7 @@ class EventIndex:
             late = insert & (ts + retention < before)
         ignored["missing_time"] += int(missing.sum())
         ignored["late"] += int(late.sum())
+        self.late_count[relation] += int(late.sum())
         refused = missing | late
         if not refused.any():
             return updates

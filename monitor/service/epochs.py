@@ -79,6 +79,9 @@ class EpochOutput:
     #: Events that expired (were alive before the epoch) and the watermark it advanced to.
     expired: int = 0
     watermark: float = -math.inf
+    #: Per event relation with a window: events expired, inserts refused as late.
+    expired_by: dict[str, int] = field(default_factory=dict)
+    late_by: dict[str, int] = field(default_factory=dict)
 
     @property
     def deltas(self) -> int:
@@ -265,6 +268,8 @@ class EpochProcessor:
             dict(self.events.late),
             sum(e.shape[0] for e in self.events.expired.values()),
             self.clock.staged,
+            {r: int(e.shape[0]) for r, e in self.events.expired.items()},
+            dict(self.events.late_count),
         )
 
     def evaluate(self, changes: dict[str, Change]) -> list[QueryOutput]:

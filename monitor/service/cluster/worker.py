@@ -111,6 +111,11 @@ def decode_epoch(
                 found,
             )
     batch = updates_batch(updates, found, 0, events)
+    batch.times = {
+        key: np.asarray(times, np.float64)
+        for part in polled.values()
+        for key, times in part.times.items()
+    }
     return EpochInput(batch, partitions, bounds, polled)
 
 
@@ -242,6 +247,9 @@ class Worker:
             self.processor.index.nbytes,
         )
         self.metrics.events(self.processor.events.stored(), self.processor.events.field_bytes())
+        self.metrics.time.epoch(
+            staged.watermark, self.processor.clock.partitions(), staged.expired_by, staged.late_by
+        )
         log.info(
             "epoch committed",
             extra={
@@ -302,8 +310,9 @@ class Worker:
                 self.sink.write_deltas(
                     q.query, spec.epoch, q.variables, q.columns, q.diff, q.edges, q.extra
                 )
+            refused = {p: data.polled[p].refused(0, staged.late) for p in mine}
             for p in sorted(mine):
-                for letter in data.polled[p].dead_letters:
+                for letter in [*data.polled[p].dead_letters, *refused[p]]:
                     self.sink.write_dead_letter(letter)
             self._write_changelog(
                 spec.epoch, changes, owned_events(staged.event_changes, data, mine)
@@ -330,7 +339,7 @@ class Worker:
             polled = data.polled[p]
             for topic, n in polled.per_topic.items():
                 self.metrics.consumed(topic, n)
-            for letter in polled.dead_letters:
+            for letter in [*polled.dead_letters, *refused[p]]:
                 self.metrics.dead_letter(letter.category)
         for q in outputs:
             plus = int((q.diff > 0).sum())
