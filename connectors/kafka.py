@@ -189,6 +189,10 @@ class KafkaSource:
         self.consumer.close()
 
 
+#: The first element of a changelog key holding an input partition's event clock.
+CLOCK_KEY = "#clock"
+
+
 class KafkaSink:
     """The transactional producer of match deltas and dead letters."""
 
@@ -317,6 +321,16 @@ class KafkaSink:
             value = orjson.dumps({"epoch": epoch, "event": event}) if sign > 0 else None
             self._produce(topic, key, value, headers)
         return len(signs)
+
+    def write_clock_changelog(
+        self, topic: str, epoch: int, partition: str, times: Sequence[float]
+    ) -> None:
+        """The event clock of one input partition (its largest event times): key
+        ``["#clock", partition]``, value ``{"epoch": E, "times": [...]}``, so that a worker
+        rebuilt from the changelog continues with the cluster's watermark."""
+        headers: list[tuple[str, str | bytes | None]] = [("epoch", str(epoch).encode())]
+        value = orjson.dumps({"epoch": epoch, "times": list(times)})
+        self._produce(topic, orjson.dumps([CLOCK_KEY, partition]), value, headers)
 
     def write_control(self, topic: str, value: bytes) -> None:
         """One control record (an epoch's definition; the leader's sink only)."""

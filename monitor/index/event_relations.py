@@ -162,7 +162,7 @@ class EventIndex:
             else:
                 changed = store.expire(np.empty(0, np.int32), 0)[0]
             self.staged_events += int(changed.eids.shape[0])
-            if tick is not None and relation in self.queues:
+            if relation in self.queues:
                 changed = self._expire(relation, store, changed, tick)
             if changed.eids.shape[0]:
                 self.changed[relation] = changed
@@ -221,16 +221,19 @@ class EventIndex:
         return updates.take(~refused)
 
     def _expire(
-        self, relation: str, store: EventStore, changed: EventChanges, tick: Tick
+        self, relation: str, store: EventStore, changed: EventChanges, tick: Tick | None
     ) -> EventChanges:
         """The staged changes with the expiries of ``tick``: every event alive after the
-        epoch's updates whose deadline the watermark passed, born in it or before."""
+        epoch's updates whose deadline the watermark passed, born in it or before (without a
+        tick the new events only join the queue)."""
         retention = self.retention[relation]
         queue = self.queues[relation]
         born = changed.eids[changed.diff > 0]
         column = store.fields.get(TIME_FIELD)
         deadlines = column.values[born] + retention if column is not None else np.empty(0)
         queue.add(born[: deadlines.shape[0]], deadlines)
+        if tick is None:
+            return changed
         changed, expired = store.expire(queue.due(tick.after), tick.seq)
         if expired.shape[0]:
             self.expired[relation] = expired

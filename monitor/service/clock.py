@@ -22,7 +22,7 @@ clock where it was. Its state is a few numbers per partition, stored with the ep
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -85,6 +85,11 @@ class EventClock:
             for p, t in sorted(self.top.items())
         }
 
+    def staged_times(self, partitions: Iterable[str]) -> dict[str, list[float]]:
+        """The largest event times the staged epoch leaves for ``partitions`` (those known)."""
+        top = self.top if self._staged is None else self._staged[0]
+        return {p: top[p].tolist() for p in partitions if p in top}
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "watermark": None if math.isinf(self.watermark) else float(self.watermark),
@@ -99,3 +104,6 @@ class EventClock:
         self.top = {p: np.sort(np.asarray(t, np.float64))[-keep:] for p, t in data["top"].items()}
         watermark = data.get("watermark")
         self.watermark = -math.inf if watermark is None else float(watermark)
+        if watermark is None:  # times only (a changelog): the watermark they give
+            self.tick({})
+            self.commit()

@@ -139,6 +139,7 @@ class EpochProcessor:
         self.events = EventIndex(self.index, selections_of(found), retention=self.retention)
         self.clock = EventClock(settings.allowed_lateness, settings.watermark_outliers)
         self._changes: dict[str, Change] = {}
+        self._untimed = False
         for query in self.internal:
             for relation, arity in query.relations.items():
                 self.index.relation(relation, arity)
@@ -183,9 +184,15 @@ class EpochProcessor:
         """Whether some event relation has a finite retention."""
         return bool(self.events.queues)
 
-    def preload(self, batch: UpdateBatch) -> Counter[str]:
-        """Load updates into the index without evaluating (epoch 0); returns what was ignored."""
-        staged = self._stage(batch)
+    def preload(self, batch: UpdateBatch, timed: bool = True) -> Counter[str]:
+        """Load updates into the index without evaluating (epoch 0); returns what was ignored.
+        Not ``timed``: the event clock neither advances nor expires anything (a state rebuilt
+        from elsewhere, whose clock is restored apart)."""
+        self._untimed = not timed
+        try:
+            staged = self._stage(batch)
+        finally:
+            self._untimed = False
         self.commit()
         self.totals.updates += batch.count
         self.totals.applied += staged.applied
@@ -229,7 +236,7 @@ class EpochProcessor:
 
     def _tick(self, batch: UpdateBatch) -> Tick | None:
         """The epoch's step of event time (None: no event relation)."""
-        if not self.events.stores:
+        if not self.events.stores or self._untimed:
             return None
         times = batch.times or {FILE_PARTITION: _inserted_times(batch)}
         before = self.clock.watermark

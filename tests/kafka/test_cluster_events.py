@@ -32,18 +32,22 @@ Binding = tuple[str, tuple[object, ...], tuple[str, ...]]
 ENV = {"SGM_UNDIRECTED": "false", "SGM_BATCH_SIZE": "120"}
 
 
-def binding(row: dict[str, object]) -> Binding:
+def binding(row: dict[str, object], names: dict[str, tuple[str, ...]] = EDGES) -> Binding:
     query = str(row["query"])
     edges: dict[str, dict[str, object]] = row["edges"]  # type: ignore[assignment]
     vertices = tuple(row["match"].values())  # type: ignore[attr-defined]
-    return query, vertices, tuple(str(edges[e]["id"]) for e in EDGES[query])
+    return query, vertices, tuple(str(edges[e]["id"]) for e in names[query])
 
 
-def single_worker(w: Workers) -> dict[int, set[tuple[Binding, int]]]:
+def single_worker(
+    w: Workers, settings: Settings | None = None
+) -> dict[int, set[tuple[Binding, int]]]:
     """The single worker's deltas of every epoch the control topic defines."""
     records = read_all(w.bootstrap, w.input, 6)
-    settings = Settings(batch_size=120)
-    processor = EpochProcessor(load_queries(str(w.tmp / "queries.q")), settings)
+    settings = settings or Settings(batch_size=120)
+    queries = load_queries(str(w.tmp / "queries.q"))
+    names = {q.name: q.edges for q in queries}
+    processor = EpochProcessor(queries, settings)
     out: dict[int, set[tuple[Binding, int]]] = {}
     for spec in control_epochs(w):
         messages = {
@@ -54,7 +58,7 @@ def single_worker(w: Workers) -> dict[int, set[tuple[Binding, int]]]:
         processor.commit()
         deltas: set[tuple[Binding, int]] = set()
         for q in epoch.queries:
-            ids = [q.edges[e]["id"].tolist() for e in EDGES[q.query]]
+            ids = [q.edges[e]["id"].tolist() for e in names[q.query]]
             vertices = [c.tolist() for c in q.columns]
             for i, diff in enumerate(q.diff.tolist()):
                 events = tuple(str(column[i]) for column in ids)

@@ -265,7 +265,11 @@ class Worker:
         )
 
     def _write_changelog(
-        self, epoch: int, changes: Mapping[str, Change], events: Mapping[str, EventChanges]
+        self,
+        epoch: int,
+        changes: Mapping[str, Change],
+        events: Mapping[str, EventChanges],
+        mine: set[Partition],
     ) -> None:
         """The owned changes of the epoch's tuples and events (never of the relations derived
         from events: a rebuild derives them again)."""
@@ -276,6 +280,9 @@ class Worker:
             if name not in index.derived:
                 columns = [decode(c) for c in change.columns]
                 self.sink.write_changelog(topic, name, epoch, columns, change.diff)
+        owned = {partition_key(p) for p in mine}
+        for partition, times in sorted(self.processor.clock.staged_times(owned).items()):
+            self.sink.write_clock_changelog(topic, epoch, partition, times)
         for name, store in sorted(index.event_stores.items()):
             changed = events.get(name)
             if changed is not None:
@@ -315,7 +322,7 @@ class Worker:
                 for letter in [*data.polled[p].dead_letters, *refused[p]]:
                     self.sink.write_dead_letter(letter)
             self._write_changelog(
-                spec.epoch, changes, owned_events(staged.event_changes, data, mine)
+                spec.epoch, changes, owned_events(staged.event_changes, data, mine), mine
             )
             self.sink.flush()  # on the broker, in the open transaction (commit would flush too)
             failpoint("worker_before_commit")
