@@ -198,7 +198,7 @@ def test_the_window_oracle_sees_expiries_late_events_and_both_causes() -> None:
         ("insert", 3, 1, 1, 1, 30),
         ("delete", 2),
     ]
-    found = Counter()
+    found: Counter[str] = Counter()
     for lo, hi in [(0, 3), (3, 5)]:
         out = processor.process(batch(ops[lo:hi], lo))
         processor.commit()
