@@ -55,7 +55,8 @@ def test_windows_in_scale_out_equal_the_single_worker_through_a_rebuild(
     assert causes["expired"] and causes["deleted"], causes
     reasons: Counter[str] = Counter()
     for message in read_all(workers.bootstrap, workers.dead, 1)[0]:
-        reason = bytes(dict(message.headers() or [])["reason"] or b"")
+        raw = dict(message.headers() or [])["reason"] or b""
+        reason = raw.encode() if isinstance(raw, str) else raw
         late, untimed = b"older than the window" in reason, b"no 'ts'" in reason
         reasons["late" if late else "no ts" if untimed else reason.decode()] += 1
     assert set(reasons) == {"late", "no ts"}, reasons
