@@ -73,7 +73,7 @@ def unpack_values(blob: bytes, n: int, at: int) -> tuple[npt.NDArray[np.generic]
     if len(text) != int(lengths.sum()):
         raise ValueError(f"a text of {int(lengths.sum())} characters holds {len(text)}")
     ends = np.cumsum(lengths).tolist()
-    starts = [0, *ends[:-1]]
+    starts = [0, *ends[:-1]] if count else []
     out = np.empty(n, dtype=object)
     out[kinds == _VALUE_INT] = ints[kinds == _VALUE_INT].tolist()
     strings = np.empty(count, dtype=object)
