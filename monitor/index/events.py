@@ -223,6 +223,11 @@ class EventStore:
         dead = self.current[dying_slots]
         birth_slots = np.concatenate([changed[born], reborn])
         rows = np.concatenate([netted.rows[born], netted.reborn_rows])
+        birth_seq = np.concatenate([netted.seq[born], seq[netted.reborn_rows]])
+        # New eids in arrival order (of the deciding inserts), whatever the ids' slots: slots
+        # of ids seen before depend on which ids a compaction forgot, arrival does not.
+        arrival = np.argsort(rows, kind="stable")
+        birth_slots, rows, birth_seq = birth_slots[arrival], rows[arrival], birth_seq[arrival]
         new = self._allocate(birth_slots.shape[0])
         self.slot[new] = birth_slots
         self.src[new] = src[rows]
@@ -237,14 +242,9 @@ class EventStore:
         out = EventChanges(
             np.concatenate([dead, new]),
             np.concatenate([np.full(dead.shape[0], -1, np.int8), np.ones(new.shape[0], np.int8)]),
-            np.concatenate(
-                [
-                    netted.seq[~born],
-                    seq[netted.reborn_rows],
-                    netted.seq[born],
-                    seq[netted.reborn_rows],
-                ]
-            ).astype(np.int64),
+            np.concatenate([netted.seq[~born], seq[netted.reborn_rows], birth_seq]).astype(
+                np.int64
+            ),
         )
         self._undo = (out, np.concatenate([dying_slots, birth_slots]), previous)
         return out
