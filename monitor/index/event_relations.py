@@ -20,13 +20,14 @@ and the changelog record, are :attr:`EventIndex.changed`, not a relation's chang
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from core.fields import FieldTest, events_name, selection_name
 from core.records import EventUpdates
+from monitor.index.compaction import COMPACTION_MIN, compact_pool, compact_store, due, pool_due
 from monitor.index.events import EventChanges, EventStore, StringPool
 from monitor.index.graph import Change, GraphIndex
 from monitor.index.levels import I32, pack, unpack
@@ -202,17 +203,36 @@ class EventIndex:
                 rel, [src[first[flips]], dst[first[flips]]], appears, pair_seq[flips]
             )
 
-    def rebuild(self) -> None:
-        """Every derived relation from the stores' live events, as committed state (after the
-        stores were loaded; the derived relations must be empty)."""
+    def rebuild(self, relations: Collection[str] | None = None) -> None:
+        """The derived relations of the selections of ``relations`` (all by default) from the
+        stores' live events, as committed state (after the stores were loaded or compacted;
+        nothing staged). What they held before is released."""
         for selection in self.selections:
+            if relations is not None and selection.relation not in relations:
+                continue
             store = self.stores[selection.relation]
             live = np.flatnonzero(store.alive[: store.size]).astype(np.int32)
             eids = live[store.select(live, selection.tests)]
             src, dst = store.src[eids], store.dst[eids]
+            self.graph.clear_relation(selection.events)
             self.graph.load_relation(selection.events, 3, [src, dst, eids])
             keys, values = unpack(np.unique(pack(src, dst)))
+            self.graph.clear_relation(selection.pairs)
             self.graph.load_relation(selection.pairs, 2, [keys.astype(np.int32), values])
+
+    def compact(self, minimum: int = COMPACTION_MIN) -> list[str]:
+        """After :meth:`commit`: compact the event stores that are due and the string pool if
+        it is (:mod:`monitor.index.compaction`), and rebuild the relations derived from the
+        compacted stores (they hold eids). Returns the relations compacted."""
+        compacted = [name for name, store in sorted(self.stores.items()) if due(store, minimum)]
+        for name in compacted:
+            compact_store(self.stores[name])
+        for pool in {id(s.pool): s.pool for s in self.stores.values()}.values():
+            if pool_due(pool, minimum):
+                compact_pool(pool, self.stores.values())
+        if compacted:
+            self.rebuild(compacted)
+        return compacted
 
     def commit(self) -> None:
         for store in self.stores.values():

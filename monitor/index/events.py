@@ -34,7 +34,7 @@ from monitor.index.netting import net
 BUILT_IN_FIELDS = ("id", "src", "dst")
 
 
-def _grown(capacity: int) -> int:
+def grown(capacity: int) -> int:
     """The next capacity of a column: a quarter more (bounded slack, amortized copies)."""
     return max(capacity + capacity // 4, 1024)
 
@@ -46,6 +46,8 @@ class StringPool:
     def __init__(self) -> None:
         self.codes: dict[str, int] = {}
         self.strings: list[str] = []
+        #: Strings kept at the last compaction (:func:`monitor.index.compaction.compact_pool`).
+        self.kept = 0
 
     def intern(self, text: str) -> int:
         code = self.codes.get(text)
@@ -150,10 +152,20 @@ class EventStore:
         self.dst: I32 = np.empty(0, np.int32)
         self.alive: npt.NDArray[np.bool_] = np.empty(0, np.bool_)
         self.fields = {k: FieldColumn(v, self.pool) for k, v in (kinds or {}).items()}
+        #: Live events as committed (:meth:`__len__` counts the staged epoch's too).
+        self.live = 0
+        #: Times the store was compacted (:mod:`monitor.index.compaction`): its eids renumbered.
+        self.compactions = 0
         self._undo: tuple[EventChanges, I32, I32] | None = None
 
     def __len__(self) -> int:
-        return int(self.alive.sum())
+        """Live events, with the staged epoch's changes."""
+        return self.live + (int(self._undo[0].diff.sum()) if self._undo is not None else 0)
+
+    @property
+    def staged(self) -> bool:
+        """Whether an epoch is staged (neither committed nor aborted yet)."""
+        return self._undo is not None
 
     @property
     def nbytes(self) -> int:
@@ -171,7 +183,7 @@ class EventStore:
 
     def _grow_slots(self, n: int) -> None:
         if n > self.current.shape[0]:
-            current = np.full(max(n, _grown(self.current.shape[0])), -1, np.int32)
+            current = np.full(max(n, grown(self.current.shape[0])), -1, np.int32)
             current[: self.current.shape[0]] = self.current
             self.current = current
 
@@ -179,7 +191,7 @@ class EventStore:
         """``n`` new eids (dead until staged alive)."""
         start, self.size = self.size, self.size + n
         if self.size > self.alive.shape[0]:
-            capacity = max(self.size, _grown(self.alive.shape[0]))
+            capacity = max(self.size, grown(self.alive.shape[0]))
             self.src = np.resize(self.src, capacity)
             self.dst = np.resize(self.dst, capacity)
             self.slot = np.resize(self.slot, capacity)
@@ -264,6 +276,9 @@ class EventStore:
                 )
 
     def commit(self) -> None:
+        """Keep the staged epoch: every eid of its changes was born (+1) or died (-1) in it."""
+        if self._undo is not None:
+            self.live += int(self._undo[0].diff.sum())
         self._undo = None
 
     def abort(self) -> None:
@@ -297,6 +312,7 @@ class EventStore:
         self._grow_slots(len(self.ids))
         live = np.flatnonzero(self.alive[: self.size]).astype(np.int32)
         self.current[self.slot[live]] = live
+        self.live = live.shape[0]
 
     def select(self, eids: I32, tests: Sequence[FieldTest]) -> npt.NDArray[np.bool_]:
         """Which of ``eids`` pass every test (a selection: the tests of one edge variable)."""

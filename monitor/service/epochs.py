@@ -272,6 +272,7 @@ class EpochProcessor:
         """Make the staged epoch part of the committed state."""
         self.index.commit()
         self.events.commit()
+        self.events.compact(self.settings.event_compaction_min)
 
     def abort(self) -> None:
         """Forget the staged epoch (its output was not committed); its number is reused."""
