@@ -16,6 +16,11 @@ string column holds *values*: kind:u8[n] (0 int, 1 string, 2 absent), int64[n], 
 lengths in characters u32[s], the text's length in bytes u32, then the UTF-8 text. A number
 column is float64[n] (NaN absent), a bool column int8[n] (-1 absent). An eid is born once and
 dies at most once, so replaying records in order gives the live events back.
+
+Per relation, its records are its snapshot blocks (``F``), then its log records by epoch (``G``,
+keyed by relation, then epoch), and its ids are ``I`` blobs (:mod:`monitor.index.store` has
+the key layout). A compaction renumbers a relation's eids and slots, so the epoch that
+compacts writes the relation anew, whole (:func:`put_relation`): every older key of it goes.
 """
 
 from __future__ import annotations
