@@ -3,8 +3,9 @@
 An event is one record of a relation with its own identity (its ``id``, or its source position
 when the record has none), its pair ``(src, dst)`` and typed fields. An identity has a *slot*
 (dense, from :class:`~monitor.index.idmap.IdMap`) and each insert of it that takes effect a new
-dense event id (``eid``, ``int32``): an id deleted and inserted again is a new event, even
-within one epoch.
+dense event id (``eid``, ``int32``, in arrival order): an id deleted and inserted again is a
+new event, even within one epoch. Numbers are not reused until the store is compacted
+(:mod:`monitor.index.compaction`), which renumbers the live events and ids, in order.
 Every field is a column indexed by eid (:mod:`core.fields`: numbers as ``float64``, strings as
 codes into the field's dictionary, booleans as ``int8``), never a Python object per event.
 ``alive`` says which events are present, ``current`` which eid a slot holds (-1: none).

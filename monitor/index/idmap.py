@@ -1,8 +1,9 @@
 """Event ids: external ids (``int`` or ``str``) <-> dense slots, in flat arrays.
 
 The identities of the events of one relation, by slot (dense, in order of first appearance,
-never reused). A string id is kept as its UTF-8 bytes in one text buffer (slot ``s`` holds
-``text[end[s]: end[s + 1]]``), an integer id as its ``int64`` value; each kind is found through
+never reused; a compaction keeps the live ones in a new map, :meth:`IdMap.subset`). A string
+id is kept as its UTF-8 bytes in one text buffer (slot ``s`` holds ``text[end[s]:
+end[s + 1]]``), an integer id as its ``int64`` value; each kind is found through
 its own :class:`~monitor.index.hashtable.SlotTable`, which stores slots only: a probe compares
 the bytes (or the value) themselves, so ids whose hashes collide stay different ids.
 
