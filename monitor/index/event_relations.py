@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -29,6 +29,7 @@ import numpy as np
 from core.fields import FieldTest, events_name, selection_name
 from core.records import EventUpdates
 from core.times import TIME_FIELD
+from monitor.index.compaction import COMPACTION_MIN, compact_pool, compact_store, due, pool_due
 from monitor.index.events import EventChanges, EventStore, StringPool
 from monitor.index.graph import Change, GraphIndex
 from monitor.index.levels import I32, I64, pack, unpack
@@ -280,23 +281,44 @@ class EventIndex:
                 rel, [src[first[flips]], dst[first[flips]]], appears, pair_seq[flips]
             )
 
-    def rebuild(self) -> None:
-        """Every derived relation from the stores' live events, as committed state (after the
-        stores were loaded; the derived relations must be empty), and the expiry queues."""
+    def rebuild(self, relations: Collection[str] | None = None) -> None:
+        """The derived relations of the selections of ``relations`` (all by default) from the
+        stores' live events, and their expiry queues, as committed state (after the stores were
+        loaded or compacted; nothing staged). What they held before is released."""
         for relation, queue in self.queues.items():
+            if relations is not None and relation not in relations:
+                continue
             store = self.stores[relation]
             live = np.flatnonzero(store.alive[: store.size]).astype(np.int32)
             column = store.fields.get(TIME_FIELD)
             ts = column.values[live] if column is not None else np.full(live.shape[0], np.nan)
             queue.rebuild(live, ts + self.retention[relation])
         for selection in self.selections:
+            if relations is not None and selection.relation not in relations:
+                continue
             store = self.stores[selection.relation]
             live = np.flatnonzero(store.alive[: store.size]).astype(np.int32)
             eids = live[store.select(live, selection.tests)]
             src, dst = store.src[eids], store.dst[eids]
+            self.graph.clear_relation(selection.events)
             self.graph.load_relation(selection.events, 3, [src, dst, eids])
             keys, values = unpack(np.unique(pack(src, dst)))
+            self.graph.clear_relation(selection.pairs)
             self.graph.load_relation(selection.pairs, 2, [keys.astype(np.int32), values])
+
+    def compact(self, minimum: int = COMPACTION_MIN) -> list[str]:
+        """After :meth:`commit`: compact the event stores that are due and the string pool if
+        it is (:mod:`monitor.index.compaction`), and rebuild the relations derived from the
+        compacted stores (they hold eids). Returns the relations compacted."""
+        compacted = [name for name, store in sorted(self.stores.items()) if due(store, minimum)]
+        for name in compacted:
+            compact_store(self.stores[name])
+        for pool in {id(s.pool): s.pool for s in self.stores.values()}.values():
+            if pool_due(pool, minimum):
+                compact_pool(pool, self.stores.values())
+        if compacted:
+            self.rebuild(compacted)
+        return compacted
 
     def commit(self, watermark: float = -math.inf) -> None:
         """Keep the staged epoch; ``watermark`` is the one it advanced to."""

@@ -25,11 +25,11 @@ from monitor.query.ast import FieldRef, Query
 
 
 def span(query: Query) -> float:
-    """The largest ``ts`` difference of two of ``query``'s events (ms; ``inf``: unbounded,
-    ``0`` for a query with one edge variable)."""
+    """The largest ``ts`` difference of two of ``query``'s events (ms; ``inf``: unbounded;
+    ``0`` for one edge variable and ``within``, ``inf`` for one without)."""
     edges = query.edges
     n = len(edges)
-    if n == 0:
+    if n == 0 or (n == 1 and query.within is None):  # no time constraint at all: no window
         return FOREVER
     at = {edge: k for k, edge in enumerate(edges)}
     # bound[t][u]: the largest u.ts - t.ts allowed so far.

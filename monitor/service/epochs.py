@@ -337,6 +337,7 @@ class EpochProcessor:
         self.index.commit()
         self.clock.commit()
         self.events.commit(self.clock.watermark)
+        self.events.compact(self.settings.event_compaction_min)
 
     def abort(self) -> None:
         """Forget the staged epoch (its output was not committed); its number is reused."""

@@ -51,6 +51,12 @@ class Settings(BaseSettings):
         0.125, gt=0, le=1, description="merge committed changes past this fraction of an index"
     )
     compaction_min: int = Field(4096, ge=0, description="never compact below this many changes")
+    event_compaction_min: int = Field(
+        65_536,
+        ge=0,
+        description="compact an event store once its dead events outnumber the live ones and "
+        "are at least this many (and the string pool once it has grown by as many strings)",
+    )
     progress_seconds: float = Field(5.0, gt=0, description="seconds between progress lines")
     state_dir: str | None = Field(None, description="RocksDB state directory (None: in memory)")
     snapshot_ratio: float = Field(

@@ -1,6 +1,7 @@
 """Events in scale-out against a real broker: three workers, one killed inside a transaction and
 one added on a new volume (rebuilt from the changelog, events and all), publish per epoch what a
-single worker would, every record a real transition, ending at the brute-force oracle's matches.
+single worker would, every record a real transition, ending at the brute-force oracle's matches;
+event stores are compacted along the way.
 """
 
 from __future__ import annotations
@@ -29,7 +30,14 @@ pytestmark = pytest.mark.kafka
 
 EDGES = {q.name: q.edges for q in QUERIES}
 Binding = tuple[str, tuple[object, ...], tuple[str, ...]]
-ENV = {"SGM_UNDIRECTED": "false", "SGM_BATCH_SIZE": "120"}
+#: Event stores are compacted every few epochs (a small minimum): workers compact at the same
+#: epochs, and a worker rebuilt from the changelog at its own.
+COMPACTION_MIN = 50
+ENV = {
+    "SGM_UNDIRECTED": "false",
+    "SGM_BATCH_SIZE": "120",
+    "SGM_EVENT_COMPACTION_MIN": str(COMPACTION_MIN),
+}
 
 
 def binding(row: dict[str, object], names: dict[str, tuple[str, ...]] = EDGES) -> Binding:
@@ -44,7 +52,7 @@ def single_worker(
 ) -> dict[int, set[tuple[Binding, int]]]:
     """The single worker's deltas of every epoch the control topic defines."""
     records = read_all(w.bootstrap, w.input, 6)
-    settings = settings or Settings(batch_size=120)
+    settings = settings or Settings(batch_size=120, event_compaction_min=COMPACTION_MIN)
     queries = load_queries(str(w.tmp / "queries.q"))
     names = {q.name: q.edges for q in queries}
     processor = EpochProcessor(queries, settings)

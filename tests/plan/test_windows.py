@@ -36,7 +36,7 @@ def one(text: str):  # type: ignore[no-untyped-def]
         ),
         # both directions bounded by gaps on either side
         ("q(a, b) := t(a, b) as x, t(b, a) as y, y.ts >= x.ts - 5m, y.ts <= x.ts + 3m.", 5),
-        ("q(a, b) := t(a, b) as x.", 0),
+        ("q(a, b) := t(a, b) as x, within 1m.", 0),
     ],
 )
 def test_the_span_is_the_tightest_bound_the_predicates_give(text: str, minutes: float) -> None:
@@ -50,6 +50,7 @@ def test_the_span_is_the_tightest_bound_the_predicates_give(text: str, minutes: 
         "q(a, b, c) := t(a, b) as x, t(b, c) as y, y.ts <= x.ts + 10m.",  # one side only
         "q(a, b, c) := t(a, b) as x, t(b, c) as y, y.amount >= 0.5 * x.amount.",
         "q(a, b) := t(a, b), t(b, a).",  # no edge variable at all
+        'q(a, b) := t(a, b) as x, x.channel = "wire".',  # one event, no time at all
     ],
 )
 def test_an_unbounded_query_spans_forever(text: str) -> None:
