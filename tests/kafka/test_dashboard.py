@@ -132,6 +132,7 @@ def test_the_dashboard_is_well_formed() -> None:
         "Kafka",
         "Index and memory",
         "Events",
+        "Event time",
         "Health",
     ]
     for panel in panels:
