@@ -228,8 +228,13 @@ class UpdateBatch:
             for relation, events in batch.events.items():
                 grouped.setdefault(relation, []).append(events)
         merged_events = {r: EventUpdates.concat(e) for r, e in grouped.items()}
+        seen: dict[str, list[npt.NDArray[np.float64]]] = {}
+        for batch in batches:
+            for key, found in batch.times.items():
+                seen.setdefault(key, []).append(found)
+        times = {key: np.concatenate(found) for key, found in seen.items()}
         count = sum(b.count for b in batches)
-        return cls(parts, batches[0].first_seq, count, batches[-1].resume, merged_events)
+        return cls(parts, batches[0].first_seq, count, batches[-1].resume, merged_events, times)
 
 
 def split_events(
@@ -291,7 +296,7 @@ def mirrored(batch: UpdateBatch, relations: set[str] | None = None) -> UpdateBat
             np.concatenate([part.diff, back.diff]),
             np.concatenate([part.seq, back.seq]),
         )
-    return UpdateBatch(parts, batch.first_seq, batch.count, batch.resume, batch.events)
+    return UpdateBatch(parts, batch.first_seq, batch.count, batch.resume, batch.events, batch.times)
 
 
 def exact_batches(batches: Iterable[UpdateBatch], size: int) -> Iterator[UpdateBatch]:

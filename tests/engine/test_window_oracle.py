@@ -18,9 +18,11 @@ import math
 from collections import Counter
 from typing import Any
 
+import numpy as np
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from core.records import UpdateBatch
 from monitor.service.epochs import EpochProcessor
 from monitor.service.settings import Settings
 from tests.engine.test_events_oracle import brute_force, deltas
@@ -204,3 +206,20 @@ def test_the_window_oracle_sees_expiries_late_events_and_both_causes() -> None:
         processor.commit()
         found.update(c for q in out.queries for c in q.extra["cause"].tolist() if c)
     assert found["expired"] and found["deleted"], found
+
+
+def test_the_watermark_is_the_slowest_partitions_undirected_and_across_joined_batches() -> None:
+    """The event times of each input partition survive the mirroring of ``--undirected`` and
+    the joining of batches (a catch-up after a restart): the watermark is the minimum over the
+    partitions, not the times of all partitions taken as one."""
+    for undirected in (False, True):
+        run = Settings(allowed_lateness=0, watermark_outliers=0, undirected=undirected)
+        processor = EpochProcessor(QUERIES, run)
+        slow = batch([("insert", 0, 0, 1, 2, 5)], 0)
+        fast = batch([("insert", 1, 1, 2, 2, 30)], 1)
+        slow.times = {"in:0": np.array([5.0 * MINUTE])}
+        fast.times = {"in:1": np.array([30.0 * MINUTE])}
+        out = processor.process(UpdateBatch.concat([slow, fast]))
+        processor.commit()
+        assert processor.clock.partitions() == {"in:0": 5 * MINUTE, "in:1": 30 * MINUTE}
+        assert out.watermark == 5 * MINUTE, f"undirected={undirected}"
