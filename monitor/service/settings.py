@@ -10,6 +10,7 @@ values are :class:`~pydantic.SecretStr` and never printed or logged.
 
 from __future__ import annotations
 
+import math
 import socket
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -23,7 +24,7 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
-from core.times import parse_duration, parse_retention
+from core.times import format_duration, parse_duration, parse_retention
 
 #: librdkafka settings whose values are secrets.
 SECRET_KAFKA_KEYS = (
@@ -163,7 +164,14 @@ class Settings(BaseSettings):
     @field_validator("retention", mode="before")
     @classmethod
     def _retention(cls, value: Any) -> Any:
-        return parse_retention(value) if isinstance(value, str) else value
+        if isinstance(value, str):
+            return parse_retention(value)
+        if isinstance(value, dict):  # a YAML map: relation -> duration, ms or none
+            text = ",".join(
+                f"{k}={v if isinstance(v, str) else f'{v}ms'}" for k, v in value.items()
+            )
+            return parse_retention(text)
+        return value
 
     @field_validator("allowed_lateness", mode="before")
     @classmethod
@@ -248,6 +256,9 @@ class Settings(BaseSettings):
         data = self.model_dump(mode="json")
         data["kafka"] = {k: "***" if _secret(k) else v for k, v in data["kafka"].items()}
         data["kafka"].update(dict.fromkeys(self.kafka_secrets(), "***"))
+        data["retention"] = {  # as it is written: a duration, or none (JSON has no infinity)
+            k: "none" if math.isinf(v) else format_duration(v) for k, v in self.retention.items()
+        }
         return data
 
 
