@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
-import math
 from pathlib import Path
 
 import pytest
