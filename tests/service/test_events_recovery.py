@@ -49,14 +49,24 @@ def make_stream(path: Path, seed: int = 3, n: int = 12_000) -> Model:
     return model
 
 
-def job(tmp: Path, stream: Path, name: str, env: dict[str, str] | None = None, wait: bool = True):  # type: ignore[no-untyped-def]
-    (tmp / "q.q").write_text(QUERY_TEXT)
+def job(  # type: ignore[no-untyped-def]
+    tmp: Path,
+    stream: Path,
+    name: str,
+    env: dict[str, str] | None = None,
+    wait: bool = True,
+    queries: str = QUERY_TEXT,
+    base: dict[str, str] = ENV,
+    quiet: bool = True,
+):
+    """``run`` with a state directory and an output file named ``name`` in ``tmp``."""
+    (tmp / "q.q").write_text(queries)
     args = [sys.executable, "-m", "monitor", "run", "-q", str(tmp / "q.q"), "--edges", str(stream)]
     args += ["--state-dir", str(tmp / f"{name}.state"), "--output", str(tmp / f"{name}.jsonl")]
     proc = subprocess.Popen(
-        [*args, "--quiet"],
+        [*args, "--quiet"] if quiet else args,
         cwd=ROOT,
-        env={**os.environ, **ENV, **(env or {})},
+        env={**os.environ, **base, **(env or {})},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
@@ -104,10 +114,10 @@ def test_the_uninterrupted_output_is_the_oracles(reference: tuple[Path, Path, Mo
     processor = EpochProcessor([], Settings())
     with StateStore.open(ref.parent / "ref.state", read_only=True) as store:
         store.load(processor.index)
-    events = processor.index.event_stores["transfer"]
+    stored = processor.index.event_stores["transfer"]
     inserted = sum(r.get("relation") == "transfer" and "op" not in r for r in records(stream))
     # Compacted: at most max(live, minimum) dead eids, where every insert would be an eid.
-    assert events.size - live <= max(live, COMPACTION_MIN) and 3 * events.size < inserted
+    assert stored.size - live <= max(live, COMPACTION_MIN) and 3 * stored.size < inserted
 
 
 def stored_events(state: Path) -> dict[str, tuple[int, int, dict[str, object]]]:

@@ -11,9 +11,6 @@ write the same bytes: the stored watermark is continued, nothing expires twice o
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -26,6 +23,7 @@ from tests.engine.test_events_oracle import brute_force
 from tests.engine.test_time_oracle import MINUTE, QUERIES
 from tests.engine.test_window_oracle import WindowModel
 from tests.service.test_crash_recovery import kill_at_random
+from tests.service.test_events_recovery import job as events_job
 
 ROOT = Path(__file__).resolve().parents[2]
 BATCH = 40
@@ -66,19 +64,8 @@ def record(op: tuple[Any, ...]) -> dict[str, object]:
 
 
 def job(tmp: Path, stream: Path, name: str, env: dict[str, str] | None = None, wait: bool = True):  # type: ignore[no-untyped-def]
-    (tmp / "q.q").write_text("\n".join(str(q) for q in QUERIES))
-    args = [sys.executable, "-m", "monitor", "run", "-q", str(tmp / "q.q"), "--edges", str(stream)]
-    args += ["--state-dir", str(tmp / f"{name}.state"), "--output", str(tmp / f"{name}.jsonl")]
-    proc = subprocess.Popen(
-        args,
-        cwd=ROOT,
-        env={**os.environ, **ENV, **(env or {})},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    if wait:
-        proc.wait(timeout=300)
-    return proc
+    text = "\n".join(str(q) for q in QUERIES)
+    return events_job(tmp, stream, name, env, wait, queries=text, base=ENV, quiet=False)
 
 
 @pytest.fixture(scope="module")
