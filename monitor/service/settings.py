@@ -167,10 +167,10 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             return parse_retention(value)
         if isinstance(value, dict):  # a YAML map: relation -> duration, ms or none
-            text = ",".join(
-                f"{k}={v if isinstance(v, str) else f'{v}ms'}" for k, v in value.items()
-            )
-            return parse_retention(text)
+            return {
+                k: parse_retention(f"{k}={v}")[k] if isinstance(v, str) else v
+                for k, v in value.items()
+            }
         return value
 
     @field_validator("allowed_lateness", mode="before")
