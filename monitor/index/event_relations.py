@@ -169,6 +169,8 @@ class EventIndex:
             else:
                 changed = store.expire(np.empty(0, np.int32), 0)[0]
             self.staged_events += int(changed.eids.shape[0]) - expired
+            if expired and updates is not None:
+                _reborn_decide_expiry(store, changed, self.expired[relation])
             if relation in self.queues:
                 self._enqueue(relation, store, changed)
             if changed.eids.shape[0]:
@@ -336,6 +338,22 @@ class EventIndex:
             store.abort()
         for queue in self.queues.values():
             queue.abort()
+
+
+def _reborn_decide_expiry(store: EventStore, changed: EventChanges, expired: I32) -> None:
+    """An id that expired as the epoch began and was inserted again in it: its expiry takes
+    the sequence number of the insert, so that in scale-out the worker that owns the insert's
+    partition decides both halves of the replacement (they cancel by identity)."""
+    gone = np.flatnonzero((changed.diff < 0) & np.isin(changed.eids, expired))
+    born = np.flatnonzero(changed.diff > 0)
+    if not gone.shape[0] or not born.shape[0]:
+        return
+    slots = store.slot[changed.eids[born]]
+    order = np.argsort(slots)
+    at = np.searchsorted(slots[order], store.slot[changed.eids[gone]])
+    at = np.minimum(at, order.shape[0] - 1)
+    match = slots[order][at] == store.slot[changed.eids[gone]]
+    changed.seq[gone[match]] = changed.seq[born[order[at[match]]]]
 
 
 def selections_of(found: Iterable[Selection]) -> list[Selection]:
