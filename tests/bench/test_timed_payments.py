@@ -1,0 +1,137 @@
+"""The event-time benchmark's stream and its three counts: brute force, ours, Flink SQL.
+
+On a tiny timestamped stream (a few accounts, so both patterns close often, and epochs short
+enough that events expire between them), the number of matches of ``layering_ring`` and
+``pass_through`` is counted by a brute force over the events, by our engine (its ``+1``
+deltas, in process and through ``subgraph-monitor run`` on the JSON lines), and by the Flink
+SQL interval joins of ``bench.flink_sql`` (skipped, with the reason, without Java or pyflink).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pytest
+
+from bench.flink_sql import missing, run_flink
+from bench.timed_payments import QUERIES, ours, time_settings
+from bench.timed_stream import DAY_MS, TimedStream, csv_lines, json_lines, timed_payments
+from tests.cli.test_cli import cli
+
+LATENESS_MS = 5_000
+MINUTE_MS = 60_000
+
+
+@pytest.fixture(scope="module")
+def stream() -> TimedStream:
+    return timed_payments(3_000, 2.0, 30, seed=5, lateness_ms=LATENESS_MS, plant_every=300)
+
+
+@pytest.fixture(scope="module")
+def brute(stream: TimedStream) -> dict[str, int]:
+    return {"layering_ring": layering_rings(stream), "pass_through": pass_throughs(stream)}
+
+
+def pass_throughs(s: TimedStream) -> int:
+    """Every pair of events (t1, t2) that is a pass-through, over the whole stream."""
+    amount = s.amount
+    t1, t2 = np.nonzero(
+        (s.dst[:, None] == s.src[None, :])
+        & (s.ts[:, None] <= s.ts[None, :])
+        & (s.ts[None, :] <= s.ts[:, None] + 10 * MINUTE_MS)
+        & (amount[None, :] >= 0.9 * amount[:, None])
+    )
+    a, b, c = s.src[t1], s.dst[t1], s.dst[t2]
+    return int(((a != b) & (b != c) & (a != c)).sum())
+
+
+def layering_rings(s: TimedStream) -> int:
+    """Every triple of events (t1, t2, t3) that is a layering ring, over the whole stream."""
+    big = np.flatnonzero(s.amount >= 1000)
+    by_pair: dict[tuple[int, int], list[int]] = {}
+    for e in big.tolist():
+        by_pair.setdefault((int(s.src[e]), int(s.dst[e])), []).append(e)
+    found = 0
+    for (a, b), firsts in by_pair.items():
+        for (b2, c), seconds in by_pair.items():
+            if b2 != b or len({a, b, c}) < 3:
+                continue
+            thirds = by_pair.get((c, a), [])
+            for e1 in firsts:
+                for e2 in seconds:
+                    for e3 in thirds:
+                        ts1, ts2, ts3 = (int(s.ts[e]) for e in (e1, e2, e3))
+                        found += ts1 < ts2 < ts3 <= ts1 + DAY_MS
+    return found
+
+
+def test_the_stream_is_in_time_with_its_planted_patterns(stream: TimedStream) -> None:
+    ts = stream.ts
+    assert not (ts < np.maximum.accumulate(ts) - LATENESS_MS).any(), "an event is late"
+    assert (np.diff(ts) < 0).any(), "no disorder at all"
+    assert ts.max() - ts.min() > 1.9 * DAY_MS
+    assert stream.rings.shape == (10, 3) and stream.passes.shape == (10, 2)
+    at = ts[stream.rings]
+    assert (at[:, 0] < at[:, 1]).all() and (at[:, 1] < at[:, 2]).all()
+    assert (at[:, 2] - at[:, 0] <= DAY_MS).all()
+    assert (stream.amount[stream.rings] >= 1000).all()
+    assert (stream.dst[stream.rings[:, 2]] == stream.src[stream.rings[:, 0]]).all()
+    first, second = stream.passes.T
+    assert (stream.cents[second] >= 0.9 * stream.cents[first]).all()
+    assert (stream.dst[first] == stream.src[second]).all()
+    assert len(set(stream.rings.ravel()) | set(stream.passes.ravel())) == 50
+
+
+def test_csv_and_json_lines_hold_the_stream(stream: TimedStream) -> None:
+    rows = np.loadtxt(csv_lines(stream).decode().splitlines(), delimiter=",")
+    assert (rows[:, 0] == np.arange(len(stream))).all()
+    assert (rows[:, 1] == stream.src).all() and (rows[:, 2] == stream.dst).all()
+    assert (rows[:, 3] == stream.amount).all() and (rows[:, 4] == stream.ts).all()
+    records = [orjson.loads(line) for line in json_lines(stream).splitlines()]
+    assert [r["amount"] for r in records] == stream.amount.tolist()
+    assert [r["ts"] for r in records] == stream.ts.tolist()
+    assert records[7] == {
+        "op": "insert",
+        "relation": "transfer",
+        "id": "tx-7",
+        "src": int(stream.src[7]),
+        "dst": int(stream.dst[7]),
+        "amount": float(stream.amount[7]),
+        "ts": int(stream.ts[7]),
+    }
+
+
+@pytest.mark.parametrize("query", sorted(QUERIES))
+def test_ours_counts_what_the_brute_force_counts(
+    stream: TimedStream, brute: dict[str, int], query: str
+) -> None:
+    figures = ours(query, stream, 100, time_settings("24h", LATENESS_MS))
+    assert brute[query] >= 20, f"too few matches to check: {brute[query]}"
+    assert figures["plus"] == brute[query]
+    assert figures["planted_found"] == figures["planted"] == 10
+    assert figures["late"] == 0
+
+
+def test_run_on_the_json_lines_counts_the_same(
+    stream: TimedStream, brute: dict[str, int], tmp_path: Path
+) -> None:
+    (tmp_path / "q.q").write_text("\n".join(QUERIES.values()))
+    (tmp_path / "in.jsonl").write_bytes(json_lines(stream))
+    done = cli("run", "-q", str(tmp_path / "q.q"), "--edges", str(tmp_path / "in.jsonl"))
+    rows = [orjson.loads(line) for line in done.stdout.splitlines()]
+    assert Counter(r["query"] for r in rows if r["diff"] > 0) == brute
+
+
+@pytest.mark.skipif(missing() is not None, reason=f"Flink SQL baseline: {missing()}")
+def test_flink_sql_counts_what_the_brute_force_counts(
+    stream: TimedStream, brute: dict[str, int], tmp_path: Path
+) -> None:
+    csv = tmp_path / "transfers.csv"
+    csv.write_bytes(csv_lines(stream))
+    for query, expected in brute.items():
+        figures = run_flink(csv, query, LATENESS_MS, timeout=600)
+        assert figures["matches"] == expected, query
+        assert figures["interval_joins"] >= 1 and figures["other_joins"] == 0, figures
