@@ -168,6 +168,7 @@ class KafkaSource:
         if rewind:
             self.seek(rewind)
         polled.batch = updates_batch(updates, polled.events, self._seq, self.events)
+        polled.batch.times = {k: np.asarray(v, np.float64) for k, v in polled.times.items()}
         self._seq += polled.batch.count
         return polled
 
@@ -186,6 +187,10 @@ class KafkaSource:
 
     def close(self) -> None:
         self.consumer.close()
+
+
+#: The first element of a changelog key holding an input partition's event clock.
+CLOCK_KEY = "#clock"
 
 
 class KafkaSink:
@@ -232,6 +237,7 @@ class KafkaSink:
         columns: Sequence[npt.NDArray[np.generic]],
         diffs: npt.NDArray[np.integer],
         edges: Mapping[str, Mapping[str, npt.NDArray[Any]]] | None = None,
+        extra: Mapping[str, npt.NDArray[Any]] | None = None,
     ) -> int:
         """Produce one record per match delta (inside the open transaction); a query with
         edge variables adds its events to the value (``"edges"``) and their ids to the key."""
@@ -242,6 +248,7 @@ class KafkaSink:
             ("service-version", self.version),
         ]
         signs = diffs.tolist()
+        more = [(member, column.tolist()) for member, column in (extra or {}).items()]
         names = list(edges or {})
         matched: list[tuple[dict[str, object], ...]] = (
             list(zip(*(event_objects(edges[n]) for n in names), strict=True))
@@ -260,6 +267,9 @@ class KafkaSink:
             if names:
                 body["edges"] = dict(zip(names, matched[i], strict=True))
                 key.append([event["id"] for event in matched[i]])
+            for member, values in more:
+                if values[i] is not None:
+                    body[member] = values[i]
             self._produce(self.output_topic, orjson.dumps(key), orjson.dumps(body), headers)
         return rows
 
@@ -311,6 +321,16 @@ class KafkaSink:
             value = orjson.dumps({"epoch": epoch, "event": event}) if sign > 0 else None
             self._produce(topic, key, value, headers)
         return len(signs)
+
+    def write_clock_changelog(
+        self, topic: str, epoch: int, partition: str, times: Sequence[float]
+    ) -> None:
+        """The event clock of one input partition (its largest event times): key
+        ``["#clock", partition]``, value ``{"epoch": E, "times": [...]}``, so that a worker
+        rebuilt from the changelog continues with the cluster's watermark."""
+        headers: list[tuple[str, str | bytes | None]] = [("epoch", str(epoch).encode())]
+        value = orjson.dumps({"epoch": epoch, "times": list(times)})
+        self._produce(topic, orjson.dumps([CLOCK_KEY, partition]), value, headers)
 
     def write_control(self, topic: str, value: bytes) -> None:
         """One control record (an epoch's definition; the leader's sink only)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from confluent_kafka import KafkaException, Message
@@ -19,6 +20,7 @@ from connectors.events import EventRecord, FieldTypes, event_updates, parse_json
 from connectors.formats import decode_json_record
 from core.errors import InputError
 from core.records import Update, UpdateBatch
+from core.times import TIME_FIELD
 
 #: Largest record value accepted; bigger ones are dead letters.
 MAX_RECORD_BYTES = 1 << 20
@@ -55,8 +57,17 @@ class KafkaDeadLetter:
 
 #: Why records become dead letters, coarsely: ``too_large``, ``invalid_json`` (not a JSON
 #: document), ``invalid_record`` (JSON, but not a valid update), ``invalid_field`` (an event
-#: whose field has another type than the relation's, or is too long or not a scalar).
-DEAD_LETTER_CATEGORIES = ("too_large", "invalid_json", "invalid_record", "invalid_field")
+#: whose field has another type than the relation's, or is too long or not a scalar);
+#: ``late`` (an event older than the window when it arrived) and ``missing_time`` (an event
+#: without ``ts`` of a relation with a window) are decided when the epoch is applied.
+DEAD_LETTER_CATEGORIES = (
+    "too_large",
+    "invalid_json",
+    "invalid_record",
+    "invalid_field",
+    "late",
+    "missing_time",
+)
 
 
 @dataclass
@@ -75,6 +86,30 @@ class Polled:
     records: int = 0
     #: Decoded events with their place among the poll's updates (``events`` sources only).
     events: list[tuple[int, EventRecord]] = field(default_factory=list)
+    #: Per partition key, the event times of its records (the watermark is per partition).
+    times: dict[str, list[float]] = field(default_factory=dict)
+    #: Per place of an event among the poll's updates, where its record came from and its
+    #: bytes: an event the window refuses becomes a dead letter after the epoch is applied.
+    sources: dict[int, tuple[str, int, int, bytes, bool]] = field(default_factory=dict)
+
+    def refused(self, first_seq: int, late: Mapping[str, Any]) -> list[KafkaDeadLetter]:
+        """Dead letters for the updates the window refused (``late`` as in
+        :attr:`~monitor.service.epochs.EpochOutput.late`: sequence numbers per relation)."""
+        out = []
+        for relation, seqs in late.items():
+            for seq in seqs.tolist():
+                source = self.sources.get(int(seq) - first_seq)
+                if source is None:  # another partition's (scale-out decodes them all)
+                    continue
+                topic, partition, offset, value, timed = source
+                category = "late" if timed else "missing_time"
+                reason = (
+                    f"event of {relation} older than the window when it arrived"
+                    if timed
+                    else f"event of {relation} has no 'ts' and {relation} has a window"
+                )
+                out.append(KafkaDeadLetter(topic, partition, offset, reason, value, category))
+        return out
 
 
 def take_message(
@@ -109,7 +144,13 @@ def take_message(
             identity = f"{topic}:{partition}@{offset}"
             event = parse_json_event(value, relation, events, identity)
             if event is not None:
-                found.append((len(updates) + len(found), event))
+                place = len(updates) + len(found)
+                found.append((place, event))
+                ts = event.fields.get(TIME_FIELD)
+                timed = isinstance(ts, float)
+                polled.sources[place] = (topic, partition, offset, value, timed)
+                if isinstance(ts, float) and event.diff > 0:
+                    polled.times.setdefault(f"{topic}:{partition}", []).append(ts)
                 return
         update = decode_json_record(value, default_relation=relation, position=position)
     except InputError as error:

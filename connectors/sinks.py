@@ -38,11 +38,14 @@ class DeltaSink(Protocol):
         columns: Sequence[npt.NDArray[np.generic]],
         diffs: npt.NDArray[np.integer],
         edges: Mapping[str, Mapping[str, npt.NDArray[Any]]] | None = None,
+        extra: Mapping[str, npt.NDArray[Any]] | None = None,
     ) -> int:
         """Emit the deltas of ``query`` in ``epoch``; return how many rows were written.
 
         Called by the service once per query and epoch with a non-empty result, before the
-        epoch is committed. ``columns[k][i]`` is the id bound to ``variables[k]`` in row ``i``.
+        epoch is committed. ``columns[k][i]`` is the id bound to ``variables[k]`` in row ``i``;
+        ``extra`` holds more members of each record (``cause``, ``match_id``), ASCII strings
+        that need no escaping, ``None`` where a row has none.
         """
         ...
 
@@ -69,6 +72,7 @@ class JsonLinesSink:
         columns: Sequence[npt.NDArray[np.generic]],
         diffs: npt.NDArray[np.integer],
         edges: Mapping[str, Mapping[str, npt.NDArray[Any]]] | None = None,
+        extra: Mapping[str, npt.NDArray[Any]] | None = None,
     ) -> int:
         """Write one line per row; see :meth:`DeltaSink.write_deltas`.
 
@@ -77,19 +81,22 @@ class JsonLinesSink:
         """
         rows = check_deltas(variables, columns, diffs)
         head = orjson.dumps({"query": query, "epoch": int(epoch)})[:-1]
+        tails = extra_tails(extra, rows)
         if edges:
-            self._write_with_edges(head, variables, columns, diffs, edges)
+            self._write_with_edges(head, variables, columns, diffs, edges, tails)
         elif all(c.dtype.kind in "iu" for c in columns):
             # Only integers: a %d template per diff sign; no escaping can be needed.
             escaped = head.replace(b"%", b"%%")
             match = b",".join(orjson.dumps(v).replace(b"%", b"%%") + b":%d" for v in variables)
             lines = {
-                d: escaped + b',"diff":' + str(d).encode() + b',"match":{' + match + b"}}\n"
+                d: escaped + b',"diff":' + str(d).encode() + b',"match":{' + match + b"}%b}\n"
                 for d in (1, -1)
             }
             for start in range(0, rows, CHUNK_ROWS):
                 stop = min(start + CHUNK_ROWS, rows)
-                bindings = zip(*(c[start:stop].tolist() for c in columns), strict=True)
+                bindings = zip(
+                    *(c[start:stop].tolist() for c in columns), tails[start:stop], strict=True
+                )
                 signs = diffs[start:stop].tolist()
                 self.stream.write(
                     b"".join([lines[d] % b for d, b in zip(signs, bindings, strict=True)])
@@ -102,9 +109,8 @@ class JsonLinesSink:
                 bindings = zip(*(id_list(c[start:stop]) for c in columns), strict=True)
                 matches = map(dumps, map(dict, map(zip, repeat(variables), bindings)))
                 signs = diffs[start:stop].tolist()
-                self.stream.write(
-                    b"".join([prefix[d] + m + b"}\n" for d, m in zip(signs, matches, strict=True)])
-                )
+                parts = zip(signs, matches, tails[start:stop], strict=True)
+                self.stream.write(b"".join([prefix[d] + m + t + b"}\n" for d, m, t in parts]))
         self.lines_written += rows
         return rows
 
@@ -115,6 +121,7 @@ class JsonLinesSink:
         columns: Sequence[npt.NDArray[np.generic]],
         diffs: npt.NDArray[np.integer],
         edges: Mapping[str, Mapping[str, npt.NDArray[Any]]],
+        tails: list[bytes],
     ) -> None:
         """Lines with ``"edges"``: per edge variable, the matched event with its fields (from
         columns; a field that is None for an event is left out of its object)."""
@@ -123,13 +130,14 @@ class JsonLinesSink:
         per_edge = [event_objects(edges[n]) for n in names]
         events = zip(*per_edge, strict=True)
         lines = []
-        for diff, binding, matched in zip(diffs.tolist(), bindings, events, strict=True):
+        rows = zip(diffs.tolist(), bindings, events, tails, strict=True)
+        for diff, binding, matched, tail in rows:
             body = {
                 "diff": diff,
                 "match": dict(zip(variables, binding, strict=True)),
                 "edges": dict(zip(names, matched, strict=True)),
             }
-            lines.append(head + b"," + orjson.dumps(body)[1:] + b"\n")
+            lines.append(head + b"," + orjson.dumps(body)[1:-1] + tail + b"}\n")
         self.stream.write(b"".join(lines))
 
     def flush(self) -> None:
@@ -189,6 +197,7 @@ class ListSink:
         columns: Sequence[npt.NDArray[np.generic]],
         diffs: npt.NDArray[np.integer],
         edges: Mapping[str, Mapping[str, npt.NDArray[Any]]] | None = None,
+        extra: Mapping[str, npt.NDArray[Any]] | None = None,
     ) -> int:
         """Append one row per delta; see :meth:`DeltaSink.write_deltas`."""
         rows = check_deltas(variables, columns, diffs)
@@ -200,6 +209,25 @@ class ListSink:
     def flush(self) -> None:
         """Count the flush (tests check that the service flushes before it commits)."""
         self.flushes += 1
+
+
+def extra_tails(extra: Mapping[str, npt.NDArray[Any]] | None, rows: int) -> list[bytes]:
+    """Per row, its ``extra`` members as JSON text to append to its object (``,"k":"v"``;
+    nothing for a ``None``), whole columns at a time."""
+    tail = np.zeros(rows, "S1")
+    for key, column in (extra or {}).items():
+        present = column != None  # noqa: E711 (elementwise on objects)
+        if not present.any():
+            continue
+        text = np.zeros(rows, f"S{len(key) + 6}")
+        text[present] = f',"{key}":"'.encode()
+        values = np.zeros(rows, "S1")
+        values = values.astype(np.char.encode(column[present].astype(str)).dtype)
+        values[present] = np.char.encode(column[present].astype(str))
+        member = np.char.add(np.char.add(text, values), np.where(present, b'"', b""))
+        tail = np.char.add(tail, member)
+    out: list[bytes] = tail.tolist()
+    return out
 
 
 def event_objects(columns: Mapping[str, npt.NDArray[Any]]) -> list[dict[str, object]]:

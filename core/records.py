@@ -162,6 +162,9 @@ class UpdateBatch:
     resume: Checkpoint | None = None
     #: Updates of event relations (records with an identity and fields), per relation.
     events: dict[str, EventUpdates] = field(default_factory=dict)
+    #: Event times seen per input partition (the watermark is per partition); empty: the
+    #: ``ts`` of the batch's inserted events, all from one input.
+    times: dict[str, npt.NDArray[np.float64]] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return self.count
@@ -225,8 +228,13 @@ class UpdateBatch:
             for relation, events in batch.events.items():
                 grouped.setdefault(relation, []).append(events)
         merged_events = {r: EventUpdates.concat(e) for r, e in grouped.items()}
+        seen: dict[str, list[npt.NDArray[np.float64]]] = {}
+        for batch in batches:
+            for key, found in batch.times.items():
+                seen.setdefault(key, []).append(found)
+        times = {key: np.concatenate(found) for key, found in seen.items()}
         count = sum(b.count for b in batches)
-        return cls(parts, batches[0].first_seq, count, batches[-1].resume, merged_events)
+        return cls(parts, batches[0].first_seq, count, batches[-1].resume, merged_events, times)
 
 
 def split_events(
@@ -288,7 +296,7 @@ def mirrored(batch: UpdateBatch, relations: set[str] | None = None) -> UpdateBat
             np.concatenate([part.diff, back.diff]),
             np.concatenate([part.seq, back.seq]),
         )
-    return UpdateBatch(parts, batch.first_seq, batch.count, batch.resume, batch.events)
+    return UpdateBatch(parts, batch.first_seq, batch.count, batch.resume, batch.events, batch.times)
 
 
 def exact_batches(batches: Iterable[UpdateBatch], size: int) -> Iterator[UpdateBatch]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import re
-from datetime import datetime
+from datetime import UTC, datetime
 
 from core.errors import InputError
 
@@ -71,3 +71,30 @@ def parse_time(value: object) -> float:
     if not math.isfinite(ms) or abs(ms) > _LIMIT_MS:
         raise InputError(f"field 'ts' {value!r} is not a time within 10,000 years of 1970")
     return ms
+
+
+#: A retention that keeps events until they are deleted.
+FOREVER = math.inf
+
+
+def parse_retention(text: str) -> dict[str, float]:
+    """Retentions per relation, ``transfer=24h,logins=1h`` (``none`` or ``forever``: events
+    live until deleted), as milliseconds; :class:`ValueError` naming the bad item."""
+    out: dict[str, float] = {}
+    for item in filter(None, (p.strip() for p in text.split(","))):
+        relation, sep, duration = (p.strip() for p in item.partition("="))
+        if not sep or not relation or not duration:
+            raise ValueError(f"expected relation=duration pairs like transfer=24h, got {item!r}")
+        if duration in ("none", "forever"):
+            out[relation] = FOREVER
+        else:
+            out[relation] = parse_duration(duration)
+    return out
+
+
+def format_time(ms: float) -> str:
+    """``ms`` since the epoch as ISO-8601 in UTC (``2026-12-02T10:15:00Z``, milliseconds when
+    there are any)."""
+    moment = datetime.fromtimestamp(ms / 1000.0, tz=UTC)
+    text = moment.isoformat(timespec="milliseconds" if ms % 1000 else "seconds")
+    return text.replace("+00:00", "Z")

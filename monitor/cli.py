@@ -11,6 +11,7 @@ stored state; 1 any other error.
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -30,10 +31,12 @@ from core.errors import (
     StateError,
 )
 from core.records import Checkpoint, DeadLetter, UpdateBatch
+from core.times import format_duration, format_time
 from monitor.index.graph import GraphIndex
 from monitor.index.store import StateStore
 from monitor.plan.events import event_relations, rewrite
 from monitor.plan.planner import delta_queries, static_plan
+from monitor.plan.windows import describe, retentions, span
 from monitor.query.ast import Query
 from monitor.query.load import load_queries_many
 from monitor.service.epochs import EpochProcessor, RunTotals
@@ -212,6 +215,19 @@ def main() -> None:
     default=None,
     help="changes: every +1 and -1; appearances: only +1 (alerting) [default: changes].",
 )
+@click.option(
+    "--retention",
+    type=str,
+    default=None,
+    help="How long events live after their ts, per relation: transfer=24h,logins=1h "
+    "('none': until deleted) [default: the longest span of the queries reading it].",
+)
+@click.option(
+    "--allowed-lateness",
+    type=str,
+    default=None,
+    help="How far the watermark stays behind the latest event time (500ms, 10s, 1m) [default: 5s].",
+)
 @click.option("--quiet", is_flag=True, help="No progress and no summary on stderr.")
 def run(
     query_specs: tuple[str, ...],
@@ -228,6 +244,8 @@ def run(
     max_prefixes: int | None,
     output_fields: str | None,
     emit: str | None,
+    retention: str | None,
+    allowed_lateness: str | None,
     quiet: bool,
 ) -> None:
     """Stream edge updates and print one JSON line per match delta, epochs in order."""
@@ -240,6 +258,8 @@ def run(
             state_dir=state_dir,
             output_fields=output_fields,
             emit=emit,
+            retention=retention,
+            allowed_lateness=allowed_lateness,
         )
         if output is not None and settings.state_dir is None:
             raise ConfigError("--output needs --state-dir: exactly-once output needs stored state")
@@ -306,6 +326,12 @@ def _print_summary(totals: RunTotals, bad_lines: int, seconds: float) -> None:
         f"bad input lines skipped {bad_lines:,}",
         f"epochs {totals.epochs:,}",
     ]
+    if math.isfinite(totals.watermark):
+        late = totals.ignored.get("late", 0)
+        lines.append(
+            f"event time: watermark {format_time(totals.watermark)}, expired "
+            f"{totals.expired:,}, late {late:,}"
+        )
     for query in sorted({q for q, _ in totals.deltas}):
         plus, minus = totals.deltas[(query, 1)], totals.deltas[(query, -1)]
         lines.append(f"query {query}: +{plus:,} -{minus:,} match deltas")
@@ -362,10 +388,18 @@ def explain(query_specs: tuple[str, ...]) -> None:
             internal = rewrite(query, events).internal
             if internal is not query:
                 click.echo(f"# over the index: {internal}")
+            if query.edges:
+                reach = span(query)
+                click.echo(
+                    f"# span: {'unbounded' if math.isinf(reach) else format_duration(reach)}"
+                )
             for plan in delta_queries(internal):
                 click.echo(plan.describe())
             click.echo(static_plan(internal).describe())
             click.echo()
+        if events:
+            window = retentions(queries, events, {})
+            click.echo(f"# retention by default (--retention overrides): {describe(window)}")
     except MonitorError as error:
         _fail(error)
 

@@ -19,17 +19,21 @@ and the changelog record, are :attr:`EventIndex.changed`, not a relation's chang
 
 from __future__ import annotations
 
+import math
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from core.fields import FieldTest, events_name, selection_name
 from core.records import EventUpdates
+from core.times import TIME_FIELD
+from monitor.index.compaction import COMPACTION_MIN, compact_pool, compact_store, due, pool_due
 from monitor.index.events import EventChanges, EventStore, StringPool
 from monitor.index.graph import Change, GraphIndex
-from monitor.index.levels import I32, pack, unpack
+from monitor.index.levels import I32, I64, pack, unpack
+from monitor.index.window import ExpiryQueue, Tick
 from monitor.plan.cut import Cut
 
 
@@ -62,6 +66,15 @@ class EventIndex:
     replaced: int = 0
     #: Effective event changes of the last staged epoch, by event relation (those that changed).
     changed: dict[str, EventChanges] = field(default_factory=dict)
+    #: Per event relation with a window, how long its events live after their ``ts`` (ms).
+    retention: dict[str, float] = field(default_factory=dict)
+    queues: dict[str, ExpiryQueue] = field(default_factory=dict)
+    #: Of the last staged epoch: per relation the eids that expired (alive before the epoch),
+    #: and the sequence numbers of the updates not applied for being late or without a time.
+    expired: dict[str, I32] = field(default_factory=dict)
+    late: dict[str, I64] = field(default_factory=dict)
+    #: Of the last staged epoch: per relation the inserts refused as late (with a time).
+    late_count: Counter[str] = field(default_factory=Counter)
 
     def __post_init__(self) -> None:
         self.graph.event_stores = self.stores
@@ -71,6 +84,10 @@ class EventIndex:
             self.graph.relation(selection.pairs, 2)
             self.graph.relation(selection.events, 3, indexed=(2,))
         self.graph.derived = self.derived
+        self.retention = {r: ms for r, ms in self.retention.items() if math.isfinite(ms)}
+        for relation in self.retention:
+            if relation in self.stores:
+                self.queues[relation] = ExpiryQueue()
 
     @property
     def relations(self) -> set[str]:
@@ -122,28 +139,32 @@ class EventIndex:
                     out[f"{kind} relations: tuple keys"] += keys
         return dict(out)
 
-    def stage(self, events: dict[str, EventUpdates], ignored: Counter[str]) -> dict[str, Change]:
-        """Stage an epoch's event updates; the changes of every derived relation."""
+    def stage(
+        self, events: dict[str, EventUpdates], ignored: Counter[str], tick: Tick | None = None
+    ) -> dict[str, Change]:
+        """Stage an epoch's event updates, then (given a ``tick`` of event time) the expiry of
+        the events the watermark passed; the changes of every derived relation."""
         changes: dict[str, Change] = {}
         self.staged_events = 0
         self.replaced = 0
         self.changed = {}
-        for relation, updates in sorted(events.items()):
+        self.expired = {}
+        self.late = {}
+        self.late_count = Counter()
+        for relation in sorted(set(events) | (set(self.queues) if tick else set())):
             store = self.stores.get(relation)
+            updates = events.get(relation)
             if store is None:
-                ignored["not_an_event_relation"] += len(updates)
+                ignored["not_an_event_relation"] += len(updates) if updates is not None else 0
                 continue
-            anonymous = np.asarray(updates.ids == None, np.bool_)  # noqa: E711 (elementwise)
-            if anonymous.any():
-                ignored["delete_without_id"] += int(anonymous.sum())
-                updates = updates.take(~anonymous)
-            insert = updates.diff > 0
-            src = self._vertices(updates.src, insert)
-            dst = self._vertices(updates.dst, insert)
-            changed = store.stage(
-                updates.ids, insert, updates.seq, src, dst, updates.fields, ignored
-            )
+            if updates is not None:
+                updates = self._admitted(relation, updates, ignored, tick)
+                changed = self._stage_updates(store, updates, ignored)
+            else:
+                changed = store.expire(np.empty(0, np.int32), 0)[0]
             self.staged_events += int(changed.eids.shape[0])
+            if relation in self.queues:
+                changed = self._expire(relation, store, changed, tick)
             if changed.eids.shape[0]:
                 self.changed[relation] = changed
             died, born = changed.eids[changed.diff < 0], changed.eids[changed.diff > 0]
@@ -160,6 +181,64 @@ class EventIndex:
                         changes,
                     )
         return changes
+
+    def _stage_updates(
+        self, store: EventStore, updates: EventUpdates, ignored: Counter[str]
+    ) -> EventChanges:
+        anonymous = np.asarray(updates.ids == None, np.bool_)  # noqa: E711 (elementwise)
+        if anonymous.any():
+            ignored["delete_without_id"] += int(anonymous.sum())
+            updates = updates.take(~anonymous)
+        insert = updates.diff > 0
+        src = self._vertices(updates.src, insert)
+        dst = self._vertices(updates.dst, insert)
+        return store.stage(updates.ids, insert, updates.seq, src, dst, updates.fields, ignored)
+
+    def _admitted(
+        self, relation: str, updates: EventUpdates, ignored: Counter[str], tick: Tick | None
+    ) -> EventUpdates:
+        """The updates without the inserts a window refuses: those without a time
+        (``missing_time``) and those older than the watermark minus the retention (``late``);
+        their sequence numbers go to :attr:`late`."""
+        retention = self.retention.get(relation)
+        if retention is None:
+            return updates
+        ts = updates.fields.get(TIME_FIELD)
+        insert = updates.diff > 0
+        if ts is None or ts.dtype != np.float64:
+            missing = insert
+            late = np.zeros(insert.shape[0], np.bool_)
+        else:
+            missing = insert & np.isnan(ts)
+            before = -np.inf if tick is None else tick.before
+            late = insert & (ts + retention < before)
+        ignored["missing_time"] += int(missing.sum())
+        ignored["late"] += int(late.sum())
+        self.late_count[relation] += int(late.sum())
+        refused = missing | late
+        if not refused.any():
+            return updates
+        self.late[relation] = updates.seq[refused]
+        return updates.take(~refused)
+
+    def _expire(
+        self, relation: str, store: EventStore, changed: EventChanges, tick: Tick | None
+    ) -> EventChanges:
+        """The staged changes with the expiries of ``tick``: every event alive after the
+        epoch's updates whose deadline the watermark passed, born in it or before (without a
+        tick the new events only join the queue)."""
+        retention = self.retention[relation]
+        queue = self.queues[relation]
+        born = changed.eids[changed.diff > 0]
+        column = store.fields.get(TIME_FIELD)
+        deadlines = column.values[born] + retention if column is not None else np.empty(0)
+        queue.add(born[: deadlines.shape[0]], deadlines)
+        if tick is None:
+            return changed
+        changed, expired = store.expire(queue.due(tick.after), tick.seq)
+        if expired.shape[0]:
+            self.expired[relation] = expired
+        return changed
 
     def _vertices(self, column: np.ndarray, insert: np.ndarray) -> I32:
         out = np.zeros(column.shape[0], np.int32)
@@ -202,25 +281,57 @@ class EventIndex:
                 rel, [src[first[flips]], dst[first[flips]]], appears, pair_seq[flips]
             )
 
-    def rebuild(self) -> None:
-        """Every derived relation from the stores' live events, as committed state (after the
-        stores were loaded; the derived relations must be empty)."""
+    def rebuild(self, relations: Collection[str] | None = None) -> None:
+        """The derived relations of the selections of ``relations`` (all by default) from the
+        stores' live events, and their expiry queues, as committed state (after the stores were
+        loaded or compacted; nothing staged). What they held before is released."""
+        for relation, queue in self.queues.items():
+            if relations is not None and relation not in relations:
+                continue
+            store = self.stores[relation]
+            live = np.flatnonzero(store.alive[: store.size]).astype(np.int32)
+            column = store.fields.get(TIME_FIELD)
+            ts = column.values[live] if column is not None else np.full(live.shape[0], np.nan)
+            queue.rebuild(live, ts + self.retention[relation])
         for selection in self.selections:
+            if relations is not None and selection.relation not in relations:
+                continue
             store = self.stores[selection.relation]
             live = np.flatnonzero(store.alive[: store.size]).astype(np.int32)
             eids = live[store.select(live, selection.tests)]
             src, dst = store.src[eids], store.dst[eids]
+            self.graph.clear_relation(selection.events)
             self.graph.load_relation(selection.events, 3, [src, dst, eids])
             keys, values = unpack(np.unique(pack(src, dst)))
+            self.graph.clear_relation(selection.pairs)
             self.graph.load_relation(selection.pairs, 2, [keys.astype(np.int32), values])
 
-    def commit(self) -> None:
+    def compact(self, minimum: int = COMPACTION_MIN) -> list[str]:
+        """After :meth:`commit`: compact the event stores that are due and the string pool if
+        it is (:mod:`monitor.index.compaction`), and rebuild the relations derived from the
+        compacted stores (they hold eids). Returns the relations compacted."""
+        compacted = [name for name, store in sorted(self.stores.items()) if due(store, minimum)]
+        for name in compacted:
+            compact_store(self.stores[name])
+        for pool in {id(s.pool): s.pool for s in self.stores.values()}.values():
+            if pool_due(pool, minimum):
+                compact_pool(pool, self.stores.values())
+        if compacted:
+            self.rebuild(compacted)
+        return compacted
+
+    def commit(self, watermark: float = -math.inf) -> None:
+        """Keep the staged epoch; ``watermark`` is the one it advanced to."""
         for store in self.stores.values():
             store.commit()
+        for queue in self.queues.values():
+            queue.commit(watermark)
 
     def abort(self) -> None:
         for store in self.stores.values():
             store.abort()
+        for queue in self.queues.values():
+            queue.abort()
 
 
 def selections_of(found: Iterable[Selection]) -> list[Selection]:

@@ -16,20 +16,33 @@ string column holds *values*: kind:u8[n] (0 int, 1 string, 2 absent), int64[n], 
 lengths in characters u32[s], the text's length in bytes u32, then the UTF-8 text. A number
 column is float64[n] (NaN absent), a bool column int8[n] (-1 absent). An eid is born once and
 dies at most once, so replaying records in order gives the live events back.
+
+Per relation, its records are its snapshot blocks (``F``), then its log records by epoch (``G``,
+keyed by relation, then epoch), and its ids are ``I`` blobs (:mod:`monitor.index.store` has
+the key layout). A compaction renumbers a relation's eids and slots, so the epoch that
+compacts writes the relation anew, whole (:func:`put_relation`): every older key of it goes.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
 from core.fields import KINDS, absent_column, column_kind
-from monitor.index.events import EventChanges, EventStore
+from monitor.index.events import EventChanges, EventStore, StringPool
 from monitor.index.levels import I32
+
+if TYPE_CHECKING:
+    from monitor.index.graph import GraphIndex
+
+#: Key prefixes of the events in the state store (:mod:`monitor.index.store`): snapshot blocks,
+#: log records, ids.
+SNAPSHOT, LOG, IDS = b"F", b"G", b"I"
 
 _VALUE_INT, _VALUE_STRING, _VALUE_ABSENT = 0, 1, 2
 
@@ -73,7 +86,7 @@ def unpack_values(blob: bytes, n: int, at: int) -> tuple[npt.NDArray[np.generic]
     if len(text) != int(lengths.sum()):
         raise ValueError(f"a text of {int(lengths.sum())} characters holds {len(text)}")
     ends = np.cumsum(lengths).tolist()
-    starts = [0, *ends[:-1]]
+    starts = [0, *ends[:-1]] if count else []
     out = np.empty(n, dtype=object)
     out[kinds == _VALUE_INT] = ints[kinds == _VALUE_INT].tolist()
     strings = np.empty(count, dtype=object)
@@ -159,16 +172,16 @@ def event_log(
     stores: dict[str, EventStore],
     changes: Mapping[str, EventChanges],
     relations: Mapping[str, tuple[int, int]],
-) -> bytes:
+) -> dict[str, bytes]:
     """The epoch's event changes (:attr:`EventIndex.changed
-    <monitor.index.event_relations.EventIndex.changed>`), one record per event relation that
+    <monitor.index.event_relations.EventIndex.changed>`): a record per event relation that
     changed."""
-    parts = []
+    out = {}
     for name, store in sorted(stores.items()):
         change = changes.get(name)
         if change is not None and change.eids.shape[0]:
-            parts.append(changes_record(relations[name][0], store, change.eids, change.diff))
-    return b"".join(parts)
+            out[name] = changes_record(relations[name][0], store, change.eids, change.diff)
+    return out
 
 
 def snapshot_records(rel_id: int, store: EventStore, block: int) -> Iterator[bytes]:
@@ -193,6 +206,58 @@ def _record(rel_id: int, store: EventStore, eids: I32, diff: npt.NDArray[np.int8
         fields[name] = raw
     pairs = (store.src[eids], store.dst[eids])
     return EventRecord(rel_id, store.size, eids, diff, store.slot[eids], *pairs, fields)
+
+
+def log_key(rel_id: int, epoch: int) -> bytes:
+    """The key of an epoch's event log record of one relation."""
+    return LOG + struct.pack(">HQ", rel_id, epoch)
+
+
+def ids_key(rel_id: int, first: int) -> bytes:
+    """The key of one relation's event ids from slot ``first``."""
+    return IDS + struct.pack(">HI", rel_id, first)
+
+
+def put_relation(batch: Any, rel_id: int, records: Iterable[bytes], ids: bytes) -> int:
+    """Into the write ``batch``: everything stored of one event relation replaced by its
+    snapshot ``records`` (:func:`snapshot_records`) and its whole id dictionary ``ids``;
+    returns the bytes written."""
+    for prefix in (SNAPSHOT, LOG, IDS):
+        start = prefix + struct.pack(">H", rel_id)
+        batch.delete_range(start, start + b"\xff" * 9)  # past every key of the relation
+    written = 0
+    for block, blob in enumerate(records):
+        batch.put(SNAPSHOT + struct.pack(">HI", rel_id, block), blob)
+        written += len(blob)
+    batch.put(ids_key(rel_id, 0), ids)
+    return written + len(ids)
+
+
+def load_events(
+    index: GraphIndex,
+    names: Mapping[int, str],
+    scan: Callable[[bytes], Iterable[tuple[bytes, bytes]]],
+) -> None:
+    """Fill the event stores of ``index`` (created where missing, sharing one string pool) of
+    the relations ``names`` (by relation id) from the keys ``scan`` finds under a prefix."""
+    records: dict[int, list[EventRecord]] = {rel_id: [] for rel_id in names}
+    for prefix in (SNAPSHOT, LOG):  # per relation, its snapshot blocks, then its epochs
+        for _, blob in scan(prefix):
+            for record in unpack_records(blob):
+                records[record.rel_id].append(record)
+    pool = next((s.pool for s in index.event_stores.values()), StringPool())
+    stores = {}
+    for rel_id, name in names.items():
+        stores[rel_id] = index.event_stores.setdefault(name, EventStore(name, pool=pool))
+        if stores[rel_id].size:
+            raise ValueError(f"event store {name} is not empty before loading")
+    for key, blob in scan(IDS):
+        rel_id, first = struct.unpack(">HI", key[1:7])
+        if first != len(stores[rel_id].ids):
+            raise ValueError(f"event ids from {first}, expected {len(stores[rel_id].ids)}")
+        stores[rel_id].ids.restore(blob)
+    for rel_id in sorted(names):
+        load_records(stores[rel_id], records[rel_id])
 
 
 def load_records(store: EventStore, records: list[EventRecord]) -> int:

@@ -3,8 +3,9 @@
 An event is one record of a relation with its own identity (its ``id``, or its source position
 when the record has none), its pair ``(src, dst)`` and typed fields. An identity has a *slot*
 (dense, from :class:`~monitor.index.idmap.IdMap`) and each insert of it that takes effect a new
-dense event id (``eid``, ``int32``): an id deleted and inserted again is a new event, even
-within one epoch.
+dense event id (``eid``, ``int32``, in arrival order): an id deleted and inserted again is a
+new event, even within one epoch. Numbers are not reused until the store is compacted
+(:mod:`monitor.index.compaction`), which renumbers the live events and ids, in order.
 Every field is a column indexed by eid (:mod:`core.fields`: numbers as ``float64``, strings as
 codes into the field's dictionary, booleans as ``int8``), never a Python object per event.
 ``alive`` says which events are present, ``current`` which eid a slot holds (-1: none).
@@ -34,7 +35,7 @@ from monitor.index.netting import net
 BUILT_IN_FIELDS = ("id", "src", "dst")
 
 
-def _grown(capacity: int) -> int:
+def grown(capacity: int) -> int:
     """The next capacity of a column: a quarter more (bounded slack, amortized copies)."""
     return max(capacity + capacity // 4, 1024)
 
@@ -46,6 +47,8 @@ class StringPool:
     def __init__(self) -> None:
         self.codes: dict[str, int] = {}
         self.strings: list[str] = []
+        #: Strings kept at the last compaction (:func:`monitor.index.compaction.compact_pool`).
+        self.kept = 0
 
     def intern(self, text: str) -> int:
         code = self.codes.get(text)
@@ -150,10 +153,20 @@ class EventStore:
         self.dst: I32 = np.empty(0, np.int32)
         self.alive: npt.NDArray[np.bool_] = np.empty(0, np.bool_)
         self.fields = {k: FieldColumn(v, self.pool) for k, v in (kinds or {}).items()}
+        #: Live events as committed (:meth:`__len__` counts the staged epoch's too).
+        self.live = 0
+        #: Times the store was compacted (:mod:`monitor.index.compaction`): its eids renumbered.
+        self.compactions = 0
         self._undo: tuple[EventChanges, I32, I32] | None = None
 
     def __len__(self) -> int:
-        return int(self.alive.sum())
+        """Live events, with the staged epoch's changes."""
+        return self.live + (int(self._undo[0].diff.sum()) if self._undo is not None else 0)
+
+    @property
+    def staged(self) -> bool:
+        """Whether an epoch is staged (neither committed nor aborted yet)."""
+        return self._undo is not None
 
     @property
     def nbytes(self) -> int:
@@ -171,7 +184,7 @@ class EventStore:
 
     def _grow_slots(self, n: int) -> None:
         if n > self.current.shape[0]:
-            current = np.full(max(n, _grown(self.current.shape[0])), -1, np.int32)
+            current = np.full(max(n, grown(self.current.shape[0])), -1, np.int32)
             current[: self.current.shape[0]] = self.current
             self.current = current
 
@@ -179,7 +192,7 @@ class EventStore:
         """``n`` new eids (dead until staged alive)."""
         start, self.size = self.size, self.size + n
         if self.size > self.alive.shape[0]:
-            capacity = max(self.size, _grown(self.alive.shape[0]))
+            capacity = max(self.size, grown(self.alive.shape[0]))
             self.src = np.resize(self.src, capacity)
             self.dst = np.resize(self.dst, capacity)
             self.slot = np.resize(self.slot, capacity)
@@ -223,6 +236,11 @@ class EventStore:
         dead = self.current[dying_slots]
         birth_slots = np.concatenate([changed[born], reborn])
         rows = np.concatenate([netted.rows[born], netted.reborn_rows])
+        birth_seq = np.concatenate([netted.seq[born], seq[netted.reborn_rows]])
+        # New eids in arrival order (of the deciding inserts), whatever the ids' slots: slots
+        # of ids seen before depend on which ids a compaction forgot, arrival does not.
+        arrival = np.argsort(rows, kind="stable")
+        birth_slots, rows, birth_seq = birth_slots[arrival], rows[arrival], birth_seq[arrival]
         new = self._allocate(birth_slots.shape[0])
         self.slot[new] = birth_slots
         self.src[new] = src[rows]
@@ -237,14 +255,9 @@ class EventStore:
         out = EventChanges(
             np.concatenate([dead, new]),
             np.concatenate([np.full(dead.shape[0], -1, np.int8), np.ones(new.shape[0], np.int8)]),
-            np.concatenate(
-                [
-                    netted.seq[~born],
-                    seq[netted.reborn_rows],
-                    netted.seq[born],
-                    seq[netted.reborn_rows],
-                ]
-            ).astype(np.int64),
+            np.concatenate([netted.seq[~born], seq[netted.reborn_rows], birth_seq]).astype(
+                np.int64
+            ),
         )
         self._undo = (out, np.concatenate([dying_slots, birth_slots]), previous)
         return out
@@ -264,6 +277,9 @@ class EventStore:
                 )
 
     def commit(self) -> None:
+        """Keep the staged epoch: every eid of its changes was born (+1) or died (-1) in it."""
+        if self._undo is not None:
+            self.live += int(self._undo[0].diff.sum())
         self._undo = None
 
     def abort(self) -> None:
@@ -297,6 +313,34 @@ class EventStore:
         self._grow_slots(len(self.ids))
         live = np.flatnonzero(self.alive[: self.size]).astype(np.int32)
         self.current[self.slot[live]] = live
+        self.live = live.shape[0]
+
+    def expire(self, eids: I32, seq: int) -> tuple[EventChanges, I32]:
+        """Stage the expiry of ``eids`` after the staged epoch's updates: those still alive die.
+
+        Returns the epoch's changes with the expiries (an event born in this epoch that
+        expires in it nets out: it never was in the window) and the eids that were alive
+        before the epoch and expired. :meth:`abort` undoes both."""
+        eids = np.unique(eids[self.alive[eids]]).astype(np.int32)
+        if self._undo is None:
+            empty = np.empty(0, np.int32)
+            none = EventChanges(empty, np.empty(0, np.int8), np.empty(0, np.int64))
+            self._undo = (none, empty, empty)
+        changes, slots, previous = self._undo
+        if not eids.shape[0]:
+            return changes, eids
+        newborn = (changes.diff > 0) & np.isin(changes.eids, eids)
+        old = eids[~np.isin(eids, changes.eids[newborn])]
+        out = EventChanges(
+            np.concatenate([changes.eids[~newborn], old]),
+            np.concatenate([changes.diff[~newborn], np.full(old.shape[0], -1, np.int8)]),
+            np.concatenate([changes.seq[~newborn], np.full(old.shape[0], seq, np.int64)]),
+        )
+        touched = self.slot[eids]
+        self._undo = (out, np.concatenate([slots, touched]), np.concatenate([previous, eids]))
+        self.alive[eids] = False
+        self.current[touched] = -1
+        return out, old
 
     def select(self, eids: I32, tests: Sequence[FieldTest]) -> npt.NDArray[np.bool_]:
         """Which of ``eids`` pass every test (a selection: the tests of one edge variable)."""

@@ -336,6 +336,15 @@ class GraphIndex:
         self.ensure_keys()
         return rel
 
+    def clear_relation(self, name: str) -> Relation:
+        """Replace relation ``name`` by an empty one of the same arity and indexed positions
+        (its adjacencies and tuple keys released), to :meth:`load_relation` it again; only
+        between epochs (nothing staged)."""
+        old = self.relations[name]
+        self.relations[name] = Relation(name, old.arity, self._compaction, old.indexed)
+        self.ensure_keys()
+        return self.relations[name]
+
     def apply(self, batch: UpdateBatch) -> StagedEpoch:
         """Stage and commit a batch at once (loading a graph; no queries are evaluated)."""
         staged = self.stage(batch)

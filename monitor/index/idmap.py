@@ -1,8 +1,9 @@
 """Event ids: external ids (``int`` or ``str``) <-> dense slots, in flat arrays.
 
 The identities of the events of one relation, by slot (dense, in order of first appearance,
-never reused). A string id is kept as its UTF-8 bytes in one text buffer (slot ``s`` holds
-``text[end[s]: end[s + 1]]``), an integer id as its ``int64`` value; each kind is found through
+never reused; a compaction keeps the live ones in a new map, :meth:`IdMap.subset`). A string
+id is kept as its UTF-8 bytes in one text buffer (slot ``s`` holds ``text[end[s]:
+end[s + 1]]``), an integer id as its ``int64`` value; each kind is found through
 its own :class:`~monitor.index.hashtable.SlotTable`, which stores slots only: a probe compares
 the bytes (or the value) themselves, so ids whose hashes collide stay different ids.
 
@@ -23,7 +24,7 @@ import numpy.typing as npt
 
 from core.errors import InputError
 from monitor.index.hashtable import U64, SlotTable, mix
-from monitor.index.levels import I32, I64
+from monitor.index.levels import I32, I64, gather_ranges
 from monitor.index.texts import U8, decode_rows, hash_rows, pack_strings, padded, same_rows
 
 S = TypeVar("S", bound=np.generic)
@@ -38,6 +39,7 @@ class IdMap:
     """External ids <-> dense slots; ``hash_bits`` below 64 (tests) forces hash collisions."""
 
     def __init__(self, hash_bits: int = 64) -> None:
+        self._hash_bits = hash_bits
         self._hash_mask = np.uint64((1 << hash_bits) - 1) if hash_bits < 64 else None
         self._size = 0
         self._capacity = 0
@@ -234,7 +236,17 @@ class IdMap:
         kind byte (0 int, 1 str); per id the int64 value (0 for strings); per string its UTF-8
         length (u32); the UTF-8 bytes.
         """
-        slots = np.arange(start, max(start, self._size), dtype=np.int64)
+        return self._export(np.arange(start, max(start, self._size), dtype=np.int64))
+
+    def subset(self, slots: I32) -> IdMap:
+        """A new map of the ids of ``slots`` (ascending) only: the ``i``-th of them has slot
+        ``i`` there (compaction keeps the ids of live events, in their order)."""
+        out = IdMap(self._hash_bits)
+        out.restore(self._export(slots.astype(np.int64)))
+        return out
+
+    def _export(self, slots: I64) -> bytes:
+        """The ids of ascending ``slots`` in the layout of :meth:`export`."""
         kinds = self._string_mask()[slots]
         ints = np.zeros(slots.shape[0], "<i8")
         if self._value is not None:
@@ -243,8 +255,9 @@ class IdMap:
         lengths = np.empty(0, "<u4")
         if self._end is not None and slots.shape[0]:  # string texts follow each other by slot
             at = slots[kinds]
-            lengths = (self._end[at + 1] - self._end[at]).astype("<u4")
-            texts = self._text[self._end[start] : self._text_size].tobytes()
+            starts, ends = self._end[at], self._end[at + 1]
+            lengths = (ends - starts).astype("<u4")
+            texts = _gathered(self._text, starts, ends)
         head = np.uint32(slots.shape[0]).astype("<u4").tobytes()
         return b"".join(
             [head, kinds.astype(np.uint8).tobytes(), ints.tobytes(), lengths.tobytes(), texts]
@@ -295,6 +308,20 @@ def _int64(column: npt.NDArray[np.generic]) -> I64:
         return column.astype(np.int64)
     except OverflowError as exc:
         raise InputError(f"event id out of the 64-bit integer range: {exc}") from exc
+
+
+def _gathered(text: U8, starts: I64, ends: I64) -> bytes:
+    """The bytes ``text[starts[i]:ends[i]]`` one after the other (ranges ascending, apart),
+    gathered in chunks so that the positions never take more than a chunk's worth."""
+    if not starts.shape[0]:
+        return b""
+    if int(ends[-1] - starts[0]) == int((ends - starts).sum()):  # one run: a slice
+        return text[int(starts[0]) : int(ends[-1])].tobytes()
+    parts = []
+    for lo in range(0, starts.shape[0], REHASH_CHUNK):
+        _, positions = gather_ranges(starts[lo : lo + REHASH_CHUNK], ends[lo : lo + REHASH_CHUNK])
+        parts.append(text[positions].tobytes())
+    return b"".join(parts)
 
 
 def _in_order(missing: I64, first: I64) -> I64:

@@ -14,7 +14,10 @@ When the log has grown past ``snapshot_ratio`` of the snapshot, the next epoch's
 replaces snapshot and log by a new snapshot. Every epoch is one synced ``WriteBatch``: its log
 record (or the new snapshot), its dictionary entries and the metadata (epoch number, the input
 position the state includes, the output length), so the store always holds the state after some
-whole epoch.
+whole epoch. An event store compacted at an epoch's commit (:mod:`monitor.index.compaction`:
+its eids and ids renumbered) has its relation written anew in that epoch's batch: its snapshot
+blocks, log records and ids replaced by a snapshot of the compacted store, so a restarted run
+numbers events as the run it continues.
 
 Key layout (big-endian numbers, so keys sort by them)::
 
@@ -24,7 +27,8 @@ Key layout (big-endian numbers, so keys sort by them)::
                                     rel:u16 arity:u8 n:u32 int32[n] x arity, int8[n] diffs
     b"V" first_dense_id:u32         dictionary entries (VertexDictionary.export)
     b"F" rel:u16 block:u32          event snapshot block: one event record (event_state)
-    b"G" epoch:u64                  event log record: the epoch's event changes, per relation
+    b"G" rel:u16 epoch:u64          event log record: the epoch's event changes of a relation
+                                    (format 1: b"G" epoch:u64, every relation's in one record)
     b"I" rel:u16 first_slot:u32     event ids of an event relation (VertexDictionary.export)
 """
 
@@ -44,16 +48,17 @@ import rocksdict
 from core.errors import StateError
 from monitor.failpoints import failpoint
 from monitor.index.event_state import (
-    EventRecord,
     event_log,
-    load_records,
+    ids_key,
+    load_events,
+    log_key,
+    put_relation,
     snapshot_records,
-    unpack_records,
 )
-from monitor.index.events import EventChanges, EventStore, StringPool
+from monitor.index.events import EventChanges
 from monitor.index.graph import Change, GraphIndex
 from monitor.index.levels import I8, I32
-from monitor.index.stored_meta import FORMAT_VERSION, StoredMeta
+from monitor.index.stored_meta import FORMAT_VERSION, READABLE_VERSIONS, StoredMeta
 from monitor.index.tuple_state import block_bytes, last_wins, read_block, read_log, write_log
 
 META_KEY = b"\x00meta"
@@ -78,6 +83,10 @@ class StateStore:
         self.snapshot_min_bytes = 1 << 20
         #: Per event relation, how many of its ids (slots) are stored.
         self._ids_stored: dict[str, int] = {}
+        #: Per event relation, its compactions the stored state includes (in this process).
+        self._compactions: dict[str, int] = {}
+        #: Whether the next commit rewrites everything (a store of an older format was loaded).
+        self._rewrite = False
 
     # -- opening -----------------------------------------------------------------------------
 
@@ -201,31 +210,12 @@ class StateStore:
             else:
                 final = [np.empty(0, np.int32) for _ in range(arity)]
             index.load_relation(name, arity, final)
-        self._load_events(index, meta)
-
-    def _load_events(self, index: GraphIndex, meta: StoredMeta) -> None:
-        """Fill the event stores of ``index`` (created where missing) from the stored events;
-        the relations derived from them are the caller's to rebuild."""
-        names = {meta.relations[name][0]: name for name in meta.events}
-        records: dict[int, list[EventRecord]] = {rel_id: [] for rel_id in names}
-        for prefix in (b"F", b"G"):
-            for _, blob in self._scan(prefix):
-                for record in unpack_records(blob):
-                    records[record.rel_id].append(record)
-        pool = next((s.pool for s in index.event_stores.values()), StringPool())
-        stores = {}
-        for rel_id, name in names.items():
-            stores[rel_id] = index.event_stores.setdefault(name, EventStore(name, pool=pool))
-            if stores[rel_id].size:
-                raise ValueError(f"event store {name} is not empty before loading")
-        for key, blob in self._scan(b"I"):
-            rel_id, first = struct.unpack(">HI", key[1:7])
-            if first != len(stores[rel_id].ids):
-                raise ValueError(f"event ids from {first}, expected {len(stores[rel_id].ids)}")
-            stores[rel_id].ids.restore(blob)
-        for rel_id, name in sorted(names.items()):
-            load_records(stores[rel_id], records[rel_id])
-            self._ids_stored[name] = len(stores[rel_id].ids)
+        # The event stores, then the caller rebuilds the relations derived from them.
+        events = {meta.relations[name][0]: name for name in meta.events}
+        load_events(index, events, self._scan)
+        self._ids_stored = {n: len(index.event_stores[n].ids) for n in events.values()}
+        self._compactions = {n: index.event_stores[n].compactions for n in events.values()}
+        self._rewrite = meta.format_version != FORMAT_VERSION
 
     def _scan(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
         for raw_key, raw_value in self._db.items(from_key=prefix):
@@ -266,11 +256,19 @@ class StateStore:
         previous = self.meta or StoredMeta()
         tuples = {n: c for n, c in changes.items() if n not in index.derived}
         log = write_log(tuples, relations)
-        events = event_log(index.event_stores, event_changes or {}, relations)
-        grown = previous.log_bytes + len(log) + len(events)
+        # A store compacted at this commit has new eids: its relation is written anew, whole.
+        rewritten = {
+            n: list(snapshot_records(relations[n][0], s, SNAPSHOT_BLOCK))
+            for n, s in index.event_stores.items()
+            if s.compactions != self._compactions.get(n, 0)
+        }
+        logged = event_log(index.event_stores, event_changes or {}, relations)
+        events = {n: blob for n, blob in logged.items() if n not in rewritten}
+        grown = previous.log_bytes + len(log) + sum(map(len, events.values()))
+        grown += sum(len(b) for blobs in rewritten.values() for b in blobs)
         threshold = max(self.snapshot_min_bytes, self.snapshot_ratio * previous.snapshot_bytes)
-        if snapshot or grown > threshold:
-            snapshot_bytes = self._write_snapshot(batch, index, relations)
+        if snapshot or self._rewrite or grown > threshold:
+            snapshot_bytes = self._write_snapshot(batch, index, relations, rewritten)
             failpoint("snapshot_built")
             meta = replace(
                 meta, snapshot_epoch=meta.epoch, snapshot_bytes=snapshot_bytes, log_bytes=0
@@ -278,14 +276,19 @@ class StateStore:
         else:
             if log:
                 batch.put(b"L" + struct.pack(">Q", meta.epoch), log)
-            if events:
-                batch.put(b"G" + struct.pack(">Q", meta.epoch), events)
+            for name, blob in events.items():
+                batch.put(log_key(relations[name][0], meta.epoch), blob)
+            for name, blobs in rewritten.items():
+                put_relation(
+                    batch, relations[name][0], blobs, index.event_stores[name].ids.export(0)
+                )
+                failpoint("event_relation_rewritten")
             for name, (rel_id, _) in relations.items():
-                if name in index.event_stores:
+                if name in index.event_stores and name not in rewritten:
                     ids = index.event_stores[name].ids
                     if len(ids) > self._ids_stored.get(name, 0):
                         first = self._ids_stored.get(name, 0)
-                        batch.put(b"I" + struct.pack(">HI", rel_id, first), ids.export(first))
+                        batch.put(ids_key(rel_id, first), ids.export(first))
             if len(index.dictionary) > vertices_before:
                 batch.put(
                     b"V" + struct.pack(">I", vertices_before),
@@ -298,12 +301,18 @@ class StateStore:
                 log_bytes=grown,
             )
         meta = replace(
-            meta, relations=relations, vertices=len(index.dictionary), events=event_names
+            meta,
+            relations=relations,
+            vertices=len(index.dictionary),
+            events=event_names,
+            format_version=FORMAT_VERSION,
         )
         batch.put(META_KEY, meta.to_json())
         failpoint("before_store_write")
         self._db.write(batch, self._write)
         self._ids_stored = {n: len(s.ids) for n, s in index.event_stores.items()}
+        self._compactions = {n: s.compactions for n, s in index.event_stores.items()}
+        self._rewrite = False
         self.meta = meta
         return meta
 
@@ -312,7 +321,10 @@ class StateStore:
         batch: rocksdict.WriteBatch,
         index: GraphIndex,
         relations: dict[str, tuple[int, int]],
+        rewritten: Mapping[str, list[bytes]],
     ) -> int:
+        """Everything as of now, given the snapshot records already made of some event
+        relations (``rewritten``)."""
         batch.delete_range(b"L", b"M")
         batch.delete_range(b"S", b"T")
         batch.delete_range(b"V", b"W")
@@ -322,12 +334,8 @@ class StateStore:
         for name, (rel_id, _) in relations.items():
             store = index.event_stores.get(name)
             if store is not None:
-                for block, blob in enumerate(snapshot_records(rel_id, store, SNAPSHOT_BLOCK)):
-                    batch.put(b"F" + struct.pack(">HI", rel_id, block), blob)
-                    written += len(blob)
-                ids = store.ids.export(0)
-                batch.put(b"I" + struct.pack(">HI", rel_id, 0), ids)
-                written += len(ids)
+                blobs = rewritten.get(name) or list(snapshot_records(rel_id, store, SNAPSHOT_BLOCK))
+                written += put_relation(batch, rel_id, blobs, store.ids.export(0))
                 continue
             columns = index.tuples(name)
             n = columns[0].shape[0] if columns else 0
@@ -372,10 +380,11 @@ def _read_meta(directory: Path, db: Any) -> StoredMeta | None:
             f"state in {directory} is corrupted (unreadable metadata: {error}); restore the "
             f"directory from a backup, or delete it to rebuild the state from the input"
         ) from error
-    if meta is not None and meta.format_version != FORMAT_VERSION:
+    if meta is not None and meta.format_version not in READABLE_VERSIONS:
         raise StateError(
             f"state in {directory} has format version {meta.format_version}, this "
-            f"subgraph-monitor reads version {FORMAT_VERSION}; run the version that wrote "
+            f"subgraph-monitor reads versions {', '.join(map(str, READABLE_VERSIONS))}; run "
+            f"the version that wrote "
             f"it, or delete the directory to rebuild the state from the input"
         )
     return meta

@@ -8,7 +8,10 @@ from typing import Any
 import orjson
 
 #: Bumped whenever the store's layout changes; a store of another version is refused.
-FORMAT_VERSION = 1
+#: 2: the event log is keyed by relation, then epoch (a compacted relation's records go alone).
+FORMAT_VERSION = 2
+#: The versions read: a store of version 1 is rewritten as a snapshot at its next commit.
+READABLE_VERSIONS = (1, 2)
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ processor only sees :class:`~core.records.UpdateBatch` es and returns
 
 from __future__ import annotations
 
+import math
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -19,8 +20,9 @@ import numpy as np
 import numpy.typing as npt
 
 from connectors.events import FieldTypes
-from core.errors import StateError
+from core.errors import ConfigError, StateError
 from core.records import EventUpdates, UpdateBatch, mirrored
+from core.times import TIME_FIELD
 from monitor.engine.delta import DeltaEvaluator
 from monitor.engine.owned import ChangedTuples, decide
 from monitor.engine.static import count_matches, enumerate_matches
@@ -29,10 +31,15 @@ from monitor.index.events import EventChanges
 from monitor.index.graph import Change, GraphIndex, StagedEpoch
 from monitor.index.levels import I32, I64
 from monitor.index.store import StateStore
+from monitor.index.window import Tick
 from monitor.plan.cut import Cut
 from monitor.plan.events import event_relations, rewrite
+from monitor.plan.windows import retentions
 from monitor.query.ast import Query
 from monitor.query.types import field_types
+from monitor.service.causes import causes
+from monitor.service.clock import FILE_PARTITION, EventClock
+from monitor.service.match_ids import match_ids
 from monitor.service.settings import Settings
 
 
@@ -47,6 +54,8 @@ class QueryOutput:
     columns: list[npt.NDArray[np.generic]]
     diff: I64
     edges: dict[str, dict[str, npt.NDArray[Any]]] = field(default_factory=dict)
+    #: Per row: ``match_id`` always, ``cause`` (of a -1) in a run with a window.
+    extra: dict[str, npt.NDArray[Any]] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return int(self.diff.shape[0])
@@ -65,6 +74,14 @@ class EpochOutput:
     changes: dict[str, Change] = field(default_factory=dict)
     #: The epoch's effective event changes, by event relation (what the store records).
     event_changes: dict[str, EventChanges] = field(default_factory=dict)
+    #: Per event relation, the sequence numbers of the updates refused as late or untimed.
+    late: dict[str, I64] = field(default_factory=dict)
+    #: Events that expired (were alive before the epoch) and the watermark it advanced to.
+    expired: int = 0
+    watermark: float = -math.inf
+    #: Per event relation with a window: events expired, inserts refused as late.
+    expired_by: dict[str, int] = field(default_factory=dict)
+    late_by: dict[str, int] = field(default_factory=dict)
 
     @property
     def deltas(self) -> int:
@@ -81,9 +98,13 @@ class RunTotals:
     deltas: Counter[tuple[str, int]] = field(default_factory=Counter)
     epochs: int = 0
     epoch_seconds: list[float] = field(default_factory=list)
+    expired: int = 0
+    watermark: float = -math.inf
 
     def add(self, out: EpochOutput) -> None:
         self.updates += out.updates
+        self.expired += out.expired
+        self.watermark = out.watermark
         self.applied += out.applied
         self.ignored.update(out.ignored)
         for q in out.queries:
@@ -107,7 +128,18 @@ class EpochProcessor:
         self.internal = [r.internal for r in self.rewritten]
         self.index = GraphIndex(settings.compaction_ratio, settings.compaction_min)
         found = [Selection(r, t) for q in self.rewritten for r, t in q.selections]
-        self.events = EventIndex(self.index, selections_of(found))
+        unknown = set(settings.retention) - events
+        if unknown:
+            raise ConfigError(
+                f"retention is set for {_names(unknown)}, which no query reads as events "
+                f"(with 'as'); the event relations are {_names(events)}"
+            )
+        #: Per event relation, how long its events live (ms; inf: until deleted).
+        self.retention = retentions(self.queries, events, settings.retention)
+        self.events = EventIndex(self.index, selections_of(found), retention=self.retention)
+        self.clock = EventClock(settings.allowed_lateness, settings.watermark_outliers)
+        self._changes: dict[str, Change] = {}
+        self._untimed = False
         for query in self.internal:
             for relation, arity in query.relations.items():
                 self.index.relation(relation, arity)
@@ -132,6 +164,7 @@ class EpochProcessor:
             )
         store.load(self.index)
         self.events.rebuild()
+        self.clock.restore(meta.position.get("clock"))
         for relation, events in self.index.event_stores.items():
             assert self.field_types is not None  # the stored event relations are this run's
             known = self.field_types.types.setdefault(relation, {})
@@ -146,9 +179,20 @@ class EpochProcessor:
     def _prepare(self, batch: UpdateBatch) -> UpdateBatch:
         return mirrored(batch) if self.settings.undirected else batch
 
-    def preload(self, batch: UpdateBatch) -> Counter[str]:
-        """Load updates into the index without evaluating (epoch 0); returns what was ignored."""
-        staged = self._stage(batch)
+    @property
+    def windowed(self) -> bool:
+        """Whether some event relation has a finite retention."""
+        return bool(self.events.queues)
+
+    def preload(self, batch: UpdateBatch, timed: bool = True) -> Counter[str]:
+        """Load updates into the index without evaluating (epoch 0); returns what was ignored.
+        Not ``timed``: the event clock neither advances nor expires anything (a state rebuilt
+        from elsewhere, whose clock is restored apart)."""
+        self._untimed = not timed
+        try:
+            staged = self._stage(batch)
+        finally:
+            self._untimed = False
         self.commit()
         self.totals.updates += batch.count
         self.totals.applied += staged.applied
@@ -182,11 +226,21 @@ class EpochProcessor:
             events[name] = positional if known is None else EventUpdates.concat([known, positional])
         staged = self.index.stage(replace(batch, parts=parts, events={}))
         staged.ignored.update(ignored)
-        staged.changes.update(self.events.stage(events, staged.ignored))
+        tick = self._tick(batch)
+        staged.changes.update(self.events.stage(events, staged.ignored, tick))
+        self._changes = staged.changes
         staged.events = self.events.staged_events
         staged.event_changes = dict(self.events.changed)
         staged.derived = self.events.derived
         return staged
+
+    def _tick(self, batch: UpdateBatch) -> Tick | None:
+        """The epoch's step of event time (None: no event relation)."""
+        if not self.events.stores or self._untimed:
+            return None
+        times = batch.times or {FILE_PARTITION: _inserted_times(batch)}
+        before = self.clock.watermark
+        return Tick(before, self.clock.tick(times), max(batch.first_seq + batch.count - 1, 0))
 
     def process(self, batch: UpdateBatch) -> EpochOutput:
         """Stage the next epoch and evaluate every query's change; call :meth:`commit` after."""
@@ -218,6 +272,11 @@ class EpochProcessor:
             time.perf_counter() - started,
             staged.changes,
             staged.event_changes,
+            dict(self.events.late),
+            sum(e.shape[0] for e in self.events.expired.values()),
+            self.clock.staged,
+            {r: int(e.shape[0]) for r, e in self.events.expired.items()},
+            dict(self.events.late_count),
         )
 
     def evaluate(self, changes: dict[str, Change]) -> list[QueryOutput]:
@@ -244,7 +303,12 @@ class EpochProcessor:
             for k, (var, relation) in enumerate(self.rewritten[i].edges.items())
         }
         vertices = [decode(c) for c in columns[:width]]
-        return QueryOutput(source.name, source.head, vertices, diff, edges)
+        ids = [*vertices, *(e["id"] for e in edges.values())]
+        extra = {}
+        if self.windowed:
+            extra["cause"] = causes(source, columns, diff, self.events, self._changes)
+        extra["match_id"] = match_ids(source.name, ids, diff.shape[0])
+        return QueryOutput(source.name, source.head, vertices, diff, edges, extra)
 
     def _by_identity(self, i: int, columns: Sequence[I32], diff: I64) -> tuple[list[I32], I64]:
         """The deltas consolidated by what a binding is outside: its vertices and its events'
@@ -271,12 +335,15 @@ class EpochProcessor:
     def commit(self) -> None:
         """Make the staged epoch part of the committed state."""
         self.index.commit()
-        self.events.commit()
+        self.clock.commit()
+        self.events.commit(self.clock.watermark)
+        self.events.compact(self.settings.event_compaction_min)
 
     def abort(self) -> None:
         """Forget the staged epoch (its output was not committed); its number is reused."""
         self.index.abort()
         self.events.abort()
+        self.clock.abort()
         self.epoch -= 1
 
     def evaluate_decided(
@@ -321,6 +388,16 @@ class EpochProcessor:
 
 def _names(relations: set[str]) -> str:
     return ", ".join(sorted(relations)) if relations else "no relation"
+
+
+def _inserted_times(batch: UpdateBatch) -> npt.NDArray[np.float64]:
+    """The ``ts`` of the batch's inserted events (NaN where an event has none)."""
+    found = [
+        part.fields[TIME_FIELD][part.diff > 0]
+        for part in batch.events.values()
+        if TIME_FIELD in part.fields and part.fields[TIME_FIELD].dtype == np.float64
+    ]
+    return np.concatenate(found) if found else np.empty(0, np.float64)
 
 
 def _field_types(queries: Sequence[Query], relations: set[str]) -> FieldTypes | None:

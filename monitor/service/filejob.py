@@ -199,7 +199,7 @@ def _start(
         processor.initial(lambda out: _write(sink, out, 0))
     meta = StoredMeta(
         epoch=0,
-        position=meta.position,
+        position={**meta.position, "clock": processor.clock.to_dict()},
         output_bytes=_sync(sink),
         queries=meta.queries,
         settings=meta.settings,
@@ -262,7 +262,13 @@ def _retract(processor: EpochProcessor, sink: JsonLinesSink, out: QueryOutput, e
 
 def _write(sink: JsonLinesSink, out: QueryOutput, epoch: int, sign: int = 1) -> None:
     sink.write_deltas(
-        out.query, epoch, out.variables, out.columns, sign * out.diff, edges=out.edges or None
+        out.query,
+        epoch,
+        out.variables,
+        out.columns,
+        sign * out.diff,
+        edges=out.edges or None,
+        extra=out.extra,
     )
 
 
@@ -301,6 +307,7 @@ def _stream(
                         "input": job.edges,
                         "seq": end,
                         "checkpoint": batch.resume.to_dict() if batch.resume else None,
+                        "clock": processor.clock.to_dict(),
                     },
                     output_bytes=length,
                     queries=meta.queries,

@@ -36,6 +36,7 @@ from prometheus_client.metrics_core import HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from connectors.kafka_records import DEAD_LETTER_CATEGORIES
+from monitor.service.time_metrics import TIME_METRIC_NAMES, TimeMetrics
 
 NAMESPACE = "subgraph_monitor"
 DISTRIBUTION = "subgraph-monitor"
@@ -71,6 +72,7 @@ METRIC_NAMES: tuple[str, ...] = tuple(
         "last_committed_epoch_timestamp_seconds",
         "build_info",
         "ready",
+        *TIME_METRIC_NAMES,
     )
 )
 
@@ -168,6 +170,8 @@ class Metrics:
             ProcessCollector(registry=self.registry)
             PlatformCollector(registry=self.registry)
         ns, reg = NAMESPACE, self.registry
+        #: Watermarks, event-time lag, expired and late events (``time_metrics``).
+        self.time = TimeMetrics(reg, ns)
 
         self.updates_consumed = Counter(
             "updates_consumed_total",

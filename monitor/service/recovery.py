@@ -197,7 +197,7 @@ def stored_meta(
     previous = store.meta or StoredMeta()
     return StoredMeta(
         epoch=epoch,
-        position=positions.to_json(),
+        position={**positions.to_json(), "clock": processor.clock.to_dict()},
         queries=previous.queries,
         settings=previous.settings,
     )

@@ -198,13 +198,14 @@ def _epoch(
     started = time.perf_counter()
     vertices = len(processor.index.dictionary)
     out = processor.process(polled.batch)
+    refused = polled.refused(polled.batch.first_seq, out.late)
     try:
         commit_started = time.perf_counter()
         watchdog.arm(f"the transaction of epoch {out.epoch}")
         sink.begin()
         for q in out.queries:
-            sink.write_deltas(q.query, out.epoch, q.variables, q.columns, q.diff, q.edges)
-        for letter in polled.dead_letters:
+            sink.write_deltas(q.query, out.epoch, q.variables, q.columns, q.diff, q.edges, q.extra)
+        for letter in [*polled.dead_letters, *refused]:
             sink.write_dead_letter(letter)
         sink.commit(polled.next_offsets, source.group_metadata())
         watchdog.disarm()
@@ -243,7 +244,7 @@ def _epoch(
     for topic, n in polled.per_topic.items():
         metrics.consumed(topic, n)
     metrics.ignored(out.ignored)
-    for letter in polled.dead_letters:
+    for letter in [*polled.dead_letters, *refused]:
         metrics.dead_letter(letter.category)
     for q in out.queries:
         plus = int((q.diff > 0).sum())
@@ -253,6 +254,7 @@ def _epoch(
         processor.index.nbytes,
     )
     metrics.events(processor.events.stored(), processor.events.field_bytes())
+    metrics.time.epoch(out.watermark, processor.clock.partitions(), out.expired_by, out.late_by)
     log.info(
         "epoch committed",
         extra={

@@ -10,6 +10,7 @@ values are :class:`~pydantic.SecretStr` and never printed or logged.
 
 from __future__ import annotations
 
+import math
 import socket
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -22,6 +23,8 @@ from pydantic_settings import (
     SettingsConfigDict,
     YamlConfigSettingsSource,
 )
+
+from core.times import format_duration, parse_duration, parse_retention
 
 #: librdkafka settings whose values are secrets.
 SECRET_KAFKA_KEYS = (
@@ -49,6 +52,12 @@ class Settings(BaseSettings):
         0.125, gt=0, le=1, description="merge committed changes past this fraction of an index"
     )
     compaction_min: int = Field(4096, ge=0, description="never compact below this many changes")
+    event_compaction_min: int = Field(
+        65_536,
+        ge=0,
+        description="compact an event store once its dead events outnumber the live ones and "
+        "are at least this many (and the string pool once it has grown by as many strings)",
+    )
     progress_seconds: float = Field(5.0, gt=0, description="seconds between progress lines")
     state_dir: str | None = Field(None, description="RocksDB state directory (None: in memory)")
     snapshot_ratio: float = Field(
@@ -67,6 +76,25 @@ class Settings(BaseSettings):
         None,
         description="fields of matched events copied into the output (comma list; id, src and "
         "dst always are); null: every field",
+    )
+
+    # -- event time (monitor.plan.windows, monitor.service.clock) ------------------------------
+    retention: Annotated[dict[str, float], NoDecode] = Field(
+        default_factory=dict,
+        description="per event relation, how long its events live after their ts "
+        "(transfer=24h,logins=1h); default: the longest span of the queries reading it",
+    )
+    allowed_lateness: float = Field(
+        5_000.0,
+        ge=0,
+        description="how far behind the latest event time the watermark stays (5s, 1m; ms)",
+    )
+    watermark_outliers: int = Field(
+        1,
+        ge=0,
+        le=1000,
+        description="the watermark ignores this many largest event times per partition, so "
+        "that as many events with wrong clocks cannot expire the window",
     )
 
     # -- the Kafka service (serve) -------------------------------------------------------------
@@ -132,6 +160,23 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             return [t.strip() for t in value.split(",") if t.strip()]
         return value
+
+    @field_validator("retention", mode="before")
+    @classmethod
+    def _retention(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return parse_retention(value)
+        if isinstance(value, dict):  # a YAML map: relation -> duration, ms or none
+            return {
+                k: parse_retention(f"{k}={v}")[k] if isinstance(v, str) else v
+                for k, v in value.items()
+            }
+        return value
+
+    @field_validator("allowed_lateness", mode="before")
+    @classmethod
+    def _lateness(cls, value: Any) -> Any:
+        return parse_duration(value) if isinstance(value, str) and value[-1:].isalpha() else value
 
     @field_validator("topic_relations", mode="before")
     @classmethod
@@ -211,6 +256,9 @@ class Settings(BaseSettings):
         data = self.model_dump(mode="json")
         data["kafka"] = {k: "***" if _secret(k) else v for k, v in data["kafka"].items()}
         data["kafka"].update(dict.fromkeys(self.kafka_secrets(), "***"))
+        data["retention"] = {  # as it is written: a duration, or none (JSON has no infinity)
+            k: "none" if math.isinf(v) else format_duration(v) for k, v in self.retention.items()
+        }
         return data
 
 

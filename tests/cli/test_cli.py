@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import subprocess
 import sys
 from collections import Counter
@@ -40,7 +41,12 @@ def cli(
 
 
 def deltas(out: bytes) -> list[dict[str, object]]:
-    return [json.loads(line) for line in out.splitlines()]
+    """The output records without their ``match_id`` (checked to be 16 hex digits; what it
+    is, is ``tests/service/test_match_ids.py``'s)."""
+    rows = [json.loads(line) for line in out.splitlines()]
+    for row in rows:
+        assert re.fullmatch("[0-9a-f]{16}", row.pop("match_id")), row
+    return rows
 
 
 def replay(rows: list[dict[str, object]]) -> dict[tuple[str, tuple[tuple[str, object], ...]], int]:

@@ -10,6 +10,7 @@ a values file with every optional feature on (``values-all-on.yaml`` beside this
 from __future__ import annotations
 
 import json
+import math
 import re
 import shutil
 import subprocess
@@ -182,6 +183,37 @@ def test_rendered_config_is_what_the_service_reads(render: Render, tmp_path: Pat
     assert on.kafka_config()["security.protocol"] == "SASL_SSL"
     assert on.kafka_config()["sasl.password"] == "pw"
     assert on.queries == "/etc/subgraph-monitor/queries/queries.q"
+    assert on.retention == {"pays": 86_400_000.0, "uses": math.inf}
+    assert on.allowed_lateness == 10_000.0
+    assert on.watermark_outliers == 2
+    assert on.emit == "appearances"
+    assert on.output_fields == ["amount"]
+
+
+def test_event_time_values_render_to_the_service_settings(render: Render, tmp_path: Path) -> None:
+    """``config.retention`` is a map rendered as SGM_RETENTION's string; the lateness is ms or a
+    duration; empty and null leave the service's defaults."""
+    docs = render(
+        "--set",
+        "config.retention.transfer=90m",
+        "--set",
+        "config.retention.logins=forever",
+        "--set",
+        "config.allowed_lateness=2500",
+        "--set",
+        "config.watermark_outliers=0",
+    )
+    config = yaml.safe_load(one(docs, "ConfigMap", "-config")["data"]["config.yaml"])
+    assert config["retention"] == "logins=forever,transfer=90m"
+    settings = rendered_settings(docs, tmp_path)
+    assert settings.retention == {"transfer": 5_400_000.0, "logins": math.inf}
+    assert settings.allowed_lateness == 2_500.0
+    assert settings.watermark_outliers == 0
+    for args in [(), ("--set", "config.retention=null", "--set", "config.allowed_lateness=null")]:
+        settings = rendered_settings(render(*args), tmp_path)
+        assert settings.retention == {}
+        assert settings.allowed_lateness == 5_000.0
+        assert settings.watermark_outliers == 1
 
 
 def test_every_setting_is_a_value_with_the_service_default() -> None:
@@ -251,6 +283,10 @@ def test_bad_values_are_refused_with_a_message(helm_bin: Path) -> None:
         "config.log_level=LOUD": "log_level",
         "image.pullPolicy=Sometimes": "pullPolicy",
         "podDisruptionBudget.minAvailable=1": "not both",
+        "config.retention.transfer=1day": "/config/retention/transfer",
+        "config.allowed_lateness=soon": "allowed_lateness",
+        "config.watermark_outliers=-1": "watermark_outliers",
+        "prometheusRule.lateShare=5": "lateShare",
     }
     for setting, message in cases.items():
         err = helm(
@@ -386,7 +422,17 @@ def test_promtool_checks_the_alert_rules(
         "SubgraphMonitorDeadLetters",
         "SubgraphMonitorTransactionsAborting",
         "SubgraphMonitorRestarting",
+        "SubgraphMonitorNotReady",
+        "SubgraphMonitorWatermarkStalled",
+        "SubgraphMonitorLateEvents",
     } <= set(names)
+    exprs = {
+        r["alert"]: r["expr"]
+        for g in yaml.safe_load(path.read_text())["groups"]
+        for r in g["rules"]
+    }
+    assert "offset 30m" in exprs["SubgraphMonitorWatermarkStalled"], "watermarkStalledMinutes"
+    assert exprs["SubgraphMonitorLateEvents"].endswith("> 0.01"), "lateShare"
 
 
 def test_alerts_fire_on_their_condition_and_stay_quiet_otherwise(
@@ -403,10 +449,14 @@ def test_alerts_fire_on_their_condition_and_stay_quiet_otherwise(
     path = tmp_path / "rules.yaml"
     path.write_text(yaml.safe_dump({"groups": groups}))
     sel = 'namespace="streams", job="sgm-subgraph-monitor", pod="sgm-subgraph-monitor-0"'
+    late = f"subgraph_monitor_dead_letters_total{{{sel}, reason='late'}}"
     healthy = {
         f"subgraph_monitor_consumer_lag{{{sel}, topic='edges', partition='0'}}": "10+0x60",
         f"subgraph_monitor_last_committed_epoch_timestamp_seconds{{{sel}}}": "0+60x60",
         f"subgraph_monitor_dead_letters_total{{{sel}, reason='json'}}": "0+0x60",
+        late: "0+0x60",
+        f"subgraph_monitor_updates_consumed_total{{{sel}, topic='edges'}}": "0+600x60",
+        f"subgraph_monitor_watermark_seconds{{{sel}}}": "0+60x60",
         f"subgraph_monitor_transactions_aborted_total{{{sel}}}": "0+0x60",
         f"process_start_time_seconds{{{sel}}}": "0+0x60",
         f"subgraph_monitor_ready{{{sel}}}": "1+0x60",
@@ -415,7 +465,11 @@ def test_alerts_fire_on_their_condition_and_stay_quiet_otherwise(
     def case(overrides: dict[str, str], fire: str | None, at: str = "59m") -> dict[str, Any]:
         series = {**healthy}
         for metric, values in overrides.items():
-            key = next(k for k in series if k.startswith(metric + "{"))
+            key = (
+                metric
+                if metric in series
+                else next(k for k in series if k.startswith(metric + "{"))
+            )
             series[key] = values
         alerts: list[dict[str, Any]] = [
             {
@@ -430,6 +484,8 @@ def test_alerts_fire_on_their_condition_and_stay_quiet_otherwise(
                 "SubgraphMonitorTransactionsAborting",
                 "SubgraphMonitorRestarting",
                 "SubgraphMonitorNotReady",
+                "SubgraphMonitorWatermarkStalled",
+                "SubgraphMonitorLateEvents",
             )
         ]
         return {
@@ -465,6 +521,29 @@ def test_alerts_fire_on_their_condition_and_stay_quiet_otherwise(
                 "SubgraphMonitorRestarting",
             ),
             case({"subgraph_monitor_ready": "1+0x30 0+0x30"}, "SubgraphMonitorNotReady"),
+            # The watermark stops at minute 30 while updates keep coming.
+            case(
+                {"subgraph_monitor_watermark_seconds": "0+60x30 1800+0x30"},
+                "SubgraphMonitorWatermarkStalled",
+            ),
+            # ... not while the input is idle too, nor before any event with a ts arrived.
+            case(
+                {
+                    "subgraph_monitor_watermark_seconds": "0+60x30 1800+0x30",
+                    "subgraph_monitor_updates_consumed_total": "0+600x30 18000+0x30",
+                },
+                None,
+            ),
+            case({"subgraph_monitor_watermark_seconds": "_x60"}, None),
+            # A watermark that advanced 10 minutes ago is not stalled for 15.
+            case(
+                {"subgraph_monitor_watermark_seconds": "0+0x40 2400+60x9 2940+0x10"},
+                None,
+            ),
+            # 100 of 600 updates a minute late from minute 40 (also no DeadLetters for them) ...
+            case({late: "0+0x40 100+100x19"}, "SubgraphMonitorLateEvents"),
+            # ... but 10 of 600 is within the share.
+            case({late: "0+10x60"}, None),
         ],
     }
     # promtool compares labels exactly: fill each expected alert's labels from the rule.

@@ -265,7 +265,8 @@ def test_builder_stage_rehearsal(tmp_path: Path) -> None:
         check=True,
     )
     assert run.stdout.splitlines() == [
-        '{"query":"triangle","epoch":1,"diff":1,"match":{"a1":1,"a2":2,"a3":3}}'
+        '{"query":"triangle","epoch":1,"diff":1,"match":{"a1":1,"a2":2,"a3":3},'
+        '"match_id":"769ce55d4005dc3f"}'
     ], run.stderr
     after = {f: f.stat().st_mtime_ns for f in venv.rglob("*") if f.is_file()}
     assert after == before, "the run wrote into the image: a read-only root filesystem breaks it"

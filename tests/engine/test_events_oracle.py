@@ -365,16 +365,20 @@ def check_epochs(
     make_batch: Callable[[list[Any], int], UpdateBatch],
     ops: list[Any],
     cuts: list[int],
-) -> None:
+    settings: Settings | None = None,
+) -> list[list[Any]]:
     """Run ``ops`` in epochs cut at ``cuts``; after every epoch the accumulated deltas equal
     the brute force over ``model``, each binding at most once per epoch, running sums in
-    {0, 1}."""
-    processor = EpochProcessor(queries, Settings())
+    {0, 1}. Returns each epoch's output rows, in order (query, vertices, events' columns,
+    diff)."""
+    processor = EpochProcessor(queries, settings or Settings())
+    outputs = []
     current: Counter[tuple[str, tuple[tuple[int, ...], tuple[str, ...]]]] = Counter()
     bounds = sorted({0, len(ops), *(c for c in cuts if c < len(ops))})
     for lo, hi in itertools.pairwise(bounds):
         out = processor.process(make_batch(ops[lo:hi], lo))
         processor.commit()
+        outputs.append([row for q in out.queries for row in rows(q)])
         seen = set()
         for name, binding, diff in deltas(out.queries):
             assert (name, binding) not in seen, f"{name} {binding} twice in one epoch"
@@ -386,6 +390,22 @@ def check_epochs(
         for query in queries:
             got = {b for (n, b), c in current.items() if n == query.name and c}
             assert got == brute_force(model, query), f"{query.name} after ops {lo}..{hi}"
+    return outputs
+
+
+def rows(out: Any) -> list[tuple[Any, ...]]:
+    """An epoch's output of one query as rows: query, vertices, per edge variable its event's
+    columns, diff (in output order)."""
+    edges = [{k: v.tolist() for k, v in e.items()} for e in out.edges.values()]
+    return [
+        (
+            out.query,
+            tuple(c[i] for c in out.columns),
+            tuple(tuple((k, v[i]) for k, v in e.items()) for e in edges),
+            int(out.diff[i]),
+        )
+        for i in range(len(out))
+    ]
 
 
 def test_the_oracle_sees_matches() -> None:

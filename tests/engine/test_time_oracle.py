@@ -3,11 +3,14 @@ a number times a field (``t2.amount >= 0.9 * t1.amount``) and ``within``.
 
 Tiny random multigraphs of timestamped events (some without ``ts``), inserts and deletes by id,
 random epoch boundaries; after every epoch the accumulated deltas equal the brute force over the
-events present, each binding at most once per epoch, every running sum in {0, 1}.
+events present, each binding at most once per epoch, every running sum in {0, 1}. Events live
+until deleted here (retention ``none``): windows, expiry and lateness are
+``tests/engine/test_window_oracle.py``'s.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -17,9 +20,12 @@ from hypothesis import strategies as st
 from core.fields import to_column
 from core.records import EventUpdates, UpdateBatch
 from monitor.query.parser import parse_queries
+from monitor.service.settings import Settings
 from tests.engine.test_events_oracle import Model, brute_force, check_epochs
 
 MINUTE = 60_000
+#: Events live until deleted: these tests check the predicates, not the window.
+FOREVER = Settings(retention={"transfer": math.inf})
 QUERIES = parse_queries(
     """
     layering(a, b, c) := transfer(a, b) as t1, transfer(b, c) as t2, transfer(c, a) as t3,
@@ -111,7 +117,7 @@ def batch(ops: list[tuple[Any, ...]], first_seq: int) -> UpdateBatch:
 def test_time_predicates_match_the_brute_force_after_every_epoch(
     ops: list[tuple[Any, ...]], cuts: list[int]
 ) -> None:
-    check_epochs(QUERIES, TimedModel(), batch, ops, cuts)
+    check_epochs(QUERIES, TimedModel(), batch, ops, cuts, FOREVER)
 
 
 def test_the_time_oracle_sees_matches() -> None:

@@ -79,6 +79,43 @@ def test_against_a_dict(batches: list[list[object]], adds: list[bool], bits: int
     check_batches(IdMap(hash_bits=bits), batches, adds[: len(batches)])
 
 
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(ids, max_size=60, unique_by=lambda v: (type(v), v)),
+    st.data(),
+    st.sampled_from([64, 3]),
+)
+def test_a_subset_keeps_the_ids_of_its_slots_in_order(
+    values: list[object], data: st.DataObject, bits: int
+) -> None:
+    """Compaction keeps some slots' ids: slot ``i`` of the subset is the ``i``-th kept id, the
+    others are unknown, and new ids go after (string, integer and mixed ids; collisions)."""
+    idmap = IdMap(hash_bits=bits)
+    slots = idmap.encode(column(values)).tolist()
+    by_slot = [values[slots.index(s)] for s in range(len(values))]
+    keep = sorted(data.draw(st.sets(st.integers(0, 59))) & set(range(len(values))))
+    subset = idmap.subset(np.array(keep, np.int32))
+    kept = [by_slot[s] for s in keep]
+    assert len(subset) == len(kept)
+    every = np.arange(len(kept), dtype=np.int32)
+    assert [(type(v), v) for v in subset.decode(every).tolist()] == [(type(v), v) for v in kept]
+    assert subset.encode(column(by_slot), add=False).tolist() == [
+        keep.index(s) if s in keep else -1 for s in range(len(values))
+    ]
+    assert subset.encode(column(["a-brand-new-id"])).tolist() == [len(kept)]  # 13+ characters
+    restored = IdMap()
+    restored.restore(subset.export())
+    assert [(type(v), v) for v in restored.decode(every).tolist()] == [(type(v), v) for v in kept]
+
+
+def test_a_subset_holds_arrays_for_its_ids_only() -> None:
+    idmap = IdMap()
+    idmap.encode(column([f"transaction-{i}" for i in range(200_000)]))
+    subset = idmap.subset(np.arange(0, 200_000, 100, dtype=np.int32))
+    assert subset.nbytes * 50 < idmap.nbytes
+    assert subset.decode(np.array([0, 1999])).tolist() == ["transaction-0", "transaction-199900"]
+
+
 def test_strings_only_keep_no_values_and_ints_only_no_text() -> None:
     strings, ints = IdMap(), IdMap()
     strings.encode(column([f"tx-{i}" for i in range(5000)]))

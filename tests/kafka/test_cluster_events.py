@@ -1,6 +1,7 @@
 """Events in scale-out against a real broker: three workers, one killed inside a transaction and
 one added on a new volume (rebuilt from the changelog, events and all), publish per epoch what a
-single worker would, every record a real transition, ending at the brute-force oracle's matches.
+single worker would, every record a real transition, ending at the brute-force oracle's matches;
+event stores are compacted along the way.
 """
 
 from __future__ import annotations
@@ -29,21 +30,32 @@ pytestmark = pytest.mark.kafka
 
 EDGES = {q.name: q.edges for q in QUERIES}
 Binding = tuple[str, tuple[object, ...], tuple[str, ...]]
-ENV = {"SGM_UNDIRECTED": "false", "SGM_BATCH_SIZE": "120"}
+#: Event stores are compacted every few epochs (a small minimum): workers compact at the same
+#: epochs, and a worker rebuilt from the changelog at its own.
+COMPACTION_MIN = 50
+ENV = {
+    "SGM_UNDIRECTED": "false",
+    "SGM_BATCH_SIZE": "120",
+    "SGM_EVENT_COMPACTION_MIN": str(COMPACTION_MIN),
+}
 
 
-def binding(row: dict[str, object]) -> Binding:
+def binding(row: dict[str, object], names: dict[str, tuple[str, ...]] = EDGES) -> Binding:
     query = str(row["query"])
     edges: dict[str, dict[str, object]] = row["edges"]  # type: ignore[assignment]
     vertices = tuple(row["match"].values())  # type: ignore[attr-defined]
-    return query, vertices, tuple(str(edges[e]["id"]) for e in EDGES[query])
+    return query, vertices, tuple(str(edges[e]["id"]) for e in names[query])
 
 
-def single_worker(w: Workers) -> dict[int, set[tuple[Binding, int]]]:
+def single_worker(
+    w: Workers, settings: Settings | None = None
+) -> dict[int, set[tuple[Binding, int]]]:
     """The single worker's deltas of every epoch the control topic defines."""
     records = read_all(w.bootstrap, w.input, 6)
-    settings = Settings(batch_size=120)
-    processor = EpochProcessor(load_queries(str(w.tmp / "queries.q")), settings)
+    settings = settings or Settings(batch_size=120, event_compaction_min=COMPACTION_MIN)
+    queries = load_queries(str(w.tmp / "queries.q"))
+    names = {q.name: q.edges for q in queries}
+    processor = EpochProcessor(queries, settings)
     out: dict[int, set[tuple[Binding, int]]] = {}
     for spec in control_epochs(w):
         messages = {
@@ -54,7 +66,7 @@ def single_worker(w: Workers) -> dict[int, set[tuple[Binding, int]]]:
         processor.commit()
         deltas: set[tuple[Binding, int]] = set()
         for q in epoch.queries:
-            ids = [q.edges[e]["id"].tolist() for e in EDGES[q.query]]
+            ids = [q.edges[e]["id"].tolist() for e in names[q.query]]
             vertices = [c.tolist() for c in q.columns]
             for i, diff in enumerate(q.diff.tolist()):
                 events = tuple(str(column[i]) for column in ids)

@@ -4,13 +4,15 @@ Static: the JSON parses, every panel has an id (unique), a position and queries,
 filters by the ``namespace`` and ``pod`` variables and reads only metrics the service exports.
 
 Live: ``subgraph-monitor serve`` runs against the real broker on a 3-partition topic fed in
-waves (edges and some garbage, so there are dead letters), scraped every second by a real
-Prometheus that adds ``namespace`` and ``pod`` as the ServiceMonitor does. Every panel query,
-with the Grafana variables filled in, must be accepted and return a series with a value, as an
-instant query and (time-series panels) as a range query over the scraped window; every legend
-label must be on the series; the template variables' ``label_values`` must resolve. The alert
-rules of the chart's PrometheusRule (rendered by helm) go through the same Prometheus: each
-expression must be accepted, and every metric it reads must have series from the service.
+waves (edges; timed events of a windowed query, so that the watermark advances and events
+expire; late and untimed events and some garbage, so that there are dead letters), scraped
+every second by a real Prometheus that adds ``namespace`` and ``pod`` as the ServiceMonitor
+does. Every panel query, with the Grafana variables filled in, must be accepted and return a
+series with a value, as an instant query and (time-series panels) as a range query over the
+scraped window; every legend label must be on the series; the template variables'
+``label_values`` must resolve. The alert rules of the chart's PrometheusRule (rendered by helm)
+go through the same Prometheus: each expression must be accepted, and every metric it reads
+must have series from the service.
 """
 
 from __future__ import annotations
@@ -132,6 +134,7 @@ def test_the_dashboard_is_well_formed() -> None:
         "Kafka",
         "Index and memory",
         "Events",
+        "Event time",
         "Health",
     ]
     for panel in panels:
@@ -221,15 +224,23 @@ def test_metric_names_parses_promql() -> None:
 
 # --- live ------------------------------------------------------------------------------------
 
-#: An event query beside the tuple queries, so that the Events row has data.
-EVENT_QUERY = "big(a, b) := transfer(a, b) as t, t.amount >= 10.\n"
+#: A windowed event query beside the tuple queries, so that the Events and Event time rows have
+#: data: transfer events live 3 s after their ts (the query's span), so they expire during the
+#: test.
+EVENT_QUERY = (
+    "relay(a, b, c) := transfer(a, b) as t1, transfer(b, c) as t2, t1.amount >= 10,"
+    " t1.ts <= t2.ts, within 3s.\n"
+)
+#: The watermark stays this far behind the latest event time (the service's SGM_ALLOWED_LATENESS).
+ALLOWED_LATENESS = "1s"
 
 
 def _produce_waves(
     bootstrap: str, topic: str, stop: threading.Event, produced: list[int]
 ) -> threading.Thread:
-    """Produce edge records, a few transfer events (one with a field of the wrong type, one
-    delete without an id) and two garbage records per wave, in waves until ``stop``."""
+    """Produce edge records, a few transfer events timed now (and one an hour old: late once
+    the watermark is known, one without a time, one with a field of the wrong type, one delete
+    without an id) and two garbage records per wave, in waves until ``stop``."""
     records = stream_records(12_000, seed=21)
     rng = np.random.default_rng(22)
     small_garbage = [g for g in GARBAGE if len(g) < 1000]
@@ -243,17 +254,24 @@ def _produce_waves(
                 producer.produce(topic, value=json.dumps(record).encode(), key=edge_key(record))
             for i in rng.integers(0, len(small_garbage), 2):
                 producer.produce(topic, value=small_garbage[int(i)])
+            now = int(time.time() * 1000)
             events = [
-                {"relation": "transfer", "id": f"tx-{lo}-{k}", "src": k, "dst": k + 1}
+                {"relation": "transfer", "id": f"tx-{lo}-{k}", "src": k, "dst": k + 1, "ts": now}
                 | {"amount": float(rng.lognormal(3, 1)), "channel": "wire"}
                 for k in range(5)
             ]
+            tx = {"relation": "transfer", "src": 1, "dst": 2, "amount": 50.0}
             events += [
-                {"relation": "transfer", "id": f"tx-{lo}-bad", "src": 1, "dst": 2, "amount": "x"},
+                tx | {"id": f"tx-{lo}-late", "ts": now - 3_600_000},
+                tx | {"id": f"tx-{lo}-untimed"},
+                tx | {"id": f"tx-{lo}-bad", "ts": now, "amount": "x"},
                 {"op": "delete", "relation": "transfer"},
             ]
             for event in events:
-                producer.produce(topic, value=json.dumps(event).encode())
+                # Keyed by source: every partition that gets an old event also gets current
+                # ones, so none holds the watermark an hour back.
+                key = f"transfer:{event.get('src')}".encode()
+                producer.produce(topic, value=json.dumps(event).encode(), key=key)
             producer.flush(30)
             produced[0] += min(150, len(records) - lo) + 2 + len(events)
             stop.wait(0.6)
@@ -293,6 +311,7 @@ def served(
         SGM_HTTP_PORT=str(port),
         SGM_BATCH_SIZE="50",
         SGM_MAX_BATCH_DELAY_MS="200",
+        SGM_ALLOWED_LATENESS=ALLOWED_LATENESS,
     )
     (svc.tmp / "queries.q").write_text(QUERIES + EVENT_QUERY)
     svc.start()
@@ -328,6 +347,9 @@ def test_every_dashboard_query_returns_data_from_a_live_service(
         sel = ",".join(f'{k}="{v}"' for k, v in LABELS.items())
         prometheus.wait_for_samples(f"subgraph_monitor_index_edges{{{sel}}}", SCRAPED_SECONDS)
         prometheus.wait_for_samples(f"subgraph_monitor_dead_letters_total{{{sel}}}", 5)
+        # The watermark exists once timed events flowed; expired events once it passed them.
+        prometheus.wait_for_samples(f"subgraph_monitor_watermark_seconds{{{sel}}}", 5)
+        prometheus.wait_for_samples(f"subgraph_monitor_events_expired_total{{{sel}}}", 5)
         end = time.time()
         window = f"{int(end - started)}s"
         variables = {
@@ -368,6 +390,11 @@ def test_every_dashboard_query_returns_data_from_a_live_service(
                 for label in sorted(legend_labels(target)):
                     if series and not all(label in s for s in series):
                         failures.append(f"{title}: legend label {label!r} not on {series}")
+        # The event time is kept per input partition (topic:partition), here 3 of them.
+        lags = query_series(prometheus.url, f"subgraph_monitor_event_time_lag_seconds{{{sel}}}")
+        partitions = {s.get("partition", "") for s in lags}
+        if not partitions or not all(p.startswith(f"{svc.input}:") for p in partitions):
+            failures.append(f"event-time lag: partitions {sorted(partitions)}, not the input's")
         for name, label, match in variable_queries(dashboard):
             found = prometheus.api(
                 f"label/{label}/values", **{"match[]": substitute_grafana(match, variables)}

@@ -1,5 +1,6 @@
 """Events through ``run --state-dir``, killed at any moment and rerun: the output file holds every
-delta exactly once, and the stored events are the oracle's.
+delta exactly once, and the stored events are the oracle's; event stores are compacted between
+the kills (and killed while a compacted relation is rewritten).
 
 A JSON stream of transfers (string ids, parallel events, number and string fields, deletes by
 id, events without an id), plain tuples and labels runs with a state directory and an output
@@ -31,7 +32,14 @@ from tests.service.test_crash_recovery import kill_at_random
 
 ROOT = Path(__file__).resolve().parents[2]
 QUERY_TEXT = "\n".join(str(q) for q in QUERIES)
-ENV = {"SGM_BATCH_SIZE": "40", "SGM_SNAPSHOT_RATIO": "0.5", "SGM_SNAPSHOT_MIN_BYTES": "30000"}
+#: Event stores are compacted every few hundred records (a small minimum), between kills.
+COMPACTION_MIN = 100
+ENV = {
+    "SGM_BATCH_SIZE": "40",
+    "SGM_SNAPSHOT_RATIO": "0.5",
+    "SGM_SNAPSHOT_MIN_BYTES": "30000",
+    "SGM_EVENT_COMPACTION_MIN": str(COMPACTION_MIN),
+}
 
 
 def make_stream(path: Path, seed: int = 3, n: int = 12_000) -> Model:
@@ -41,14 +49,24 @@ def make_stream(path: Path, seed: int = 3, n: int = 12_000) -> Model:
     return model
 
 
-def job(tmp: Path, stream: Path, name: str, env: dict[str, str] | None = None, wait: bool = True):  # type: ignore[no-untyped-def]
-    (tmp / "q.q").write_text(QUERY_TEXT)
+def job(  # type: ignore[no-untyped-def]
+    tmp: Path,
+    stream: Path,
+    name: str,
+    env: dict[str, str] | None = None,
+    wait: bool = True,
+    queries: str = QUERY_TEXT,
+    base: dict[str, str] = ENV,
+    quiet: bool = True,
+):
+    """``run`` with a state directory and an output file named ``name`` in ``tmp``."""
+    (tmp / "q.q").write_text(queries)
     args = [sys.executable, "-m", "monitor", "run", "-q", str(tmp / "q.q"), "--edges", str(stream)]
     args += ["--state-dir", str(tmp / f"{name}.state"), "--output", str(tmp / f"{name}.jsonl")]
     proc = subprocess.Popen(
-        [*args, "--quiet"],
+        [*args, "--quiet"] if quiet else args,
         cwd=ROOT,
-        env={**os.environ, **ENV, **(env or {})},
+        env={**os.environ, **base, **(env or {})},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
@@ -67,8 +85,12 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Mod
     return stream, tmp / "ref.jsonl", model
 
 
+def records(stream: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in stream.read_text().splitlines()]
+
+
 def test_the_uninterrupted_output_is_the_oracles(reference: tuple[Path, Path, Model]) -> None:
-    _, ref, model = reference
+    stream, ref, model = reference
     current: Counter[tuple[str, tuple[tuple[int, ...], tuple[str, ...]]]] = Counter()
     for line in ref.read_text().splitlines():
         row = json.loads(line)
@@ -89,6 +111,13 @@ def test_the_uninterrupted_output_is_the_oracles(reference: tuple[Path, Path, Mo
     ).stdout.decode()
     live = len(model.events)
     assert f"transfer             events   {live:>12,} live  fields amount (number), " in inspect
+    processor = EpochProcessor([], Settings())
+    with StateStore.open(ref.parent / "ref.state", read_only=True) as store:
+        store.load(processor.index)
+    stored = processor.index.event_stores["transfer"]
+    inserted = sum(r.get("relation") == "transfer" and "op" not in r for r in records(stream))
+    # Compacted: at most max(live, minimum) dead eids, where every insert would be an eid.
+    assert stored.size - live <= max(live, COMPACTION_MIN) and 3 * stored.size < inserted
 
 
 def stored_events(state: Path) -> dict[str, tuple[int, int, dict[str, object]]]:
@@ -113,6 +142,7 @@ def stored_events(state: Path) -> dict[str, tuple[int, int, dict[str, object]]]:
         ("after_output_sync", 55),
         ("before_store_write", 80),
         ("snapshot_built", 2),
+        ("event_relation_rewritten", 3),
         ("after_epoch_commit", 120),
     ],
 )

@@ -4,6 +4,7 @@ consumer lag read from a librdkafka statistics document."""
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 from importlib.metadata import version
 from typing import Any
@@ -313,3 +314,25 @@ def test_samples_have_no_created_series() -> None:
         if isinstance(s, Sample)
     }
     assert not {n for n in names if n.endswith("_created")}
+
+
+def test_event_time_families_follow_the_epochs_and_the_lag_grows_with_the_clock() -> None:
+    metrics = Metrics()
+    ns = "subgraph_monitor_"
+    metrics.time.epoch(-float("inf"), {"payments:0": -float("inf")}, {}, {})
+    assert value(metrics, ns + "watermark_seconds") == 0  # unknown: never set
+    now_ms = time.time() * 1000.0
+    marks = {"payments:0": now_ms - 60_000.0, "payments:1": now_ms - 5_000.0}
+    metrics.time.epoch(now_ms - 60_000.0, marks, {"transfer": 3}, {"transfer": 2})
+    metrics.time.epoch(now_ms - 60_000.0, marks, {"transfer": 1}, {})
+    assert value(metrics, ns + "watermark_seconds") == (now_ms - 60_000.0) / 1000.0
+    assert (
+        value(metrics, ns + "partition_watermark_seconds", partition="payments:1")
+        == (now_ms - 5_000.0) / 1000.0
+    )
+    assert value(metrics, ns + "events_expired_total", relation="transfer") == 4
+    assert value(metrics, ns + "events_late_total", relation="transfer") == 2
+    lag = value(metrics, ns + "event_time_lag_seconds", partition="payments:0")
+    assert 59.0 <= lag < 120.0
+    time.sleep(0.05)
+    assert value(metrics, ns + "event_time_lag_seconds", partition="payments:0") > lag

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -88,3 +89,22 @@ def test_kafka_secrets_dir_is_merged_and_masked(tmp_path: Path) -> None:
 def test_missing_kafka_secrets_dir_is_a_settings_error(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="kafka_secrets_dir"):
         Settings(kafka_secrets_dir=str(tmp_path / "absent"))
+
+
+def test_event_time_settings_from_a_file_the_environment_and_flags(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("retention:\n  transfer: 24h\n  logins: none\n  x: 1500\n")
+    assert load_settings(str(config)).retention == {
+        "transfer": 86_400_000,
+        "logins": math.inf,
+        "x": 1500,
+    }
+    monkeypatch.setenv("SGM_RETENTION", "transfer=1h")
+    monkeypatch.setenv("SGM_ALLOWED_LATENESS", "10s")
+    settings = load_settings(str(config))
+    assert settings.retention == {"transfer": 3_600_000} and settings.allowed_lateness == 10_000
+    assert load_settings(allowed_lateness="250").allowed_lateness == 250
+    with pytest.raises(ValueError, match="transfer=24h"):
+        load_settings(retention="transfer")

@@ -79,6 +79,16 @@ app.kubernetes.io/part-of: subgraph-monitor
 {{- $_ := set $config $key $value -}}
 {{- end -}}
 {{- end -}}
+{{- /* The retention map goes in as SGM_RETENTION's string, relation=duration,...: the
+service parses durations from that string, not from a map's values. */ -}}
+{{- $retention := .Values.config.retention -}}
+{{- if $retention -}}
+{{- $pairs := list -}}
+{{- range $relation, $duration := $retention -}}
+{{- $pairs = append $pairs (printf "%s=%s" $relation $duration) -}}
+{{- end -}}
+{{- $_ := set $config "retention" (join "," $pairs) -}}
+{{- end -}}
 {{- $group := default "subgraph-monitor" .Values.config.group_id -}}
 {{- $_ := set $config "control_topic" (default (printf "%s-control" $group) .Values.config.control_topic) -}}
 {{- $_ := set $config "state_dir" (printf "%s/state" (include "sgm.stateMount" .)) -}}

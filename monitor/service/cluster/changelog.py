@@ -22,6 +22,7 @@ from confluent_kafka import (
 from confluent_kafka import TopicPartition as TP
 
 from connectors.events import EventRecord, FieldTypes, decode_event
+from connectors.kafka import CLOCK_KEY
 from connectors.kafka_records import Partition, updates_batch
 from connectors.kafka_retry import (
     committed_offsets,
@@ -93,10 +94,14 @@ def rebuild_from_changelog(
             present[message.key() or b""] = message.value()
     finally:
         probe.close()
-    processor.preload(_live(present, processor.field_types))
+    processor.preload(_live(present, processor.field_types), timed=False)
     processor.index.commit()
+    processor.clock.restore({"watermark": None, "top": _clock(present)})
     processor.epoch = frontier.epoch
-    position = {"cluster": {"control": frontier.offset + 1, **ends_json(frontier.ends)}}
+    position = {
+        "cluster": {"control": frontier.offset + 1, **ends_json(frontier.ends)},
+        "clock": processor.clock.to_dict(),
+    }
     meta = StoredMeta(
         epoch=frontier.epoch, position=position, queries=meta.queries, settings=meta.settings
     )
@@ -114,6 +119,16 @@ def rebuild_from_changelog(
     return meta
 
 
+def _clock(present: Mapping[bytes, bytes | None]) -> dict[str, list[float]]:
+    """Per input partition the event times its last clock record holds."""
+    out = {}
+    for key, value in present.items():
+        decoded: list[Any] = orjson.loads(key)
+        if decoded[0] == CLOCK_KEY and value is not None:
+            out[str(decoded[1])] = [float(t) for t in orjson.loads(value)["times"]]
+    return out
+
+
 def _live(present: Mapping[bytes, bytes | None], types: FieldTypes | None) -> UpdateBatch:
     """The live tuples (key ``[relation, [ids]]``) and events (key ``[relation, id]``, the
     event in the value) of the changelog's last records, as one batch."""
@@ -124,6 +139,8 @@ def _live(present: Mapping[bytes, bytes | None], types: FieldTypes | None) -> Up
             continue
         decoded: list[Any] = orjson.loads(key)
         relation = str(decoded[0])
+        if relation == CLOCK_KEY:
+            continue
         if isinstance(decoded[1], list):
             updates.append(Update(relation, tuple(decoded[1]), 1))
             continue

@@ -111,6 +111,11 @@ def decode_epoch(
                 found,
             )
     batch = updates_batch(updates, found, 0, events)
+    batch.times = {
+        key: np.asarray(times, np.float64)
+        for part in polled.values()
+        for key, times in part.times.items()
+    }
     return EpochInput(batch, partitions, bounds, polled)
 
 
@@ -219,7 +224,10 @@ class Worker:
             self.processor.abort()
             return
         self.processor.commit()
-        position = {"cluster": {"control": spec.offset + 1, **ends_json(spec.ends)}}
+        position = {
+            "cluster": {"control": spec.offset + 1, **ends_json(spec.ends)},
+            "clock": self.processor.clock.to_dict(),
+        }
         previous = self.store.meta or StoredMeta()
         meta = StoredMeta(
             epoch=spec.epoch,
@@ -239,6 +247,9 @@ class Worker:
             self.processor.index.nbytes,
         )
         self.metrics.events(self.processor.events.stored(), self.processor.events.field_bytes())
+        self.metrics.time.epoch(
+            staged.watermark, self.processor.clock.partitions(), staged.expired_by, staged.late_by
+        )
         log.info(
             "epoch committed",
             extra={
@@ -254,7 +265,11 @@ class Worker:
         )
 
     def _write_changelog(
-        self, epoch: int, changes: Mapping[str, Change], events: Mapping[str, EventChanges]
+        self,
+        epoch: int,
+        changes: Mapping[str, Change],
+        events: Mapping[str, EventChanges],
+        mine: set[Partition],
     ) -> None:
         """The owned changes of the epoch's tuples and events (never of the relations derived
         from events: a rebuild derives them again)."""
@@ -265,6 +280,9 @@ class Worker:
             if name not in index.derived:
                 columns = [decode(c) for c in change.columns]
                 self.sink.write_changelog(topic, name, epoch, columns, change.diff)
+        owned = {partition_key(p) for p in mine}
+        for partition, times in sorted(self.processor.clock.staged_times(owned).items()):
+            self.sink.write_clock_changelog(topic, epoch, partition, times)
         for name, store in sorted(index.event_stores.items()):
             changed = events.get(name)
             if changed is not None:
@@ -296,12 +314,15 @@ class Worker:
         try:
             self.sink.begin()
             for q in outputs:
-                self.sink.write_deltas(q.query, spec.epoch, q.variables, q.columns, q.diff, q.edges)
+                self.sink.write_deltas(
+                    q.query, spec.epoch, q.variables, q.columns, q.diff, q.edges, q.extra
+                )
+            refused = {p: data.polled[p].refused(0, staged.late) for p in mine}
             for p in sorted(mine):
-                for letter in data.polled[p].dead_letters:
+                for letter in [*data.polled[p].dead_letters, *refused[p]]:
                     self.sink.write_dead_letter(letter)
             self._write_changelog(
-                spec.epoch, changes, owned_events(staged.event_changes, data, mine)
+                spec.epoch, changes, owned_events(staged.event_changes, data, mine), mine
             )
             self.sink.flush()  # on the broker, in the open transaction (commit would flush too)
             failpoint("worker_before_commit")
@@ -325,7 +346,7 @@ class Worker:
             polled = data.polled[p]
             for topic, n in polled.per_topic.items():
                 self.metrics.consumed(topic, n)
-            for letter in polled.dead_letters:
+            for letter in [*polled.dead_letters, *refused[p]]:
                 self.metrics.dead_letter(letter.category)
         for q in outputs:
             plus = int((q.diff > 0).sum())

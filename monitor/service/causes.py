@@ -1,0 +1,98 @@
+"""Why a match disappeared: ``"deleted"`` or ``"expired"``.
+
+An epoch applies its updates, then the expiries its watermark brings. A match retracted in the
+epoch is retracted because of a deletion when it would not hold after the updates alone (some
+event or tuple it needs was deleted), and because of an expiry otherwise (it held until the
+window moved). Per atom of the query, whole columns at a time:
+
+- an atom with an edge variable needs its event: deleted by id in the epoch means ``deleted``;
+- an atom without one over an event relation needs its pair: gone from the pairs in the epoch,
+  with no event of the pair expiring in it, means ``deleted`` (the pair's last events were);
+- an atom over a tuple relation (which never expires) needs its tuple: gone means ``deleted``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from core.fields import selection_name
+from monitor.index.event_relations import EventIndex
+from monitor.index.graph import Change
+from monitor.index.levels import I32
+from monitor.query.ast import Query
+
+EXPIRED, DELETED = "expired", "deleted"
+
+
+def causes(
+    query: Query,
+    columns: Sequence[I32],
+    diff: npt.NDArray[np.integer],
+    events: EventIndex,
+    changes: Mapping[str, Change],
+) -> npt.NDArray[np.object_]:
+    """Per row of ``query``'s deltas (dense columns: the head, then the edge variables), its
+    cause when it is a -1 (``None`` for +1 rows)."""
+    out = np.full(diff.shape[0], None, dtype=object)
+    gone = np.flatnonzero(diff < 0)
+    if not gone.shape[0]:
+        return out
+    deleted = np.zeros(gone.shape[0], np.bool_)
+    if events.expired:  # else every retraction comes from the epoch's deletions
+        at = {name: k for k, name in enumerate((*query.head, *query.edges))}
+        for atom in query.atoms:
+            if any(v not in at for v in atom.variables):  # not bound in the output: assume so
+                deleted[:] = True
+                break
+            if atom.edge is not None:
+                eids = columns[at[atom.edge]][gone]
+                deleted |= np.isin(eids, _deleted_events(events, atom.relation))
+                continue
+            rows = [columns[at[v]][gone] for v in atom.variables]
+            if atom.relation in events.stores:
+                name = selection_name(atom.relation, ())
+                lost = _rows_in(rows, _removed(changes.get(name)))
+                deleted |= lost & ~_rows_in(rows, _expired_pairs(events, atom.relation))
+            else:
+                deleted |= _rows_in(rows, _removed(changes.get(atom.relation)))
+    else:
+        deleted[:] = True
+    out[gone] = np.where(deleted, DELETED, EXPIRED)
+    return out
+
+
+def _deleted_events(events: EventIndex, relation: str) -> I32:
+    """Eids of ``relation`` deleted by id in the staged epoch (not expired)."""
+    changed = events.changed.get(relation)
+    if changed is None:
+        return np.empty(0, np.int32)
+    died = changed.eids[changed.diff < 0]
+    return died[~np.isin(died, events.expired.get(relation, died[:0]))]
+
+
+def _expired_pairs(events: EventIndex, relation: str) -> list[I32]:
+    store = events.stores[relation]
+    expired = events.expired.get(relation, np.empty(0, np.int32))
+    return [store.src[expired], store.dst[expired]]
+
+
+def _removed(change: Change | None) -> list[I32]:
+    if change is None:
+        return []
+    gone = change.diff < 0
+    return [c[gone] for c in change.columns]
+
+
+def _rows_in(rows: Sequence[I32], table: Sequence[I32]) -> npt.NDArray[np.bool_]:
+    """Which rows (columns of one length) are rows of ``table`` (columns)."""
+    if not table or not table[0].shape[0]:
+        return np.zeros(rows[0].shape[0], np.bool_)
+    return np.isin(_as_rows(rows), _as_rows(table))
+
+
+def _as_rows(columns: Sequence[I32]) -> npt.NDArray[np.void]:
+    stacked = np.ascontiguousarray(np.stack([c.astype(np.int32) for c in columns], axis=1))
+    return stacked.view(np.dtype((np.void, 4 * len(columns)))).reshape(-1)
