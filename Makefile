@@ -64,7 +64,7 @@ $(FLINK)/.stamp: pyproject.toml
 
 flink: $(FLINK)/.stamp
 
-## bench-windows: the event-time benchmark against Flink SQL, 10M events (bench/windows.md)
+## bench-windows: the event-time benchmark against Flink SQL, 10M events (bench/timed_payments.md)
 bench-windows: $(DEV) flink
 	$(BIN)/python -m bench.timed_payments
 
