@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from bench.flink_sql import missing, run_flink
-from bench.timed_report import report
+from bench.timed_report import SAMPLES, report
 from bench.timed_stream import TimedStream, batch, csv_lines, json_lines, timed_payments
 from monitor.query.parser import parse_queries
 from monitor.service.epochs import EpochOutput, EpochProcessor
@@ -59,8 +59,6 @@ QUERIES = {
         t2.amount >= 0.9 * t1.amount,
         distinct.""",
 }
-#: Points of the stream where the RSS is sampled: after every tenth.
-SAMPLES = 10
 
 
 def time_settings(retention: str, lateness_ms: int) -> dict[str, Any]:
@@ -238,11 +236,21 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--worker", choices=sorted(QUERIES), help=argparse.SUPPRESS)
     parser.add_argument("--profile", type=Path, help="with --worker: cProfile stats to here")
+    parser.add_argument(
+        "--report-only", action="store_true", help="the report of the last run's results.json"
+    )
     args = parser.parse_args()
     if args.quick:
         args.events, args.days, args.accounts = 1_000_000, 3.0, 100_000
     if args.worker:
         return worker(args)
+    if args.report_only:  # the figures of the last run with these arguments, written anew
+        saved = json.loads((args.workdir / "results.json").read_text())
+        text = report(
+            args, stream_of(args), saved["ours"], saved["flink"], saved["why_not"], saved["seconds"]
+        )
+        args.out.write_text(text)
+        return 0
     os.sched_setaffinity(0, {args.cpu})  # every process started from here runs on it
     begun = time.perf_counter()
     stream = stream_of(args)
@@ -263,7 +271,10 @@ def main() -> int:
             print(json.dumps(flink[query]), flush=True)
     if why_not is None:
         flink["scan"] = run_flink(csv, "scan", args.lateness_ms, args.flink_heap)
-    text = report(args, stream, results, flink, why_not, time.perf_counter() - begun)
+    seconds = time.perf_counter() - begun
+    saved = {"ours": results, "flink": flink, "why_not": why_not, "seconds": seconds}
+    (args.workdir / "results.json").write_text(json.dumps(saved))
+    text = report(args, stream, results, flink, why_not, seconds)
     args.out.write_text(text)
     print(text)
     return 0

@@ -13,6 +13,8 @@ from bench.timed_stream import TimedStream
 from core.times import format_duration
 
 ROOT = Path(__file__).resolve().parent.parent
+#: RSS samples per run, after every tenth of the stream.
+SAMPLES = 10
 
 
 def report(
@@ -56,7 +58,8 @@ def report(
 def label(run: dict[str, Any]) -> str:
     """``query, retention`` as the engine took it (``10m (default)`` for its own)."""
     ms = run["retention_ms"]
-    kept = "none" if math.isinf(ms) else format_duration(ms)
+    hours = ms / 3_600_000
+    kept = "none" if math.isinf(ms) else f"{hours:g}h" if hours >= 1 else format_duration(ms)
     return f"{run['query']}, {kept}" + (" (default)" if run["retention"] == "default" else "")
 
 
@@ -122,11 +125,11 @@ def _rss_table(ours: list[dict[str, Any]]) -> list[str]:
         cells = " | ".join(f"{s['rss_mib']:,.0f} | {s['live']:,}" for s in samples)
         lines.append(f"| {k * 10}% | {cells} |")
     growth = [
-        f"{label(r)} {r['samples'][-1]['rss_mib'] / r['samples'][1]['rss_mib']:.2f}"
+        f"{label(r)} {r['samples'][-1]['rss_mib'] / r['samples'][4]['rss_mib']:.2f}"
         for r in ours
-        if len(r["samples"]) >= 2
+        if len(r["samples"]) == SAMPLES
     ]
-    lines += ["", "RSS at 100% over RSS at 20%: " + ", ".join(growth) + "."]
+    lines += ["", "RSS at 100% over RSS at 50% (the window full): " + ", ".join(growth) + "."]
     return lines
 
 
