@@ -24,6 +24,7 @@ $(DEV): $(BASE)
 ## run: the embedded main job on the shipped example (no Kafka needed)
 run: $(BASE)
 	$(BIN)/subgraph-monitor run --query examples/fraud.q --edges examples/transfers.txt --batch-size 25
+	$(BIN)/subgraph-monitor run --query examples/payments.q --edges examples/payments.jsonl --batch-size 10 --output-fields amount
 
 ## test: ruff, mypy and every test (the same command CI runs)
 test: lint unit

@@ -104,3 +104,23 @@ def test_bad_times_and_bad_window_settings_are_clear_errors(tmp_path: Path) -> N
     ]:
         bad = cli("run", "-q", RING, "--edges", "-", flag, value, stdin=b"", check=False)
         assert bad.returncode != 0 and message in bad.stderr.decode(), bad.stderr.decode()
+
+
+def test_the_shipped_payments_example_shows_appearance_expiry_deletion_and_lateness() -> None:
+    done = cli(
+        "run",
+        "-q",
+        "examples/payments.q",
+        "--edges",
+        "examples/payments.jsonl",
+        "--batch-size",
+        "10",
+    )
+    got = [(r["query"], r["diff"], r.get("cause")) for r in rows(done)]
+    assert got == [
+        ("layering_ring", 1, None),
+        ("pass_through", 1, None),
+        ("pass_through", -1, "deleted"),
+        ("layering_ring", -1, "expired"),
+    ]
+    assert "late 1" in done.stderr.decode()
