@@ -103,7 +103,7 @@ def run_flink(
 ) -> dict[str, Any]:
     """One query over ``csv`` in a Flink of its own, its JVM's heap at most ``heap``:
     ``matches``, ``seconds``, ``jvm_rss_mib``; past ``timeout`` seconds, the job is killed and
-    ``matches`` is None."""
+    ``matches`` is None; a job that fails has ``matches`` None and the first ``error`` line."""
     python = flink_python()
     if python is None:
         raise RuntimeError(missing())
@@ -128,7 +128,11 @@ def run_flink(
             os.killpg(process.pid, signal.SIGKILL)
     lines = [line for line in stdout.splitlines() if line.startswith("{")]
     if process.returncode != 0 or not lines:
-        raise RuntimeError(f"{' '.join(command)} failed ({process.returncode}):\n{stderr[-3000:]}")
+        error = next(
+            (line for line in stderr.splitlines() if "Error" in line or "Exception" in line),
+            f"exit {process.returncode}",
+        )
+        return {"query": query, "matches": None, "seconds": None, "error": error[:300]}
     result: dict[str, Any] = json.loads(lines[-1])
     return result
 

@@ -85,6 +85,9 @@ def _main_table(
         if f is None:
             lines.append(mine + f" {why_not} | | | {r['plus']:,} | | |")
             continue
+        if f.get("error"):
+            lines.append(mine + f" failed: {f['error']} | | | {r['plus']:,} | | |")
+            continue
         rate = r["events"] / f["seconds"]
         if f["matches"] is None:
             lines.append(
@@ -147,7 +150,7 @@ def _flink_notes(flink: dict[str, dict[str, Any]], events: int, heap: str) -> li
         f"the plans: {plans}."
     ]
     scan = flink.get("scan")
-    if scan is not None:
+    if scan is not None and scan["seconds"]:
         lines[0] += (
             f" The source alone (CSV parsing, watermarks, a count per day) took "
             f"{scan['seconds']:.1f} s ({events / scan['seconds']:,.0f} events/s), the job's "

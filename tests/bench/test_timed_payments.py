@@ -176,5 +176,5 @@ def test_flink_sql_counts_what_the_brute_force_counts(
     csv.write_bytes(csv_lines(stream))
     for query, expected in brute.items():
         figures = run_flink(csv, query, LATENESS_MS, timeout=600)
-        assert figures["matches"] == expected, query
+        assert figures["matches"] == expected, (query, figures)
         assert figures["interval_joins"] >= 1 and figures["other_joins"] == 0, figures
