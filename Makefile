@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 BASE   := $(VENV)/.base-stamp
 DEV    := $(VENV)/.dev-stamp
 
-.PHONY: run test lint unit bench bench-quick clean lock tools
+.PHONY: run test lint unit bench bench-quick bench-windows flink clean lock tools
 
 $(BASE): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
@@ -54,6 +54,21 @@ bench: $(DEV)
 bench-quick: $(DEV)
 	$(BIN)/python -m bench.run --quick
 
+## flink: the venv of the Flink SQL baseline, .venv-flink (apache-flink, about 1 GiB: the
+## project's `flink` extra, kept out of .venv because it pins numpy and pandas); needs Java 17
+FLINK := .venv-flink
+$(FLINK)/.stamp: pyproject.toml
+	$(PYTHON) -m venv $(FLINK)
+	$(FLINK)/bin/pip install --quiet --upgrade pip
+	$(FLINK)/bin/pip install --quiet -e '.[flink]'
+	@touch $@
+
+flink: $(FLINK)/.stamp
+
+## bench-windows: the event-time benchmark against Flink SQL, 10M events (bench/timed_payments.md)
+bench-windows: $(DEV) flink
+	$(BIN)/python -m bench.timed_payments
+
 ## lock: regenerate the image's pinned requirements (docker/*.lock) from pyproject.toml
 lock: $(DEV)
 	$(BIN)/pip install --quiet pip-tools
@@ -63,4 +78,4 @@ lock: $(DEV)
 		--no-emit-find-links --output-file docker/build-requirements.lock docker/build-requirements.in
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
+	rm -rf $(VENV) $(FLINK) .mypy_cache .ruff_cache .pytest_cache .hypothesis
