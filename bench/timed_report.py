@@ -105,11 +105,9 @@ def _main_table(
         "Events/s and match deltas/s are over the time spent in `process` + `commit` (ours) "
         "or from job submission to the last result (Flink: the CSV parsing and the job start "
         "included, see below); B/live event after the stream, arrays at capacity. Flink "
-        "emits every join result once; ours emits a match when it is in the window at the end "
-        "of an epoch, so a match whose first event expires in the epoch that completes it is "
-        "never published: with retention = the query's span, matches that complete within an "
-        "epoch's event time of their window's end are missing (a retention longer by one "
-        "epoch's event time publishes them all).",
+        "emits every join result once, and so do we: an epoch expires what the watermark it "
+        "begins with has passed, before its updates, so with retention = the query's span "
+        "every match of events that are not late is published.",
     ]
     return lines
 

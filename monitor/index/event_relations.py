@@ -75,6 +75,8 @@ class EventIndex:
     late: dict[str, I64] = field(default_factory=dict)
     #: Of the last staged epoch: per relation the inserts refused as late (with a time).
     late_count: Counter[str] = field(default_factory=Counter)
+    #: The watermark the last staged epoch expired events below (-inf: it expired none).
+    expired_below: float = -math.inf
 
     def __post_init__(self) -> None:
         self.graph.event_stores = self.stores
@@ -151,20 +153,26 @@ class EventIndex:
         self.expired = {}
         self.late = {}
         self.late_count = Counter()
+        self.expired_below = -math.inf
         for relation in sorted(set(events) | (set(self.queues) if tick else set())):
             store = self.stores.get(relation)
             updates = events.get(relation)
             if store is None:
                 ignored["not_an_event_relation"] += len(updates) if updates is not None else 0
                 continue
+            expired = 0
+            if relation in self.queues and tick is not None:
+                expired = self._expire(relation, store, tick)
             if updates is not None:
                 updates = self._admitted(relation, updates, ignored, tick)
                 changed = self._stage_updates(store, updates, ignored)
             else:
                 changed = store.expire(np.empty(0, np.int32), 0)[0]
-            self.staged_events += int(changed.eids.shape[0])
+            self.staged_events += int(changed.eids.shape[0]) - expired
+            if expired and updates is not None:
+                _reborn_decide_expiry(store, changed, self.expired[relation])
             if relation in self.queues:
-                changed = self._expire(relation, store, changed, tick)
+                self._enqueue(relation, store, changed)
             if changed.eids.shape[0]:
                 self.changed[relation] = changed
             died, born = changed.eids[changed.diff < 0], changed.eids[changed.diff > 0]
@@ -221,24 +229,22 @@ class EventIndex:
         self.late[relation] = updates.seq[refused]
         return updates.take(~refused)
 
-    def _expire(
-        self, relation: str, store: EventStore, changed: EventChanges, tick: Tick | None
-    ) -> EventChanges:
-        """The staged changes with the expiries of ``tick``: every event alive after the
-        epoch's updates whose deadline the watermark passed, born in it or before (without a
-        tick the new events only join the queue)."""
-        retention = self.retention[relation]
-        queue = self.queues[relation]
-        born = changed.eids[changed.diff > 0]
-        column = store.fields.get(TIME_FIELD)
-        deadlines = column.values[born] + retention if column is not None else np.empty(0)
-        queue.add(born[: deadlines.shape[0]], deadlines)
-        if tick is None:
-            return changed
-        changed, expired = store.expire(queue.due(tick.after), tick.seq)
+    def _expire(self, relation: str, store: EventStore, tick: Tick) -> int:
+        """Stage, before the epoch's updates, the expiry of every event whose deadline the
+        watermark the epoch begins with has passed; how many expired."""
+        due = self.queues[relation].due(tick.before)
+        _, expired = store.expire(due, tick.seq)
         if expired.shape[0]:
             self.expired[relation] = expired
-        return changed
+        self.expired_below = tick.before
+        return int(expired.shape[0])
+
+    def _enqueue(self, relation: str, store: EventStore, changed: EventChanges) -> None:
+        """The epoch's new events join the expiry queue, by deadline (ts + retention)."""
+        born = changed.eids[changed.diff > 0]
+        column = store.fields.get(TIME_FIELD)
+        deadlines = column.values[born] if column is not None else np.empty(0)
+        self.queues[relation].add(born[: deadlines.shape[0]], deadlines + self.retention[relation])
 
     def _vertices(self, column: np.ndarray, insert: np.ndarray) -> I32:
         out = np.zeros(column.shape[0], np.int32)
@@ -320,18 +326,34 @@ class EventIndex:
             self.rebuild(compacted)
         return compacted
 
-    def commit(self, watermark: float = -math.inf) -> None:
-        """Keep the staged epoch; ``watermark`` is the one it advanced to."""
+    def commit(self) -> None:
+        """Keep the staged epoch (its expiries leave the queues)."""
         for store in self.stores.values():
             store.commit()
         for queue in self.queues.values():
-            queue.commit(watermark)
+            queue.commit(self.expired_below)
 
     def abort(self) -> None:
         for store in self.stores.values():
             store.abort()
         for queue in self.queues.values():
             queue.abort()
+
+
+def _reborn_decide_expiry(store: EventStore, changed: EventChanges, expired: I32) -> None:
+    """An id that expired as the epoch began and was inserted again in it: its expiry takes
+    the sequence number of the insert, so that in scale-out the worker that owns the insert's
+    partition decides both halves of the replacement (they cancel by identity)."""
+    gone = np.flatnonzero((changed.diff < 0) & np.isin(changed.eids, expired))
+    born = np.flatnonzero(changed.diff > 0)
+    if not gone.shape[0] or not born.shape[0]:
+        return
+    slots = store.slot[changed.eids[born]]
+    order = np.argsort(slots)
+    at = np.searchsorted(slots[order], store.slot[changed.eids[gone]])
+    at = np.minimum(at, order.shape[0] - 1)
+    match = slots[order][at] == store.slot[changed.eids[gone]]
+    changed.seq[gone[match]] = changed.seq[born[order[at[match]]]]
 
 
 def selections_of(found: Iterable[Selection]) -> list[Selection]:

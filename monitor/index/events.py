@@ -259,7 +259,19 @@ class EventStore:
                 np.int64
             ),
         )
-        self._undo = (out, np.concatenate([dying_slots, birth_slots]), previous)
+        touched = np.concatenate([dying_slots, birth_slots])
+        if self._undo is not None:  # after the epoch's expiries: one undo for both, in order
+            before, slots, earlier = self._undo
+            out = EventChanges(
+                np.concatenate([before.eids, out.eids]),
+                np.concatenate([before.diff, out.diff]),
+                np.concatenate([before.seq, out.seq]),
+            )
+            touched, previous = (
+                np.concatenate([slots, touched]),
+                np.concatenate([earlier, previous]),
+            )
+        self._undo = (out, touched, previous)
         return out
 
     def _check_kinds(self, fields: Mapping[str, npt.NDArray[Any]]) -> None:

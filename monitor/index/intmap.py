@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from monitor.index.levels import I32, I64
+from monitor.index.levels import I32, I64, search
 
 
 class IntMap:
@@ -69,6 +69,6 @@ class IntMap:
 def _find(sorted_keys: I64, ids: I32, keys: I64) -> I32:
     if not sorted_keys.shape[0]:
         return np.full(keys.shape[0], -1, np.int32)
-    pos = np.minimum(np.searchsorted(sorted_keys, keys), sorted_keys.shape[0] - 1)
+    pos = np.minimum(search(sorted_keys, keys), sorted_keys.shape[0] - 1)
     found: I32 = np.where(sorted_keys[pos] == keys, ids[pos], np.int32(-1)).astype(np.int32)
     return found

@@ -50,6 +50,10 @@ class ExpiryQueue:
         found = [eids[: np.searchsorted(d, watermark, "left")] for d, eids in self._all()]
         return np.concatenate(found) if found else np.empty(0, np.int32)
 
+    def next_deadline(self) -> float:
+        """The earliest committed deadline (inf: none)."""
+        return min((float(d[0]) for d, _ in self.runs if d.shape[0]), default=np.inf)
+
     def _all(self) -> list[tuple[F64, I32]]:
         return self.runs if self._staged is None else [*self.runs, self._staged]
 

@@ -184,6 +184,12 @@ class EpochProcessor:
         """Whether some event relation has a finite retention."""
         return bool(self.events.queues)
 
+    def expiry_due(self) -> bool:
+        """Whether the watermark has passed the deadline of some event still in a window: an
+        epoch would expire it even without input (the Kafka service runs one when idle)."""
+        watermark = self.clock.watermark
+        return any(q.next_deadline() < watermark for q in self.events.queues.values())
+
     def preload(self, batch: UpdateBatch, timed: bool = True) -> Counter[str]:
         """Load updates into the index without evaluating (epoch 0); returns what was ignored.
         Not ``timed``: the event clock neither advances nor expires anything (a state rebuilt
@@ -336,7 +342,7 @@ class EpochProcessor:
         """Make the staged epoch part of the committed state."""
         self.index.commit()
         self.clock.commit()
-        self.events.commit(self.clock.watermark)
+        self.events.commit()
         self.events.compact(self.settings.event_compaction_min)
 
     def abort(self) -> None:

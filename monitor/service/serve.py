@@ -102,7 +102,7 @@ def _run(
                 catch_up(settings, processor, store, source, positions, health)
                 continue
             polled = source.poll(settings.batch_size, settings.max_batch_delay_ms / 1000.0)
-            if not polled.records:
+            if not polled.records and not processor.expiry_due():
                 continue
             sink = _epoch(
                 settings, processor, store, source, sink, polled, positions, metrics, watchdog

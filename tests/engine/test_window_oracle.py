@@ -2,13 +2,13 @@
 
 Tiny random streams of timestamped transfers arriving out of order (some without ``ts``),
 deletes by id, random allowed lateness, outliers, retention and epoch boundaries. The oracle
-replays the same epochs by the definitions of the README: inserts older than the watermark
-before the epoch minus the retention are late, then the watermark advances (the
-``outliers + 1``-th largest time seen, minus the lateness, never back), then every event with
-``ts + retention`` below it expires. After every epoch the accumulated deltas equal the brute
-force over the events in the window; every ``-1`` says ``deleted`` exactly when the match does
-not survive the epoch's updates alone, ``expired`` otherwise; the late updates are exactly the
-oracle's.
+replays the same epochs by the definitions of the README: an epoch begins with the watermark
+the previous one left; every event with ``ts + retention`` below it expires, then the updates
+apply (inserts older than the watermark minus the retention are late), then the watermark
+advances (the ``outliers + 1``-th largest time seen, minus the lateness, never back). After
+every epoch the accumulated deltas equal the brute force over the events in the window; every
+``-1`` says ``deleted`` exactly when the match does not survive the epoch's deletions alone,
+``expired`` otherwise; the late updates are exactly the oracle's.
 """
 
 from __future__ import annotations
@@ -54,9 +54,17 @@ class WindowModel(TimedModel):
         self.watermark = -math.inf
 
     def epoch(self, ops: list[tuple[Any, ...]], first: int) -> tuple[set[int], set[str]]:
-        """Apply one epoch; the positions of its late or untimed inserts, and the ids that
-        expired (alive before the epoch)."""
-        before = dict(self.events)
+        """Apply one epoch: the events whose ``ts + retention`` the watermark has passed
+        expire, then the updates apply (inserts older than the watermark minus the retention
+        are late), then the watermark advances over the times seen. Returns the positions of
+        the late or untimed inserts, and the ids that expired."""
+        expired = {
+            key
+            for key, (_, _, row) in self.events.items()
+            if row["ts"] + self.retention < self.watermark  # type: ignore[operator]
+        }
+        for key in expired:
+            del self.events[key]
         refused = set()
         for at, op in enumerate(ops, first):
             if op[0] == "insert" and op[5] is not None:
@@ -71,16 +79,7 @@ class WindowModel(TimedModel):
         if len(top) > self.outliers:
             candidate = top[-1 - self.outliers] - self.lateness
             self.watermark = max(self.watermark, candidate)
-        expired = {
-            key
-            for key, (_, _, row) in self.events.items()
-            if row["ts"] + self.retention < self.watermark  # type: ignore[operator]
-        }
-        # the same event as before the epoch (not one deleted and inserted again in it)
-        old = {key for key in expired if before.get(key) is self.events[key]}
-        for key in expired:
-            del self.events[key]
-        return refused, old
+        return refused, expired
 
     def matches(self) -> dict[str, set[Binding]]:
         return {q.name: brute_force(self, q) for q in QUERIES}
@@ -101,13 +100,14 @@ def check_windows(
     for lo, hi in itertools.pairwise(sorted({0, len(ops), *(c for c in cuts if c < len(ops))})):
         out = processor.process(batch(ops[lo:hi], lo))
         processor.commit()
-        # the oracle: the epoch's deletions alone (what a -1 needs to survive), then the epoch
+        # the oracle: the epoch, and its deletions alone (what a -1 needs to survive; a delete
+        # of an event that expired as the epoch began deletes nothing)
         alone = WindowModel(model.retention, model.lateness, model.outliers)
         alone.events = dict(model.events)
-        for op in ops[lo:hi]:
-            if op[0] == "delete":
-                alone.apply(op)
         refused, expired = model.epoch(ops[lo:hi], lo)
+        for op in ops[lo:hi]:
+            if op[0] == "delete" and f"tx-{op[1]}" not in expired:
+                alone.apply(op)
         after = model.matches()
         late = {int(s) for seqs in out.late.values() for s in seqs.tolist()}
         assert late == refused, f"late or untimed updates of ops {lo}..{hi}"
@@ -187,11 +187,11 @@ def test_the_window_oracle_sees_expiries_late_events_and_both_causes() -> None:
     model = WindowModel(20 * MINUTE, 0, 0)
     model.epoch([("insert", 0, 0, 1, 2, 0), ("insert", 1, 1, 0, 1, 3)], 0)
     assert model.matches()["close"]
-    refused, expired = model.epoch([("insert", 2, 2, 2, 1, 30), ("insert", 3, 0, 0, 1, 2)], 2)
-    assert expired == {"tx-0", "tx-1"}
+    _, expired = model.epoch([("insert", 2, 2, 2, 1, 30), ("insert", 3, 0, 0, 1, 2)], 2)
+    assert not expired  # the watermark 30m takes effect when the next epoch begins
+    refused, expired = model.epoch([("insert", 4, 0, 0, 1, 1)], 4)
+    assert expired == {"tx-0", "tx-1", "tx-3"} and refused == {4}
     assert all("tx-0" not in events for _, events in model.matches()["close"])
-    refused, _ = model.epoch([("insert", 4, 0, 0, 1, 1)], 4)
-    assert refused == {4}
     processor = EpochProcessor(QUERIES, Settings(allowed_lateness=0, watermark_outliers=0))
     ops = [
         ("insert", 0, 0, 1, 2, 0),
@@ -199,9 +199,10 @@ def test_the_window_oracle_sees_expiries_late_events_and_both_causes() -> None:
         ("insert", 2, 0, 1, 2, 4),
         ("insert", 3, 1, 1, 1, 30),
         ("delete", 2),
+        ("insert", 4, 2, 2, 1, 31),
     ]
     found: Counter[str] = Counter()
-    for lo, hi in [(0, 3), (3, 5)]:
+    for lo, hi in [(0, 3), (3, 5), (5, 6)]:
         out = processor.process(batch(ops[lo:hi], lo))
         processor.commit()
         found.update(c for q in out.queries for c in q.extra["cause"].tolist() if c)

@@ -6,6 +6,7 @@ reason ``late``, and the event-time metrics say so.
 from __future__ import annotations
 
 import json
+import time
 import urllib.request
 from collections.abc import Callable
 
@@ -29,6 +30,16 @@ def send(svc: Service, partition: int, *events: tuple[str, str, str, int]) -> No
         record = {"relation": "transfer", "id": key, "src": src, "dst": dst, "ts": ts}
         producer.produce(svc.input, json.dumps(record).encode(), key.encode(), partition)
     assert producer.flush(30) == 0
+
+
+def wait_rows(svc: Service, n: int, timeout: float = 60) -> list[dict[str, object]]:
+    """The output once it holds ``n`` records (or what it holds after ``timeout`` s)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        rows = [json.loads(v) for _, v, _ in read_topic(svc.bootstrap, svc.output, idle=1.0)]
+        if len(rows) >= n or time.monotonic() > deadline:
+            return rows
+        time.sleep(0.5)
 
 
 def scrape(svc: Service) -> dict[str, float]:
@@ -61,6 +72,9 @@ def test_the_slowest_partition_holds_the_window_and_late_events_are_dead_letters
 
     send(svc, 1, ("p3", "P", "Q", 30 * MIN), ("p4", "P", "Q", 31 * MIN))
     wait_consumed(svc.bootstrap, svc.group, svc.input, svc=svc)
+    # no more input: the service runs an epoch of its own for the expiries now due
+    rows = wait_rows(svc, 2)
+    assert [(r["diff"], r.get("cause")) for r in rows] == [(1, None), (-1, "expired")], rows
     send(svc, 0, ("old", "C", "A", 3 * MIN))  # 3m + 10m is behind the watermark 29m55s
     wait_consumed(svc.bootstrap, svc.group, svc.input, svc=svc)
     metrics = scrape(svc)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any, NoReturn
 
 import click
@@ -30,8 +30,18 @@ from core.errors import (
     QueryError,
     StateError,
 )
-from core.records import Checkpoint, DeadLetter, UpdateBatch
-from core.times import format_duration, format_time
+from core.records import Checkpoint, UpdateBatch
+from core.times import format_duration
+from monitor.cli.options import (
+    edges_option,
+    format_option,
+    prefixes_option,
+    query_option,
+    relation_option,
+    strict_option,
+    undirected_option,
+)
+from monitor.cli.reports import dead_letter_reporter, print_progress, print_summary
 from monitor.index.graph import GraphIndex
 from monitor.index.store import StateStore
 from monitor.plan.events import event_relations, rewrite
@@ -39,8 +49,8 @@ from monitor.plan.planner import delta_queries, static_plan
 from monitor.plan.windows import describe, retentions, span
 from monitor.query.ast import Query
 from monitor.query.load import load_queries_many
-from monitor.service.epochs import EpochProcessor, RunTotals
-from monitor.service.filejob import FileJob, Progress, run_file_job
+from monitor.service.epochs import EpochProcessor
+from monitor.service.filejob import FileJob, run_file_job
 from monitor.service.settings import Settings, load_settings
 from monitor.service.stop import Stop
 
@@ -82,22 +92,6 @@ def _settings(**flags: Any) -> Settings:
         raise ConfigError(str(exc)) from exc
 
 
-def _dead_letter_reporter(quiet: bool) -> Callable[[DeadLetter], None]:
-    shown = 0
-
-    def report(letter: DeadLetter) -> None:
-        nonlocal shown
-        shown += 1
-        if quiet:
-            return
-        if shown <= 20:
-            click.echo(f"subgraph-monitor: skipped {letter.position}: {letter.reason}", err=True)
-        elif shown == 21:
-            click.echo("subgraph-monitor: further bad lines are counted, not shown", err=True)
-
-    return report
-
-
 def _source(
     path: str,
     settings: Settings,
@@ -111,61 +105,13 @@ def _source(
         default_relation=settings.default_relation,
         format=fmt,
         strict=strict,
-        on_dead_letter=_dead_letter_reporter(quiet),
+        on_dead_letter=dead_letter_reporter(quiet),
         events=events,
     )
 
 
 def _batches(source: EdgeFileSource, size: int) -> Iterator[UpdateBatch]:
     yield from source.batches(size)
-
-
-query_option = click.option(
-    "--query",
-    "-q",
-    "query_specs",
-    multiple=True,
-    required=True,
-    help="A built-in query name, a query file, or inline query text (repeatable).",
-)
-edges_option = click.option(
-    "--edges",
-    "-e",
-    "edges",
-    required=True,
-    help="Edge updates: a file (.gz read transparently) or '-' for stdin.",
-)
-undirected_option = click.option(
-    "--undirected",
-    is_flag=True,
-    default=None,
-    help="Every binary edge is inserted/deleted in both directions.",
-)
-format_option = click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["auto", "text", "json"]),
-    default="auto",
-    show_default=True,
-    help="Input format (auto: JSON if the first record starts with '{').",
-)
-relation_option = click.option(
-    "--relation",
-    "default_relation",
-    default=None,
-    help="Relation of records that name none [default: e].",
-)
-strict_option = click.option(
-    "--strict",
-    is_flag=True,
-    help="Stop at the first bad input line (exit 3) instead of skipping it.",
-)
-prefixes_option = click.option(
-    "--max-prefixes",
-    type=int,
-    default=None,
-    help="Prefixes alive at once during evaluation (bounds memory) [default: 1048576].",
-)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -276,7 +222,7 @@ def run(
                 default_relation=settings.default_relation,
                 format=fmt,
                 strict=strict,
-                on_dead_letter=_dead_letter_reporter(quiet),
+                on_dead_letter=dead_letter_reporter(quiet),
                 start=start,
                 skip_to=skip_to,
                 events=types,
@@ -289,13 +235,13 @@ def run(
             initial=initial,
             state_dir=settings.state_dir,
             output=output,
-            progress=None if quiet else _print_progress,
+            progress=None if quiet else print_progress,
             progress_seconds=settings.progress_seconds,
         )
         totals = run_file_job(processor, job)
         if not quiet:
             bad = sum(s.dead_letters for s in job.sources)
-            _print_summary(totals, bad, time.perf_counter() - started)
+            print_summary(totals, bad, time.perf_counter() - started)
             if Stop.requested:
                 click.echo(
                     f"subgraph-monitor: stopped after epoch {processor.epoch}; run again with "
@@ -307,40 +253,6 @@ def run(
     except BrokenPipeError:
         sys.stderr.close()
         sys.exit(EXIT_OK)
-
-
-def _print_progress(p: Progress) -> None:
-    share = f" ({100 * p.fraction:.0f}%)" if p.fraction is not None else ""
-    rate = p.updates / p.seconds if p.seconds else 0.0
-    click.echo(
-        f"subgraph-monitor: {p.updates:,} updates read{share}, {p.epochs:,} epochs, "
-        f"{p.deltas:,} match deltas, {rate:,.0f} updates/s",
-        err=True,
-    )
-
-
-def _print_summary(totals: RunTotals, bad_lines: int, seconds: float) -> None:
-    ignored = ", ".join(f"{k} {v:,}" for k, v in sorted(totals.ignored.items()) if v) or "none"
-    lines = [
-        f"updates read {totals.updates:,}, applied {totals.applied:,}, ignored: {ignored}",
-        f"bad input lines skipped {bad_lines:,}",
-        f"epochs {totals.epochs:,}",
-    ]
-    if math.isfinite(totals.watermark):
-        late = totals.ignored.get("late", 0)
-        lines.append(
-            f"event time: watermark {format_time(totals.watermark)}, expired "
-            f"{totals.expired:,}, late {late:,}"
-        )
-    for query in sorted({q for q, _ in totals.deltas}):
-        plus, minus = totals.deltas[(query, 1)], totals.deltas[(query, -1)]
-        lines.append(f"query {query}: +{plus:,} -{minus:,} match deltas")
-    deltas = sum(totals.deltas.values())
-    rate_u = totals.updates / seconds if seconds else 0.0
-    rate_d = deltas / seconds if seconds else 0.0
-    lines.append(f"elapsed {seconds:.2f} s: {rate_u:,.0f} updates/s, {rate_d:,.0f} match deltas/s")
-    for line in lines:
-        click.echo(f"subgraph-monitor: {line}", err=True)
 
 
 @main.command()

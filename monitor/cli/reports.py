@@ -1,0 +1,66 @@
+"""What a file run says on stderr: skipped lines, progress, and the summary at the end."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import click
+
+from core.records import DeadLetter
+from core.times import format_time
+from monitor.service.epochs import RunTotals
+from monitor.service.filejob import Progress
+
+
+def dead_letter_reporter(quiet: bool) -> Callable[[DeadLetter], None]:
+    """Print the first 20 bad lines on stderr (unless ``quiet``), then only count them."""
+    shown = 0
+
+    def report(letter: DeadLetter) -> None:
+        nonlocal shown
+        shown += 1
+        if quiet:
+            return
+        if shown <= 20:
+            click.echo(f"subgraph-monitor: skipped {letter.position}: {letter.reason}", err=True)
+        elif shown == 21:
+            click.echo("subgraph-monitor: further bad lines are counted, not shown", err=True)
+
+    return report
+
+
+def print_progress(p: Progress) -> None:
+    """One progress line of a long run on stderr."""
+    share = f" ({100 * p.fraction:.0f}%)" if p.fraction is not None else ""
+    rate = p.updates / p.seconds if p.seconds else 0.0
+    click.echo(
+        f"subgraph-monitor: {p.updates:,} updates read{share}, {p.epochs:,} epochs, "
+        f"{p.deltas:,} match deltas, {rate:,.0f} updates/s",
+        err=True,
+    )
+
+
+def print_summary(totals: RunTotals, bad_lines: int, seconds: float) -> None:
+    """The end of a run on stderr: what was read, applied and ignored, event time, deltas."""
+    ignored = ", ".join(f"{k} {v:,}" for k, v in sorted(totals.ignored.items()) if v) or "none"
+    lines = [
+        f"updates read {totals.updates:,}, applied {totals.applied:,}, ignored: {ignored}",
+        f"bad input lines skipped {bad_lines:,}",
+        f"epochs {totals.epochs:,}",
+    ]
+    if math.isfinite(totals.watermark):
+        late = totals.ignored.get("late", 0)
+        lines.append(
+            f"event time: watermark {format_time(totals.watermark)}, expired "
+            f"{totals.expired:,}, late {late:,}"
+        )
+    for query in sorted({q for q, _ in totals.deltas}):
+        plus, minus = totals.deltas[(query, 1)], totals.deltas[(query, -1)]
+        lines.append(f"query {query}: +{plus:,} -{minus:,} match deltas")
+    deltas = sum(totals.deltas.values())
+    rate_u = totals.updates / seconds if seconds else 0.0
+    rate_d = deltas / seconds if seconds else 0.0
+    lines.append(f"elapsed {seconds:.2f} s: {rate_u:,.0f} updates/s, {rate_d:,.0f} match deltas/s")
+    for line in lines:
+        click.echo(f"subgraph-monitor: {line}", err=True)
