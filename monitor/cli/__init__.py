@@ -99,6 +99,8 @@ def _source(
     strict: bool,
     quiet: bool,
     events: FieldTypes | None = None,
+    start: Checkpoint | None = None,
+    skip_to: int = 0,
 ) -> EdgeFileSource:
     return EdgeFileSource(
         path,
@@ -106,6 +108,8 @@ def _source(
         format=fmt,
         strict=strict,
         on_dead_letter=dead_letter_reporter(quiet),
+        start=start,
+        skip_to=skip_to,
         events=events,
     )
 
@@ -217,16 +221,7 @@ def run(
         started = time.perf_counter()
 
         def open_source(path: str, start: Checkpoint | None, skip_to: int) -> EdgeFileSource:
-            return EdgeFileSource(
-                path,
-                default_relation=settings.default_relation,
-                format=fmt,
-                strict=strict,
-                on_dead_letter=dead_letter_reporter(quiet),
-                start=start,
-                skip_to=skip_to,
-                events=types,
-            )
+            return _source(path, settings, fmt, strict, quiet, types, start, skip_to)
 
         job = FileJob(
             edges=edges,
