@@ -18,10 +18,11 @@ import numpy as np
 import pytest
 import rocksdict
 
+from core.records import UpdateBatch
 from monitor.index.events import EventStore
 from monitor.index.store import META_KEY, StateStore
 from monitor.index.stored_meta import StoredMeta
-from monitor.service.epochs import EpochProcessor
+from monitor.service.epochs import EpochOutput, EpochProcessor
 from monitor.service.settings import Settings
 from tests.engine.test_events_oracle import QUERIES, Model, batch, brute_force, rows
 
@@ -70,6 +71,24 @@ def open_store(path: Path, snapshot_min_bytes: int) -> StateStore:
 
 
 @pytest.mark.parametrize("snapshot_min_bytes", [1 << 30, 3000])
+def durable_epoch(
+    processor: EpochProcessor, store: StateStore, part: UpdateBatch
+) -> tuple[EpochOutput, StoredMeta]:
+    """One epoch as the file job runs it: processed, committed, recorded in ``store``."""
+    vertices = len(processor.index.dictionary)
+    out = processor.process(part)
+    processor.commit()
+    meta = store.commit_epoch(
+        processor.index,
+        StoredMeta(epoch=out.epoch),
+        out.changes,
+        vertices,
+        event_changes=out.event_changes,
+    )
+    return out, meta
+
+
+@pytest.mark.parametrize("snapshot_min_bytes", [1 << 30, 3000])
 def test_restarted_after_compactions_the_run_is_the_uninterrupted_one(
     tmp_path: Path, snapshot_min_bytes: int
 ) -> None:
@@ -84,16 +103,7 @@ def test_restarted_after_compactions_the_run_is_the_uninterrupted_one(
         part = batch(ops[lo : lo + EPOCH], lo)
         expected = alone.process(part)
         alone.commit()
-        vertices = len(restarted.index.dictionary)
-        out = restarted.process(part)
-        restarted.commit()
-        store.commit_epoch(
-            restarted.index,
-            StoredMeta(epoch=out.epoch),
-            out.changes,
-            vertices,
-            event_changes=out.event_changes,
-        )
+        out, _ = durable_epoch(restarted, store, part)
         assert [r for q in out.queries for r in rows(q)] == [
             r for q in expected.queries for r in rows(q)
         ]
@@ -130,16 +140,7 @@ def test_a_compaction_replaces_its_relations_records(tmp_path: Path) -> None:
     for lo in range(0, len(ops), EPOCH):
         transfers = processor.index.event_stores.get("transfer")
         before = transfers.compactions if transfers is not None else 0
-        vertices = len(processor.index.dictionary)
-        out = processor.process(batch(ops[lo : lo + EPOCH], lo))
-        processor.commit()
-        store.commit_epoch(
-            processor.index,
-            StoredMeta(epoch=out.epoch),
-            out.changes,
-            vertices,
-            event_changes=out.event_changes,
-        )
+        out, _ = durable_epoch(processor, store, batch(ops[lo : lo + EPOCH], lo))
         if processor.index.event_stores["transfer"].compactions > before:
             last = out.epoch
     store.close()
@@ -174,16 +175,7 @@ def test_a_store_of_format_1_is_read_and_rewritten_at_its_next_commit(tmp_path: 
     processor = EpochProcessor(QUERIES, Settings())
     with open_store(tmp_path / "state", 1 << 30) as store:
         for lo in range(0, 580, EPOCH):
-            vertices = len(processor.index.dictionary)
-            out = processor.process(batch(ops[lo : lo + EPOCH], lo))
-            processor.commit()
-            store.commit_epoch(
-                processor.index,
-                StoredMeta(epoch=out.epoch),
-                out.changes,
-                vertices,
-                event_changes=out.event_changes,
-            )
+            durable_epoch(processor, store, batch(ops[lo : lo + EPOCH], lo))
     as_format_1(tmp_path / "state")
     assert all(len(k) == 9 for k in keys(tmp_path / "state", b"G"))
     again = EpochProcessor(QUERIES, Settings())
@@ -194,15 +186,6 @@ def test_a_store_of_format_1_is_read_and_rewritten_at_its_next_commit(tmp_path: 
         assert state_of(again.index.event_stores["transfer"], decode) == state_of(
             processor.index.event_stores["transfer"], decode
         )
-        vertices = len(again.index.dictionary)
-        out = again.process(batch(ops[580:], 580))
-        again.commit()
-        meta = store.commit_epoch(
-            again.index,
-            StoredMeta(epoch=out.epoch),
-            out.changes,
-            vertices,
-            event_changes=out.event_changes,
-        )
+        out, meta = durable_epoch(again, store, batch(ops[580:], 580))
     assert meta.format_version == 2 and meta.snapshot_epoch == out.epoch
     assert keys(tmp_path / "state", b"G") == []
