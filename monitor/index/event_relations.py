@@ -167,7 +167,7 @@ class EventIndex:
                 updates = self._admitted(relation, updates, ignored, tick)
                 changed = self._stage_updates(store, updates, ignored)
             else:
-                changed = store.expire(np.empty(0, np.int32), 0)[0]
+                changed = store.staged_changes
             self.staged_events += int(changed.eids.shape[0]) - expired
             if expired and updates is not None:
                 _reborn_decide_expiry(store, changed, self.expired[relation])
@@ -233,7 +233,7 @@ class EventIndex:
         """Stage, before the epoch's updates, the expiry of every event whose deadline the
         watermark the epoch begins with has passed; how many expired."""
         due = self.queues[relation].due(tick.before)
-        _, expired = store.expire(due, tick.seq)
+        expired = store.expire(due, tick.seq)
         if expired.shape[0]:
             self.expired[relation] = expired
         self.expired_below = tick.before

@@ -259,20 +259,7 @@ class EventStore:
                 np.int64
             ),
         )
-        touched = np.concatenate([dying_slots, birth_slots])
-        if self._undo is not None:  # after the epoch's expiries: one undo for both, in order
-            before, slots, earlier = self._undo
-            out = EventChanges(
-                np.concatenate([before.eids, out.eids]),
-                np.concatenate([before.diff, out.diff]),
-                np.concatenate([before.seq, out.seq]),
-            )
-            touched, previous = (
-                np.concatenate([slots, touched]),
-                np.concatenate([earlier, previous]),
-            )
-        self._undo = (out, touched, previous)
-        return out
+        return self._record(out, np.concatenate([dying_slots, birth_slots]), previous)
 
     def _check_kinds(self, fields: Mapping[str, npt.NDArray[Any]]) -> None:
         for name, column in fields.items():
@@ -327,32 +314,43 @@ class EventStore:
         self.current[self.slot[live]] = live
         self.live = live.shape[0]
 
-    def expire(self, eids: I32, seq: int) -> tuple[EventChanges, I32]:
-        """Stage the expiry of ``eids`` after the staged epoch's updates: those still alive die.
-
-        Returns the epoch's changes with the expiries (an event born in this epoch that
-        expires in it nets out: it never was in the window) and the eids that were alive
-        before the epoch and expired. :meth:`abort` undoes both."""
+    def expire(self, eids: I32, seq: int) -> I32:
+        """Stage, before the epoch's updates, the expiry of those of ``eids`` still alive (the
+        queue holds eids that were deleted since); returns the eids that expired.
+        :meth:`abort` undoes it with the updates."""
         eids = np.unique(eids[self.alive[eids]]).astype(np.int32)
-        if self._undo is None:
-            empty = np.empty(0, np.int32)
-            none = EventChanges(empty, np.empty(0, np.int8), np.empty(0, np.int64))
-            self._undo = (none, empty, empty)
-        changes, slots, previous = self._undo
-        if not eids.shape[0]:
-            return changes, eids
-        newborn = (changes.diff > 0) & np.isin(changes.eids, eids)
-        old = eids[~np.isin(eids, changes.eids[newborn])]
-        out = EventChanges(
-            np.concatenate([changes.eids[~newborn], old]),
-            np.concatenate([changes.diff[~newborn], np.full(old.shape[0], -1, np.int8)]),
-            np.concatenate([changes.seq[~newborn], np.full(old.shape[0], seq, np.int64)]),
-        )
-        touched = self.slot[eids]
-        self._undo = (out, np.concatenate([slots, touched]), np.concatenate([previous, eids]))
-        self.alive[eids] = False
-        self.current[touched] = -1
-        return out, old
+        if eids.shape[0]:
+            touched = self.slot[eids]
+            dead = np.full(eids.shape[0], -1, np.int8)
+            self._record(
+                EventChanges(eids, dead, np.full(eids.shape[0], seq, np.int64)), touched, eids
+            )
+            self.alive[eids] = False
+            self.current[touched] = -1
+        return eids
+
+    @property
+    def staged_changes(self) -> EventChanges:
+        """The staged epoch's changes so far (expiries, then updates)."""
+        if self._undo is not None:
+            return self._undo[0]
+        empty = np.empty(0, np.int32)
+        return EventChanges(empty, np.empty(0, np.int8), np.empty(0, np.int64))
+
+    def _record(self, changes: EventChanges, slots: I32, previous: I32) -> EventChanges:
+        """Add staged changes (and the slots they touched, with what ``current`` held there) to
+        the epoch's, in order; returns the epoch's changes so far."""
+        if self._undo is not None:
+            before, earlier_slots, earlier = self._undo
+            changes = EventChanges(
+                np.concatenate([before.eids, changes.eids]),
+                np.concatenate([before.diff, changes.diff]),
+                np.concatenate([before.seq, changes.seq]),
+            )
+            slots = np.concatenate([earlier_slots, slots])
+            previous = np.concatenate([earlier, previous])
+        self._undo = (changes, slots, previous)
+        return changes
 
     def select(self, eids: I32, tests: Sequence[FieldTest]) -> npt.NDArray[np.bool_]:
         """Which of ``eids`` pass every test (a selection: the tests of one edge variable)."""

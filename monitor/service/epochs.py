@@ -139,7 +139,6 @@ class EpochProcessor:
         self.events = EventIndex(self.index, selections_of(found), retention=self.retention)
         self.clock = EventClock(settings.allowed_lateness, settings.watermark_outliers)
         self._changes: dict[str, Change] = {}
-        self._untimed = False
         for query in self.internal:
             for relation, arity in query.relations.items():
                 self.index.relation(relation, arity)
@@ -194,18 +193,14 @@ class EpochProcessor:
         """Load updates into the index without evaluating (epoch 0); returns what was ignored.
         Not ``timed``: the event clock neither advances nor expires anything (a state rebuilt
         from elsewhere, whose clock is restored apart)."""
-        self._untimed = not timed
-        try:
-            staged = self._stage(batch)
-        finally:
-            self._untimed = False
+        staged = self._stage(batch, timed)
         self.commit()
         self.totals.updates += batch.count
         self.totals.applied += staged.applied
         self.totals.ignored.update(staged.ignored)
         return staged.ignored
 
-    def _stage(self, batch: UpdateBatch) -> StagedEpoch:
+    def _stage(self, batch: UpdateBatch, timed: bool = True) -> StagedEpoch:
         """Stage tuples and events; records of an event relation without an id are events
         whose identity is their stream position, and such deletes are counted, not applied."""
         batch = self._prepare(batch)
@@ -232,7 +227,7 @@ class EpochProcessor:
             events[name] = positional if known is None else EventUpdates.concat([known, positional])
         staged = self.index.stage(replace(batch, parts=parts, events={}))
         staged.ignored.update(ignored)
-        tick = self._tick(batch)
+        tick = self._tick(batch) if timed else None
         staged.changes.update(self.events.stage(events, staged.ignored, tick))
         self._changes = staged.changes
         staged.events = self.events.staged_events
@@ -242,7 +237,7 @@ class EpochProcessor:
 
     def _tick(self, batch: UpdateBatch) -> Tick | None:
         """The epoch's step of event time (None: no event relation)."""
-        if not self.events.stores or self._untimed:
+        if not self.events.stores:
             return None
         times = batch.times or {FILE_PARTITION: _inserted_times(batch)}
         before = self.clock.watermark
