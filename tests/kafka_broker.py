@@ -26,13 +26,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from scripts.kafka_local import (
-    KafkaBroker,
-    KafkaLocalError,
-    fetch_jars,
-    fetch_metadata,
-    kafka_version,
-)
+from scripts.kafka_jars import KafkaLocalError, fetch_jars, kafka_version
+from scripts.kafka_local import KafkaBroker
+from scripts.kafka_protocol import fetch_metadata
 
 __all__ = [
     "KafkaBroker",
@@ -47,7 +43,7 @@ __all__ = [
 
 Kind = Literal["external", "docker", "local"]
 
-# Exactly-once on one node, for a container (the local broker sets the same in kafka_local.py).
+# Exactly-once on one node, for a container (the local broker: scripts/kafka_config.py).
 _CONTAINER_ENV = {
     "KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR": "1",
     "KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR": "1",
