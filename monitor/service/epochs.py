@@ -76,8 +76,7 @@ class EpochOutput:
     event_changes: dict[str, EventChanges] = field(default_factory=dict)
     #: Per event relation, the sequence numbers of the updates refused as late or untimed.
     late: dict[str, I64] = field(default_factory=dict)
-    #: Events that expired (were alive before the epoch) and the watermark it advanced to.
-    expired: int = 0
+    #: The watermark the epoch advanced to.
     watermark: float = -math.inf
     #: Per event relation with a window: events expired, inserts refused as late.
     expired_by: dict[str, int] = field(default_factory=dict)
@@ -86,6 +85,11 @@ class EpochOutput:
     @property
     def deltas(self) -> int:
         return sum(len(q) for q in self.queries)
+
+    @property
+    def expired(self) -> int:
+        """Events that expired as the epoch began."""
+        return sum(self.expired_by.values())
 
 
 @dataclass
@@ -274,7 +278,6 @@ class EpochProcessor:
             staged.changes,
             staged.event_changes,
             dict(self.events.late),
-            sum(e.shape[0] for e in self.events.expired.values()),
             self.clock.staged,
             {r: int(e.shape[0]) for r, e in self.events.expired.items()},
             dict(self.events.late_count),
