@@ -22,14 +22,15 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import orjson
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
+from connectors.delta_json import EdgeColumns, key_pieces, value_pieces, vertex_ids
 from connectors.events import FieldTypes
+from connectors.json_rows import encode_rows
 from connectors.kafka_records import (
     KafkaDeadLetter,
     Partition,
@@ -38,7 +39,8 @@ from connectors.kafka_records import (
     updates_batch,
     where,
 )
-from connectors.sinks import check_deltas, event_objects, id_list
+from connectors.sinks import CHUNK_ROWS, check_deltas, event_objects, id_list
+from core.columns import Column
 from core.records import Update, UpdateBatch
 
 
@@ -236,42 +238,56 @@ class KafkaSink:
         variables: Sequence[str],
         columns: Sequence[npt.NDArray[np.generic]],
         diffs: npt.NDArray[np.integer],
-        edges: Mapping[str, Mapping[str, npt.NDArray[Any]]] | None = None,
-        extra: Mapping[str, npt.NDArray[Any]] | None = None,
+        edges: EdgeColumns | None = None,
+        extra: Mapping[str, Column] | None = None,
     ) -> int:
         """Produce one record per match delta (inside the open transaction); a query with
-        edge variables adds its events to the value (``"edges"``) and their ids to the key."""
+        edge variables adds its events to the value (``"edges"``) and their ids to the key.
+        Keys and values of up to :data:`~connectors.sinks.CHUNK_ROWS` deltas are encoded at
+        once (:mod:`connectors.delta_json`); what is left per record is the ``produce`` call."""
         rows = check_deltas(variables, columns, diffs)
-        ids = [id_list(c) for c in columns]
+        columns = [vertex_ids(c) for c in columns]
         headers: list[tuple[str, str | bytes | None]] = [
             ("epoch", str(epoch).encode()),
             ("service-version", self.version),
         ]
-        signs = diffs.tolist()
-        more = [(member, column.tolist()) for member, column in (extra or {}).items()]
-        names = list(edges or {})
-        matched: list[tuple[dict[str, object], ...]] = (
-            list(zip(*(event_objects(edges[n]) for n in names), strict=True))
-            if edges
-            else [() for _ in range(rows)]
-        )
-        for i in range(rows):
-            binding = [column[i] for column in ids]
-            body: dict[str, object] = {
-                "query": query,
-                "epoch": epoch,
-                "diff": signs[i],
-                "match": dict(zip(variables, binding, strict=True)),
-            }
-            key: list[object] = [query, binding]
-            if names:
-                body["edges"] = dict(zip(names, matched[i], strict=True))
-                key.append([event["id"] for event in matched[i]])
-            for member, values in more:
-                if values[i] is not None:
-                    body[member] = values[i]
-            self._produce(self.output_topic, orjson.dumps(key), orjson.dumps(body), headers)
+        for start in range(0, rows, CHUNK_ROWS):
+            part = slice(start, min(start + CHUNK_ROWS, rows))
+            n = part.stop - part.start
+            ids = [c[part] for c in columns]
+            fields = {v: {f: c[part] for f, c in e.items()} for v, e in (edges or {}).items()}
+            more = {k: c[part] for k, c in (extra or {}).items()}
+            value_text, value_ends = encode_rows(
+                value_pieces(query, epoch, variables, ids, diffs[part], fields, more), n
+            )
+            edge_ids = [e["id"] for e in fields.values()]
+            key_text, key_ends = encode_rows(key_pieces(query, ids, edge_ids), n)
+            self._produce_rows(
+                self.output_topic,
+                key_text.tobytes(),
+                key_ends,
+                value_text.tobytes(),
+                value_ends,
+                headers,
+            )
         return rows
+
+    def _produce_rows(
+        self,
+        topic: str,
+        keys: bytes,
+        key_ends: npt.NDArray[np.int64],
+        values: bytes,
+        value_ends: npt.NDArray[np.int64],
+        headers: list[tuple[str, str | bytes | None]],
+    ) -> None:
+        """One record per row of encoded keys and values (row ``i`` ends at ``ends[i]``)."""
+        key_starts = [0, *key_ends[:-1].tolist()]
+        value_starts = [0, *value_ends[:-1].tolist()]
+        for ks, ke, vs, ve in zip(
+            key_starts, key_ends.tolist(), value_starts, value_ends.tolist(), strict=True
+        ):
+            self._produce(topic, keys[ks:ke], values[vs:ve], headers)
 
     def write_dead_letter(self, letter: KafkaDeadLetter) -> None:
         headers: list[tuple[str, str | bytes | None]] = [
@@ -308,7 +324,7 @@ class KafkaSink:
         topic: str,
         relation: str,
         epoch: int,
-        events: Mapping[str, npt.NDArray[Any]],
+        events: Mapping[str, Column],
         diffs: npt.NDArray[np.integer],
     ) -> int:
         """One changelog record per changed event: key ``[relation, id]``, value ``{"epoch": E,

@@ -7,20 +7,23 @@ one line per row::
 
     {"query":"triangle","epoch":7,"diff":1,"match":{"a":1,"b":2,"c":"x"}}
 
-with the ``match`` keys in variable order and ids keeping their type.
+with the ``match`` keys in variable order and ids keeping their type (the whole record:
+:mod:`connectors.delta_json`). A JSON Lines sink encodes up to :data:`CHUNK_ROWS` rows with a
+few dozen whole-array operations (:mod:`connectors.json_rows`), never a dict per delta.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from itertools import repeat
-from typing import Any, BinaryIO, Protocol
+from typing import BinaryIO, Protocol
 
 import numpy as np
 import numpy.typing as npt
-import orjson
 
+from connectors.delta_json import EdgeColumns, value_pieces, vertex_ids
+from connectors.json_rows import constant, encode_rows
+from core.columns import Column, python_values
 from core.records import VertexId
 
 CHUNK_ROWS = 1 << 16
@@ -37,15 +40,16 @@ class DeltaSink(Protocol):
         variables: Sequence[str],
         columns: Sequence[npt.NDArray[np.generic]],
         diffs: npt.NDArray[np.integer],
-        edges: Mapping[str, Mapping[str, npt.NDArray[Any]]] | None = None,
-        extra: Mapping[str, npt.NDArray[Any]] | None = None,
+        edges: EdgeColumns | None = None,
+        extra: Mapping[str, Column] | None = None,
     ) -> int:
         """Emit the deltas of ``query`` in ``epoch``; return how many rows were written.
 
         Called by the service once per query and epoch with a non-empty result, before the
         epoch is committed. ``columns[k][i]`` is the id bound to ``variables[k]`` in row ``i``;
-        ``extra`` holds more members of each record (``cause``, ``match_id``), ASCII strings
-        that need no escaping, ``None`` where a row has none.
+        ``edges`` the fields of each edge variable's events; ``extra`` more members of each
+        record (``cause``, ``match_id``); a row without a value leaves the member out
+        (:data:`~connectors.json_rows.Column` says how each kind of column marks that).
         """
         ...
 
@@ -71,8 +75,8 @@ class JsonLinesSink:
         variables: Sequence[str],
         columns: Sequence[npt.NDArray[np.generic]],
         diffs: npt.NDArray[np.integer],
-        edges: Mapping[str, Mapping[str, npt.NDArray[Any]]] | None = None,
-        extra: Mapping[str, npt.NDArray[Any]] | None = None,
+        edges: EdgeColumns | None = None,
+        extra: Mapping[str, Column] | None = None,
     ) -> int:
         """Write one line per row; see :meth:`DeltaSink.write_deltas`.
 
@@ -80,65 +84,22 @@ class JsonLinesSink:
         is not +1 or -1, and ``TypeError`` when an id is neither an ``int`` nor a ``str``.
         """
         rows = check_deltas(variables, columns, diffs)
-        head = orjson.dumps({"query": query, "epoch": int(epoch)})[:-1]
-        tails = extra_tails(extra, rows)
-        if edges:
-            self._write_with_edges(head, variables, columns, diffs, edges, tails)
-        elif all(c.dtype.kind in "iu" for c in columns):
-            # Only integers: a %d template per diff sign; no escaping can be needed.
-            escaped = head.replace(b"%", b"%%")
-            match = b",".join(orjson.dumps(v).replace(b"%", b"%%") + b":%d" for v in variables)
-            lines = {
-                d: escaped + b',"diff":' + str(d).encode() + b',"match":{' + match + b"}%b}\n"
-                for d in (1, -1)
-            }
-            for start in range(0, rows, CHUNK_ROWS):
-                stop = min(start + CHUNK_ROWS, rows)
-                bindings = zip(
-                    *(c[start:stop].tolist() for c in columns), tails[start:stop], strict=True
-                )
-                signs = diffs[start:stop].tolist()
-                self.stream.write(
-                    b"".join([lines[d] % b for d, b in zip(signs, bindings, strict=True)])
-                )
-        else:
-            prefix = {d: head + b',"diff":' + str(d).encode() + b',"match":' for d in (1, -1)}
-            dumps = orjson.dumps
-            for start in range(0, rows, CHUNK_ROWS):
-                stop = min(start + CHUNK_ROWS, rows)
-                bindings = zip(*(id_list(c[start:stop]) for c in columns), strict=True)
-                matches = map(dumps, map(dict, map(zip, repeat(variables), bindings)))
-                signs = diffs[start:stop].tolist()
-                parts = zip(signs, matches, tails[start:stop], strict=True)
-                self.stream.write(b"".join([prefix[d] + m + t + b"}\n" for d, m, t in parts]))
+        columns = [vertex_ids(c) for c in columns]
+        for start in range(0, rows, CHUNK_ROWS):
+            part = slice(start, min(start + CHUNK_ROWS, rows))
+            pieces = value_pieces(
+                query,
+                epoch,
+                variables,
+                [c[part] for c in columns],
+                diffs[part],
+                {v: {f: c[part] for f, c in fields.items()} for v, fields in (edges or {}).items()},
+                {k: c[part] for k, c in (extra or {}).items()},
+            )
+            text, _ = encode_rows([*pieces, constant(b"\n")], part.stop - part.start)
+            self.stream.write(text.data)
         self.lines_written += rows
         return rows
-
-    def _write_with_edges(
-        self,
-        head: bytes,
-        variables: Sequence[str],
-        columns: Sequence[npt.NDArray[np.generic]],
-        diffs: npt.NDArray[np.integer],
-        edges: Mapping[str, Mapping[str, npt.NDArray[Any]]],
-        tails: list[bytes],
-    ) -> None:
-        """Lines with ``"edges"``: per edge variable, the matched event with its fields (from
-        columns; a field that is None for an event is left out of its object)."""
-        names = list(edges)
-        bindings = zip(*(id_list(c) for c in columns), strict=True)
-        per_edge = [event_objects(edges[n]) for n in names]
-        events = zip(*per_edge, strict=True)
-        lines = []
-        rows = zip(diffs.tolist(), bindings, events, tails, strict=True)
-        for diff, binding, matched, tail in rows:
-            body = {
-                "diff": diff,
-                "match": dict(zip(variables, binding, strict=True)),
-                "edges": dict(zip(names, matched, strict=True)),
-            }
-            lines.append(head + b"," + orjson.dumps(body)[1:-1] + tail + b"}\n")
-        self.stream.write(b"".join(lines))
 
     def flush(self) -> None:
         """Flush the stream; see :meth:`DeltaSink.flush`."""
@@ -196,8 +157,8 @@ class ListSink:
         variables: Sequence[str],
         columns: Sequence[npt.NDArray[np.generic]],
         diffs: npt.NDArray[np.integer],
-        edges: Mapping[str, Mapping[str, npt.NDArray[Any]]] | None = None,
-        extra: Mapping[str, npt.NDArray[Any]] | None = None,
+        edges: EdgeColumns | None = None,
+        extra: Mapping[str, Column] | None = None,
     ) -> int:
         """Append one row per delta; see :meth:`DeltaSink.write_deltas`."""
         rows = check_deltas(variables, columns, diffs)
@@ -211,29 +172,10 @@ class ListSink:
         self.flushes += 1
 
 
-def extra_tails(extra: Mapping[str, npt.NDArray[Any]] | None, rows: int) -> list[bytes]:
-    """Per row, its ``extra`` members as JSON text to append to its object (``,"k":"v"``;
-    nothing for a ``None``), whole columns at a time."""
-    tail = np.zeros(rows, "S1")
-    for key, column in (extra or {}).items():
-        present = column != None  # noqa: E711 (elementwise on objects)
-        if not present.any():
-            continue
-        text = np.zeros(rows, f"S{len(key) + 6}")
-        text[present] = f',"{key}":"'.encode()
-        values = np.zeros(rows, "S1")
-        values = values.astype(np.char.encode(column[present].astype(str)).dtype)
-        values[present] = np.char.encode(column[present].astype(str))
-        member = np.char.add(np.char.add(text, values), np.where(present, b'"', b""))
-        tail = np.char.add(tail, member)
-    out: list[bytes] = tail.tolist()
-    return out
-
-
-def event_objects(columns: Mapping[str, npt.NDArray[Any]]) -> list[dict[str, object]]:
-    """One JSON object per row of event columns, leaving out absent (None) values."""
+def event_objects(columns: Mapping[str, Column]) -> list[dict[str, object]]:
+    """One JSON object per row of event columns, leaving out absent values (slow paths)."""
     names = list(columns)
-    rows = zip(*(columns[n].tolist() for n in names), strict=True)
+    rows = zip(*(python_values(columns[n]) for n in names), strict=True)
     return [{k: v for k, v in zip(names, row, strict=True) if v is not None} for row in rows]
 
 
@@ -260,21 +202,5 @@ def check_deltas(
 
 def id_list(column: npt.NDArray[np.generic]) -> list[VertexId]:
     """A column of ids as Python values, checking the values of ``object`` columns."""
-    if column.dtype.kind in "iu":
-        values: list[VertexId] = column.tolist()
-        return values
-    if column.dtype != object:
-        raise TypeError(f"id columns must be integer or object arrays, got dtype {column.dtype}")
-    items: list[object] = column.tolist()
-    if set(map(type, items)) <= {int, str}:
-        return items  # type: ignore[return-value]  # checked just above
-    return [_id(item) for item in items]
-
-
-def _id(item: object) -> VertexId:
-    """One id of an ``object`` column as a plain ``int`` or ``str``."""
-    if isinstance(item, (int, np.integer)) and not isinstance(item, (bool, np.bool_)):
-        return int(item)
-    if isinstance(item, str):
-        return str(item)
-    raise TypeError(f"vertex ids are int or str, got {type(item).__name__} {item!r}")
+    values: list[VertexId] = vertex_ids(column).tolist()
+    return values

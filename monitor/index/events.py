@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from core.columns import Coded, Column
 from core.errors import InputError
 from core.fields import ABSENT, DTYPES, FieldTest, affine, column_kind, compare
 from monitor.index.idmap import IdMap
@@ -99,26 +100,16 @@ class FieldColumn:
             codes[present] = interned[inverse.reshape(-1)]
         self.values[eids] = codes
 
-    def values_of(self, eids: I32) -> npt.NDArray[Any]:
-        """The values at ``eids`` as an ``object`` column of JSON values (None where absent;
-        integral numbers as ints), decoded per column, not per event."""
+    def values_of(self, eids: I32) -> Column:
+        """The values at ``eids`` as an output column (:mod:`core.columns`): numbers as
+        ``float64`` with NaN where absent, strings and booleans as codes into their values;
+        no Python object per event."""
         raw = self.values[eids]
-        out = np.empty(raw.shape[0], dtype=object)
         if self.kind == "number":
-            present = ~np.isnan(raw)
-            integral = present & (np.floor(raw) == raw) & (np.abs(raw) < 2.0**53)
-            out[integral] = raw[integral].astype(np.int64)
-            rest = present & ~integral
-            out[rest] = raw[rest]
-        elif self.kind == "bool":
-            present = raw >= 0
-            out[present] = raw[present] == 1
-        else:
-            present = raw >= 0
-            strings = np.empty(len(self.pool.strings), dtype=object)
-            strings[:] = self.pool.strings
-            out[present] = strings[raw[present]]
-        return out
+            return raw
+        if self.kind == "bool":
+            return Coded(raw, (False, True))
+        return Coded(raw, self.pool.strings)
 
     @property
     def nbytes(self) -> int:
@@ -388,11 +379,11 @@ class EventStore:
 
     def columns(
         self, eids: I32, decode_vertex: Any, fields: Sequence[str] | None = None
-    ) -> dict[str, npt.NDArray[Any]]:
-        """The events at ``eids`` as output columns of JSON values, whole arrays at a time:
-        ``id``, ``src``, ``dst``, then every field (or those in ``fields``), ``None`` where an
-        event lacks it; integral numbers as integers."""
-        out: dict[str, npt.NDArray[Any]] = {
+    ) -> dict[str, Column]:
+        """The events at ``eids`` as output columns (:mod:`core.columns`), whole arrays at a
+        time: ``id``, ``src``, ``dst``, then every field (or those in ``fields``), absent where
+        an event lacks it."""
+        out: dict[str, Column] = {
             "id": self.ids.decode(self.slot[eids]),
             "src": decode_vertex(self.src[eids]),
             "dst": decode_vertex(self.dst[eids]),

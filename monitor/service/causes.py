@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import numpy.typing as npt
 
+from core.columns import Coded
 from core.fields import selection_name
 from monitor.index.event_relations import EventIndex
 from monitor.index.graph import Change
@@ -25,6 +26,7 @@ from monitor.index.levels import I32
 from monitor.query.ast import Query
 
 EXPIRED, DELETED = "expired", "deleted"
+_CAUSES = (DELETED, EXPIRED)
 
 
 def causes(
@@ -33,10 +35,11 @@ def causes(
     diff: npt.NDArray[np.integer],
     events: EventIndex,
     changes: Mapping[str, Change],
-) -> npt.NDArray[np.object_]:
+) -> Coded:
     """Per row of ``query``'s deltas (dense columns: the head, then the edge variables), its
-    cause when it is a -1 (``None`` for +1 rows)."""
-    out = np.full(diff.shape[0], None, dtype=object)
+    cause when it is a -1 (absent for +1 rows)."""
+    codes = np.full(diff.shape[0], -1, np.int8)
+    out = Coded(codes, _CAUSES)
     gone = np.flatnonzero(diff < 0)
     if not gone.shape[0]:
         return out
@@ -60,7 +63,7 @@ def causes(
                 deleted |= _rows_in(rows, _removed(changes.get(atom.relation)))
     else:
         deleted[:] = True
-    out[gone] = np.where(deleted, DELETED, EXPIRED)
+    codes[gone] = np.where(deleted, _CAUSES.index(DELETED), _CAUSES.index(EXPIRED))
     return out
 
 

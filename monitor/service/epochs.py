@@ -14,12 +14,12 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from connectors.events import FieldTypes
+from core.columns import Column
 from core.errors import ConfigError, StateError
 from core.records import EventUpdates, UpdateBatch, mirrored
 from core.times import TIME_FIELD
@@ -53,9 +53,9 @@ class QueryOutput:
     variables: tuple[str, ...]
     columns: list[npt.NDArray[np.generic]]
     diff: I64
-    edges: dict[str, dict[str, npt.NDArray[Any]]] = field(default_factory=dict)
+    edges: dict[str, dict[str, Column]] = field(default_factory=dict)
     #: Per row: ``match_id`` always, ``cause`` (of a -1) in a run with a window.
-    extra: dict[str, npt.NDArray[Any]] = field(default_factory=dict)
+    extra: dict[str, Column] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return int(self.diff.shape[0])
@@ -307,8 +307,8 @@ class EpochProcessor:
             for k, (var, relation) in enumerate(self.rewritten[i].edges.items())
         }
         vertices = [decode(c) for c in columns[:width]]
-        ids = [*vertices, *(e["id"] for e in edges.values())]
-        extra = {}
+        ids = [*vertices, *(np.asarray(e["id"]) for e in edges.values())]
+        extra: dict[str, Column] = {}
         if self.windowed:
             extra["cause"] = causes(source, columns, diff, self.events, self._changes)
         extra["match_id"] = match_ids(source.name, ids, diff.shape[0])

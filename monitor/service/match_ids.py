@@ -27,9 +27,10 @@ _HEX = np.frombuffer(b"0123456789abcdef", np.uint8)
 
 def match_ids(
     query: str, columns: Sequence[npt.NDArray[np.generic]], rows: int
-) -> npt.NDArray[np.object_]:
+) -> npt.NDArray[np.bytes_]:
     """The ids of ``rows`` matches of ``query`` whose external ids are ``columns``
-    (vertices, then event ids), as ``str`` objects."""
+    (vertices, then event ids), as 16 ASCII bytes each (``S16``: sinks write them as they
+    are)."""
     h = np.full(rows, _string_hashes(np.array([query], dtype=object))[0], np.uint64)
     for column in columns:
         h = mix(h ^ id_hashes(column))
@@ -56,11 +57,11 @@ def _string_hashes(strings: npt.NDArray[np.generic]) -> U64:
     return hash_rows(padded(data, starts, lengths), lengths) ^ _STR_TAG
 
 
-def hex_digits(h: U64) -> npt.NDArray[np.object_]:
+def hex_digits(h: U64) -> npt.NDArray[np.bytes_]:
     """Each hash as 16 lowercase hex digits (whole-array: no formatting per value)."""
     raw = h.astype(">u8").view(np.uint8).reshape(-1, 8)
     digits = np.empty((h.shape[0], 16), np.uint8)
     digits[:, 0::2] = _HEX[raw >> 4]
     digits[:, 1::2] = _HEX[raw & 15]
-    out: npt.NDArray[np.object_] = digits.view("S16").reshape(-1).astype("U16").astype(object)
+    out: npt.NDArray[np.bytes_] = digits.view("S16").reshape(-1)
     return out

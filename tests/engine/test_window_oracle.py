@@ -205,7 +205,7 @@ def test_the_window_oracle_sees_expiries_late_events_and_both_causes() -> None:
     for lo, hi in [(0, 3), (3, 5), (5, 6)]:
         out = processor.process(batch(ops[lo:hi], lo))
         processor.commit()
-        found.update(c for q in out.queries for c in q.extra["cause"].tolist() if c)
+        found.update(str(c) for q in out.queries for c in q.extra["cause"].tolist() if c)
     assert found["expired"] and found["deleted"], found
 
 

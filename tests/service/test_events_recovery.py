@@ -20,10 +20,12 @@ import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
+from core.columns import python_values
 from monitor.index.store import StateStore
 from monitor.service.epochs import EpochProcessor
 from monitor.service.settings import Settings
@@ -127,9 +129,12 @@ def stored_events(state: Path) -> dict[str, tuple[int, int, dict[str, object]]]:
         store.load(processor.index)
     events = processor.index.event_stores["transfer"]
     live = np.flatnonzero(events.alive[: events.size]).astype(np.int32)
-    columns = events.columns(live, processor.index.dictionary.decode)
+    columns: dict[str, list[Any]] = {
+        k: python_values(c)
+        for k, c in events.columns(live, processor.index.dictionary.decode).items()
+    }
     out = {}
-    for i, event in enumerate(columns["id"].tolist()):
+    for i, event in enumerate(columns["id"]):
         fields = {k: columns[k][i] for k in ("amount", "channel") if columns[k][i] is not None}
         out[str(event)] = (int(columns["src"][i]), int(columns["dst"][i]), fields)
     return out

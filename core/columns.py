@@ -1,0 +1,69 @@
+"""Output columns: how the engine hands a sink the values of a field or a record member.
+
+A column holds one JSON value per row, or none (the row leaves the member out):
+
+- ``int`` arrays: integers, every row has one;
+- ``float`` arrays: numbers, ``NaN`` where a row has none (integral ones print as integers);
+- ``object`` arrays: ``int``, ``str``, ``bool`` or ``float`` values, ``None`` where absent;
+- fixed-width ``S`` arrays: ASCII text that needs no escaping, empty where absent;
+- :class:`Coded`: dictionary codes into a list of values, ``-1`` where absent (string and
+  boolean fields, causes), so a value is encoded once per batch, not once per row.
+
+Sinks encode them whole (:mod:`connectors.json_rows`); :func:`python_values` is the slow path
+that gives one Python object per row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+EXACT = 2.0**53
+"""Numbers of a float column below this magnitude that are integral print as integers."""
+
+
+@dataclass(frozen=True)
+class Coded:
+    """A dictionary column: row ``i`` holds ``values[codes[i]]``, nothing where the code is < 0.
+
+    ``values`` are JSON values (``str``, ``bool``, numbers); each used one is encoded once."""
+
+    codes: npt.NDArray[np.integer]
+    values: Sequence[object]
+
+    @property
+    def shape(self) -> tuple[int]:
+        return (int(self.codes.shape[0]),)
+
+    def __getitem__(self, rows: npt.NDArray[np.integer] | npt.NDArray[np.bool_] | slice) -> Coded:
+        return Coded(self.codes[rows], self.values)
+
+    def tolist(self) -> list[object]:
+        """The values as Python objects, ``None`` where absent (slow paths and tests)."""
+        table = [*self.values, None]
+        return [table[c] for c in self.codes.tolist()]
+
+
+Column = npt.NDArray[np.generic] | Coded
+"""A column of JSON values, as the module docstring lists them."""
+
+
+def python_values(column: Column) -> list[object]:
+    """The column as JSON-ready Python values, ``None`` where absent (slow paths: one object per
+    row). Integral numbers of a float column come back as ``int``, as they print."""
+    if isinstance(column, Coded):
+        return column.tolist()
+    kind = column.dtype.kind
+    if kind == "f":
+        out = np.full(column.shape[0], None, object)
+        has = ~np.isnan(column)
+        integral = has & (np.floor(column) == column) & (np.abs(column) < EXACT)
+        out[integral] = column[integral].astype(np.int64)
+        out[has & ~integral] = column[has & ~integral]
+        return list(out.tolist())
+    if kind == "S":
+        return [v.decode() if v else None for v in column.tolist()]
+    return list(column.tolist())
