@@ -142,4 +142,4 @@ def signs(diffs: npt.NDArray[np.integer]) -> Piece:
     cells = np.broadcast_to(_SIGN_CELLS, (negative.shape[0], 2))
     mask = np.ones((negative.shape[0], 2), np.bool_)
     mask[:, 0] = negative
-    return Piece(cells, mask)
+    return Piece(cells, mask, 1 + negative)

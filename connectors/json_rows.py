@@ -47,6 +47,8 @@ class Piece:
 
     cells: npt.NDArray[np.uint8]
     mask: npt.NDArray[np.bool_] | None = None
+    #: Per row, how many bytes it keeps, where the maker knows it without counting the mask.
+    lengths: npt.NDArray[np.int64] | None = None
 
     @property
     def width(self) -> int:
@@ -63,7 +65,8 @@ def where(piece: Piece, present: npt.NDArray[np.bool_]) -> Piece:
     if bool(present.all()):
         return piece
     mask = present[:, None] if piece.mask is None else piece.mask & present[:, None]
-    return Piece(piece.cells, np.broadcast_to(mask, (present.shape[0], piece.width)))
+    lengths = None if piece.lengths is None else piece.lengths * present
+    return Piece(piece.cells, np.broadcast_to(mask, (present.shape[0], piece.width)), lengths)
 
 
 def present(column: Column) -> npt.NDArray[np.bool_]:
@@ -123,9 +126,9 @@ def integers(column: npt.NDArray[np.integer]) -> Piece:
             rest = rest // np.uint64(10_000)
     mask = np.arange(groups * 4) >= (groups * 4 - digits)[:, None]
     if not negative.any():
-        return Piece(cells, mask)
+        return Piece(cells, mask, digits)
     sign = np.broadcast_to(_MINUS, (rows, 1))
-    return Piece(np.hstack([sign, cells]), np.hstack([negative[:, None], mask]))
+    return Piece(np.hstack([sign, cells]), np.hstack([negative[:, None], mask]), digits + negative)
 
 
 def quoted(column: npt.NDArray[np.bytes_]) -> Piece:
@@ -207,7 +210,7 @@ def _gather(
     if data.shape[0] == 0:
         data = np.zeros(1, np.uint8)
     cells = data[np.minimum(starts[:, None] + at, data.shape[0] - 1)]
-    return Piece(cells, at < lengths[:, None])
+    return Piece(cells, at < lengths[:, None], lengths)
 
 
 def _mask(piece: Piece, rows: int) -> npt.NDArray[np.bool_]:
@@ -268,6 +271,8 @@ def encode_rows(
         return cells.reshape(-1), np.arange(1, rows + 1, dtype=np.int64) * width
     lengths = np.full(rows, sum(p.width for p in pieces if p.mask is None), np.int64)
     for p in pieces:
-        if p.mask is not None:
+        if p.lengths is not None:
+            lengths += p.lengths
+        elif p.mask is not None:
             lengths += np.broadcast_to(p.mask, (rows, p.width)).sum(axis=1)
     return cells[mask], np.cumsum(lengths)
