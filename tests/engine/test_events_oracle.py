@@ -17,6 +17,7 @@ import numpy as np
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from core.columns import python_values
 from core.fields import to_column
 from core.records import EventUpdates, RelationUpdates, UpdateBatch
 from monitor.query.ast import Atom, FieldRef, Filter, Literal, Predicate, Query
@@ -396,7 +397,7 @@ def check_epochs(
 def rows(out: Any) -> list[tuple[Any, ...]]:
     """An epoch's output of one query as rows: query, vertices, per edge variable its event's
     columns, diff (in output order)."""
-    edges = [{k: v.tolist() for k, v in e.items()} for e in out.edges.values()]
+    edges = [{k: python_values(v) for k, v in e.items()} for e in out.edges.values()]
     return [
         (
             out.query,

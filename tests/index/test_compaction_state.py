@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import rocksdict
 
+from core.columns import python_values
 from core.records import UpdateBatch
 from monitor.index.events import EventStore
 from monitor.index.store import META_KEY, StateStore
@@ -59,7 +60,7 @@ def state_of(store: EventStore, decode: Any) -> dict[str, Any]:
         "ids": store.ids.decode(np.arange(len(store.ids), dtype=np.int32)).tolist(),
         "current": store.current[: len(store.ids)].tolist(),
         "live": {
-            k: v[store.alive[: store.size]].tolist()
+            k: python_values(v[store.alive[: store.size]])
             for k, v in store.columns(every, decode).items()
         },
         "len": len(store),
