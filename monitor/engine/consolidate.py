@@ -16,7 +16,7 @@ def consolidate(columns: Sequence[I32], diff: I64) -> tuple[list[I32], I64]:
     ``columns`` are the binding's columns (one per variable, dense ids >= 0) and ``diff`` the
     signed multiplicity of each row. Vectorized: the columns are packed into as few ``int64``
     sort keys as their ids' bit width allows (one key for up to five columns of 12-bit ids), then
-    one sort and one segmented sum.
+    one sort and one segmented sum (for +1/-1 diffs, a sort of the keys alone).
     """
     n = int(diff.shape[0])
     if n == 0:
@@ -25,6 +25,8 @@ def consolidate(columns: Sequence[I32], diff: I64) -> tuple[list[I32], I64]:
         total = diff.sum(keepdims=True)
         return [], total[total != 0]
     keys = sort_keys(columns)
+    if len(keys) == 1 and _bits(columns) * len(columns) < 63 and (np.abs(diff) == 1).all():
+        return _consolidate_units(columns, keys[0], diff)
     order = np.argsort(keys[0], kind="stable") if len(keys) == 1 else np.lexsort(keys[::-1])
     sorted_keys = [k[order] for k in keys]
     start = np.ones(n, np.bool_)
@@ -36,10 +38,35 @@ def consolidate(columns: Sequence[I32], diff: I64) -> tuple[list[I32], I64]:
     return [c[rows] for c in columns], sums[keep]
 
 
+def _consolidate_units(columns: Sequence[I32], key: I64, diff: I64) -> tuple[list[I32], I64]:
+    """:func:`consolidate` for diffs of +1 and -1 whose binding packs into one key with a bit
+    to spare: the sign goes into that bit, so one ``sort`` (no ``argsort``, no gathers) groups
+    the rows, and the columns come back out of the sorted keys."""
+    signed = np.sort((key << 1) | (diff > 0))
+    bound = signed >> 1
+    start = np.ones(signed.shape[0], np.bool_)
+    np.not_equal(bound[1:], bound[:-1], out=start[1:])
+    starts = np.flatnonzero(start)
+    sizes = np.diff(np.append(starts, signed.shape[0]))
+    plus = np.add.reduceat(signed & 1, starts)
+    sums = 2 * plus - sizes
+    keep = sums != 0
+    packed = bound[starts[keep]]
+    bits = _bits(columns)
+    mask = (1 << bits) - 1
+    last = len(columns) - 1
+    out = [((packed >> (bits * (last - k))) & mask).astype(c.dtype) for k, c in enumerate(columns)]
+    return out, sums[keep]
+
+
+def _bits(columns: Sequence[I32]) -> int:
+    """Bits per column in :func:`sort_keys`."""
+    return max(1, max(int(c.max()) for c in columns).bit_length())
+
+
 def sort_keys(columns: Sequence[I32]) -> list[npt.NDArray[np.int64]]:
     """The columns packed, most significant first, into ``int64`` keys that sort like them."""
-    top = max(int(c.max()) for c in columns)
-    bits = max(1, top.bit_length())
+    bits = _bits(columns)
     per_key = max(1, 63 // bits)
     keys = []
     for lo in range(0, len(columns), per_key):
