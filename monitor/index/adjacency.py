@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
+from monitor.index.kernels import contains
 from monitor.index.levels import I8, I32, I64, Level, gather_ranges, merge, pack, unpack
 from monitor.plan.cut import Cut
 
@@ -49,8 +50,8 @@ class AdjacencyView:
         values = self.targets[positions]
         if not len(self.delta):
             return owner, values
-        removed = self.delta.lookup(pack(keys[owner], values)) < 0
-        if removed.any():
+        if self.delta.removals:
+            removed = self.delta.lookup(pack(keys[owner], values)) < 0
             owner, values = owner[~removed], values[~removed]
         lo, hi = self.delta.key_ranges(keys)
         d_owner, d_pos = gather_ranges(lo, hi)
@@ -64,39 +65,16 @@ class AdjacencyView:
     def contains(
         self, keys: npt.NDArray[np.integer], values: npt.NDArray[np.integer]
     ) -> npt.NDArray[np.bool_]:
-        """For each ``(keys[i], values[i])``, whether the pair is present."""
-        found = segment_contains(self.offsets, self.targets, keys, values)
-        if len(self.delta):
-            diff = self.delta.lookup(pack(keys, values))
-            found = np.where(diff != 0, diff > 0, found)
-        return found
-
-
-def segment_contains(
-    offsets: I64, targets: I32, keys: npt.NDArray[np.integer], values: npt.NDArray[np.integer]
-) -> npt.NDArray[np.bool_]:
-    """Whether each value is in its key's sorted CSR segment: all binary searches at once.
-
-    Binary lifting: ``pos`` starts at the segment's first position and moves forward by
-    decreasing powers of two while the target there is still ``<= value``; after
-    ``log2(longest segment)`` whole-array steps it rests on the last target ``<= value``.
-    """
-    lo = offsets[keys]
-    end = offsets[keys + 1]
-    if not lo.shape[0]:
-        return np.zeros(0, np.bool_)
-    values = values.astype(np.int32, copy=False)
-    top = max(int(targets.shape[0]) - 1, 0)
-    pos = lo.copy()
-    for shift in range(int((end - lo).max()).bit_length() - 1, -1, -1):
-        candidate = pos + (1 << shift)
-        ok = candidate < end
-        ok &= targets[np.minimum(candidate, top)] <= values
-        pos = np.where(ok, candidate, pos)
-    inside = lo < end
-    found = np.zeros(pos.shape[0], np.bool_)
-    found[inside] = targets[pos[inside]] == values[inside]
-    return found
+        """For each ``(keys[i], values[i])``, whether the pair is present (the intersection:
+        :mod:`monitor.index.kernels`)."""
+        return contains(
+            self.offsets,
+            self.targets,
+            self.delta.pairs,
+            self.delta.diff,
+            keys,
+            values,
+        )
 
 
 class Adjacency:

@@ -42,6 +42,8 @@ class Level:
     pairs: I64
     diff: I8
     running: I64
+    #: Whether any pair is removed (-1): an insert-only level needs no lookup on propose.
+    removals: bool = False
 
     @classmethod
     def empty(cls) -> Level:
@@ -52,7 +54,7 @@ class Level:
         """A level from unique sorted pairs and their (non-zero) diffs."""
         running = np.zeros(pairs.shape[0] + 1, np.int64)
         np.cumsum(diff, out=running[1:])
-        return cls(pairs, diff, running)
+        return cls(pairs, diff, running, bool((diff < 0).any()))
 
     def __len__(self) -> int:
         return int(self.pairs.shape[0])

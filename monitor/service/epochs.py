@@ -26,6 +26,7 @@ from core.times import TIME_FIELD
 from monitor.engine.delta import DeltaEvaluator
 from monitor.engine.owned import ChangedTuples, decide
 from monitor.engine.static import count_matches, enumerate_matches
+from monitor.index import kernels
 from monitor.index.event_relations import EventIndex, Selection, selections_of
 from monitor.index.events import EventChanges
 from monitor.index.graph import Change, GraphIndex, StagedEpoch
@@ -131,6 +132,7 @@ class EpochProcessor:
         self.rewritten = [rewrite(q, events) for q in self.queries]
         self.internal = [r.internal for r in self.rewritten]
         self.index = GraphIndex(settings.compaction_ratio, settings.compaction_min)
+        kernels.warm()
         found = [Selection(r, t) for q in self.rewritten for r, t in q.selections]
         unknown = set(settings.retention) - events
         if unknown:

@@ -255,12 +255,15 @@ def test_builder_stage_rehearsal(tmp_path: Path) -> None:
     assert "0.1.0" in version.stdout
     edges = "1 2\n2 3\n1 3\n3 4\n"
     state = tmp_path / "state"
+    # As the image: numba caches its compiled kernels under /tmp, never beside the code.
+    assert "NUMBA_CACHE_DIR=/tmp/" in DOCKERFILE.read_text()
+    numba_cache = tmp_path / "numba"
     run = subprocess.run(
         [str(exe), "run", "--query", "triangle", "--state-dir", str(state), "--edges", "-"],
         input=edges,
         capture_output=True,
         text=True,
-        env={**env, "HOME": str(tmp_path)},
+        env={**env, "HOME": str(tmp_path), "NUMBA_CACHE_DIR": str(numba_cache)},
         cwd=tmp_path,
         check=True,
     )
@@ -270,3 +273,4 @@ def test_builder_stage_rehearsal(tmp_path: Path) -> None:
     ], run.stderr
     after = {f: f.stat().st_mtime_ns for f in venv.rglob("*") if f.is_file()}
     assert after == before, "the run wrote into the image: a read-only root filesystem breaks it"
+    assert any(numba_cache.rglob("*.nbi")), "the compiled kernel was not cached in NUMBA_CACHE_DIR"

@@ -1,0 +1,153 @@
+"""Compiled membership kernels for the intersection, the engine's hottest loop.
+
+``contains`` answers, for every candidate ``(key, value)`` of a stage, whether an adjacency
+holds it: a binary search in the key's sorted CSR segment, then, where the adjacency has a delta
+level on top, a binary search for the packed pair among the level's pairs, whose sign decides
+(``+1`` added since the compaction, ``-1`` removed). It is the paper's ``intersect``.
+
+With numba installed (a dependency of the package), this is one compiled loop over the
+candidates: no intermediate arrays, one pass, about 3x faster than the whole-array binary
+lifting of :func:`numpy_contains` on ego-Facebook 4-cliques. :func:`numpy_contains` stays as the
+reference implementation (tests compare both on random inputs) and as the fallback where numba
+cannot be imported or ``SGM_NUMBA=0`` says not to use it.
+
+Compiled code is cached on disk (numba's ``cache=True``: beside this file, or under
+``NUMBA_CACHE_DIR``; the container image sets it to ``/tmp/numba``), so only the first run on a
+machine pays the compilation (about a second).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+import numpy as np
+import numpy.typing as npt
+
+from monitor.index.levels import I8, I32, I64, VALUE_BITS, pack
+
+Contains = Callable[
+    [I64, I32, I64, I8, npt.NDArray[np.integer], npt.NDArray[np.integer]], npt.NDArray[np.bool_]
+]
+
+
+def numpy_contains(
+    offsets: I64,
+    targets: I32,
+    level_pairs: I64,
+    level_diff: I8,
+    keys: npt.NDArray[np.integer],
+    values: npt.NDArray[np.integer],
+) -> npt.NDArray[np.bool_]:
+    """Whether each ``(keys[i], values[i])`` is present: CSR, then the level's sign."""
+    found = segment_contains(offsets, targets, keys, values)
+    if level_pairs.shape[0]:
+        packed = pack(keys, values)
+        pos = np.minimum(np.searchsorted(level_pairs, packed), level_pairs.shape[0] - 1)
+        hit = level_pairs[pos] == packed
+        found = np.where(hit, level_diff[pos] > 0, found)
+    return found
+
+
+def segment_contains(
+    offsets: I64, targets: I32, keys: npt.NDArray[np.integer], values: npt.NDArray[np.integer]
+) -> npt.NDArray[np.bool_]:
+    """Whether each value is in its key's sorted CSR segment: all binary searches at once.
+
+    Binary lifting: ``pos`` starts at the segment's first position and moves forward by
+    decreasing powers of two while the target there is still ``<= value``; after
+    ``log2(longest segment)`` whole-array steps it rests on the last target ``<= value``.
+    """
+    lo = offsets[keys]
+    end = offsets[keys + 1]
+    if not lo.shape[0]:
+        return np.zeros(0, np.bool_)
+    values = values.astype(np.int32, copy=False)
+    top = max(int(targets.shape[0]) - 1, 0)
+    pos = lo.copy()
+    for shift in range(int((end - lo).max()).bit_length() - 1, -1, -1):
+        candidate = pos + (1 << shift)
+        ok = candidate < end
+        ok &= targets[np.minimum(candidate, top)] <= values
+        pos = np.where(ok, candidate, pos)
+    inside = lo < end
+    found = np.zeros(pos.shape[0], np.bool_)
+    found[inside] = targets[pos[inside]] == values[inside]
+    return found
+
+
+try:
+    from numba import njit
+except ImportError:  # pragma: no cover - numba is a dependency; numpy is the fallback
+    COMPILED = False
+else:
+    COMPILED = True
+
+if COMPILED:
+
+    @njit(cache=True, nogil=True, inline="always")
+    def _lower_bound(array, lo, hi, needle):  # type: ignore[no-untyped-def]
+        """The first position in ``array[lo:hi]`` (sorted) whose value is ``>= needle``."""
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if array[mid] < needle:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    @njit(cache=True, nogil=True)
+    def compiled_contains(offsets, targets, level_pairs, level_diff, keys, values):  # type: ignore[no-untyped-def]
+        """:func:`numpy_contains` as one loop: per candidate a binary search in its key's CSR
+        segment and, when the level holds pairs of the key, one among those."""
+        n = keys.shape[0]
+        levels = level_pairs.shape[0]
+        out = np.zeros(n, np.bool_)
+        previous = -1
+        first = last = 0  # the level's pairs of the previous key: candidates come by prefix
+        for i in range(n):
+            key = keys[i]
+            value = values[i]
+            if levels and key != previous:
+                previous = key
+                first = _lower_bound(level_pairs, 0, levels, np.int64(key) << VALUE_BITS)
+                last = _lower_bound(level_pairs, first, levels, np.int64(key + 1) << VALUE_BITS)
+            end = offsets[key + 1]
+            at = _lower_bound(targets, offsets[key], end, value)
+            present = at < end and targets[at] == value
+            if first < last:
+                packed = (np.int64(key) << VALUE_BITS) | np.int64(value)
+                at = _lower_bound(level_pairs, first, last, packed)
+                if at < last and level_pairs[at] == packed:
+                    present = level_diff[at] > 0
+            out[i] = present
+        return out
+
+
+def _choose() -> tuple[Contains, str]:
+    if os.environ.get("SGM_NUMBA", "1").strip().lower() in ("0", "false", "no", "off"):
+        return numpy_contains, "numpy"
+    if not COMPILED:  # pragma: no cover
+        return numpy_contains, "numpy"
+    return compiled_contains, "numba"
+
+
+contains, KERNELS = _choose()
+"""The membership kernel in use, and which (``numba`` or ``numpy``)."""
+
+
+_warm = False
+
+
+def warm() -> None:
+    """Load (or compile, the first time on a machine) the kernel for the key and value types
+    the engine passes, so that the first epoch does not pay for it. Once per process."""
+    global _warm
+    if _warm:
+        return
+    _warm = True
+    offsets, targets = np.zeros(2, np.int64), np.zeros(0, np.int32)
+    level_pairs, level_diff = np.zeros(0, np.int64), np.zeros(0, np.int8)
+    values = np.zeros(1, np.int32)
+    for keys in (np.zeros(1, np.int32), np.zeros(1, np.int64)):
+        contains(offsets, targets, level_pairs, level_diff, keys, values)

@@ -1,0 +1,61 @@
+"""The compiled intersection kernel against the numpy reference and a set of pairs.
+
+Random CSRs (empty segments, hub keys, the largest ids) with delta levels that add pairs and
+remove present ones; candidates that hit and miss, keys without values, values beyond every
+target."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from monitor.index import kernels
+from monitor.index.levels import pack
+
+
+@st.composite
+def cases(draw: st.DrawFn) -> tuple[np.ndarray, ...]:  # type: ignore[type-arg]
+    keys = draw(st.integers(1, 6))
+    top = draw(st.sampled_from([3, 50, 2**31 - 2]))
+    value = st.integers(0, top)
+    stored = {
+        (k, v) for k in range(keys) for v in draw(st.sets(value, max_size=draw(st.integers(0, 9))))
+    }
+    pairs = np.array(sorted(pack(np.array([k]), np.array([v]))[0] for k, v in stored), np.int64)
+    csr_keys, csr_values = pairs >> 32, (pairs & 0xFFFFFFFF).astype(np.int32)
+    offsets = np.zeros(keys + 1, np.int64)
+    np.cumsum(np.bincount(csr_keys, minlength=keys), out=offsets[1:])
+    removed = draw(st.sets(st.sampled_from(sorted(stored)), max_size=4)) if stored else set()
+    added = draw(st.sets(st.tuples(st.integers(0, keys - 1), value), max_size=4)) - stored
+    level = sorted([(k, v, -1) for k, v in removed] + [(k, v, 1) for k, v in added])
+    level_pairs = np.array([(k << 32) | v for k, v, _ in level], np.int64)
+    level_diff = np.array([d for _, _, d in level], np.int8)
+    current = (stored - removed) | added
+    probes = draw(
+        st.lists(
+            st.one_of(
+                st.sampled_from(sorted(stored | added or {(0, 0)})),
+                st.tuples(st.integers(0, keys - 1), value),
+            ),
+            max_size=30,
+        )
+    )
+    probe_keys = np.array([k for k, _ in probes], np.int64)
+    probe_values = np.array([v for _, v in probes], np.int32)
+    expected = np.array([p in current for p in probes], np.bool_)
+    return offsets, csr_values, level_pairs, level_diff, probe_keys, probe_values, expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(cases())
+def test_both_kernels_answer_as_the_set_of_current_pairs(case: tuple[np.ndarray, ...]) -> None:  # type: ignore[type-arg]
+    *arguments, expected = case
+    assert kernels.numpy_contains(*arguments).tolist() == expected.tolist()
+    assert kernels.contains(*arguments).tolist() == expected.tolist()
+
+
+def test_the_compiled_kernel_is_in_use() -> None:
+    pytest.importorskip("numba")
+    assert kernels.KERNELS == "numba", "set SGM_NUMBA=1 (or unset) to test the compiled kernel"
