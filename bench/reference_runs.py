@@ -17,8 +17,8 @@ is in it; reading and parsing the streamed lines is, on both sides.
   between the arrival of the ``indices merged`` line and of the ``elapsed`` line on its
   stdout, timestamped by this process as they arrive (Rust's stdout is line buffered, so each
   line reaches the pipe when it is printed). Its own figures (``elapsed`` minus the printed
-  ``indices merged`` time, which counts from the worker's start) agree with it to a few
-  milliseconds; both are kept in the results.
+  ``indices merged`` time, which counts from the worker's start, so after the dataflow is
+  built) agree with it within about ten milliseconds; both are kept in the report.
 - **Ours** (``subgraph-monitor run --query Q --preload PRE --edges REST --batch-size B``,
   stdout to ``/dev/null``) prints ``elapsed S s`` in its summary on stderr: the time from the
   queries being planned to the end of the job, so preload included (interpreter start-up and
