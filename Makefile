@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 BASE   := $(VENV)/.base-stamp
 DEV    := $(VENV)/.dev-stamp
 
-.PHONY: run test lint unit bench bench-quick bench-windows flink clean lock tools
+.PHONY: run test lint unit bench bench-quick bench-windows bench-reference flink clean lock tools
 
 $(BASE): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
@@ -68,6 +68,12 @@ flink: $(FLINK)/.stamp
 ## bench-windows: the event-time benchmark against Flink SQL, 10M events (bench/timed_payments.md)
 bench-windows: $(DEV) flink
 	$(BIN)/python -m bench.timed_payments
+
+## bench-reference: the paper authors' implementation (dataflow-join, Rust) beside ours on the
+## same inputs, counts checked (bench/reference.md, about 20 minutes); builds it once into
+## .cache/peers, so it needs cargo and ../shared/peers (skipped with the reason without them)
+bench-reference: $(DEV)
+	$(BIN)/python -m bench.reference
 
 ## lock: regenerate the image's pinned requirements (docker/*.lock) from pyproject.toml
 lock: $(DEV)
