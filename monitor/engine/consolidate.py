@@ -25,8 +25,16 @@ def consolidate(columns: Sequence[I32], diff: I64) -> tuple[list[I32], I64]:
         total = diff.sum(keepdims=True)
         return [], total[total != 0]
     keys = sort_keys(columns)
-    if len(keys) == 1 and _bits(columns) * len(columns) < 63 and (np.abs(diff) == 1).all():
-        return _consolidate_units(columns, keys[0], diff)
+    if len(keys) == 1 and _bits(columns) * len(columns) < 63:
+        first = int(diff[0])
+        if first in (1, -1) and (diff == first).all():
+            # One sign (an epoch of inserts or of deletes): the bindings are distinct as the
+            # delta queries produce them; sorting them is all that is left to do.
+            packed = np.sort(keys[0])
+            if (packed[1:] != packed[:-1]).all():
+                return _unpack(columns, packed), np.full(n, first, diff.dtype)
+        if (np.abs(diff) == 1).all():
+            return _consolidate_units(columns, keys[0], diff)
     order = np.argsort(keys[0], kind="stable") if len(keys) == 1 else np.lexsort(keys[::-1])
     sorted_keys = [k[order] for k in keys]
     start = np.ones(n, np.bool_)
@@ -51,12 +59,15 @@ def _consolidate_units(columns: Sequence[I32], key: I64, diff: I64) -> tuple[lis
     plus = np.add.reduceat(signed & 1, starts)
     sums = 2 * plus - sizes
     keep = sums != 0
-    packed = bound[starts[keep]]
+    return _unpack(columns, bound[starts[keep]]), sums[keep]
+
+
+def _unpack(columns: Sequence[I32], packed: I64) -> list[I32]:
+    """The columns of bindings packed into one key each by :func:`sort_keys`."""
     bits = _bits(columns)
     mask = (1 << bits) - 1
     last = len(columns) - 1
-    out = [((packed >> (bits * (last - k))) & mask).astype(c.dtype) for k, c in enumerate(columns)]
-    return out, sums[keep]
+    return [((packed >> (bits * (last - k))) & mask).astype(c.dtype) for k, c in enumerate(columns)]
 
 
 def _bits(columns: Sequence[I32]) -> int:
