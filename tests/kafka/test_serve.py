@@ -63,7 +63,10 @@ def edge_key(record: dict[str, object]) -> bytes:
 
 
 def produce(bootstrap: str, topic: str, records: list[dict[str, object]]) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    # Idempotent, so that retries across a broker restart neither reorder nor repeat records:
+    # an insert and a delete of one edge swapped would change what the oracle expects.
+    config = {"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True}
+    producer = Producer(config)
     for record in records:
         producer.produce(topic, value=json.dumps(record).encode(), key=edge_key(record))
     assert producer.flush(30) == 0
