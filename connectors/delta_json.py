@@ -19,7 +19,8 @@ writes for the same records as dicts (the tests compare the two).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
@@ -54,6 +55,40 @@ def _id(item: object) -> int | str:
     if isinstance(item, str):
         return str(item)
     raise TypeError(f"vertex ids are int or str, got {type(item).__name__} {item!r}")
+
+
+@dataclass(frozen=True)
+class DeltaRows:
+    """Some rows of one query's deltas: vertex id columns, diffs, events, extra members."""
+
+    columns: list[npt.NDArray[np.generic]]
+    diffs: npt.NDArray[np.integer]
+    edges: dict[str, dict[str, Column]]
+    extra: dict[str, Column]
+
+    @property
+    def rows(self) -> int:
+        return int(self.diffs.shape[0])
+
+
+def chunks(
+    columns: Sequence[npt.NDArray[np.generic]],
+    diffs: npt.NDArray[np.integer],
+    edges: EdgeColumns | None,
+    extra: Mapping[str, Column] | None,
+    size: int,
+) -> Iterator[DeltaRows]:
+    """The deltas ``size`` rows at a time (bounding the memory their text needs on its way
+    out), vertex ids checked once (:func:`vertex_ids`)."""
+    columns = [vertex_ids(c) for c in columns]
+    for start in range(0, int(diffs.shape[0]), size):
+        part = slice(start, start + size)
+        yield DeltaRows(
+            [c[part] for c in columns],
+            diffs[part],
+            {v: {f: c[part] for f, c in e.items()} for v, e in (edges or {}).items()},
+            {k: c[part] for k, c in (extra or {}).items()},
+        )
 
 
 def value_pieces(

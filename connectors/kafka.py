@@ -28,7 +28,7 @@ import numpy.typing as npt
 import orjson
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
-from connectors.delta_json import EdgeColumns, key_pieces, value_pieces, vertex_ids
+from connectors.delta_json import EdgeColumns, chunks, key_pieces, value_pieces
 from connectors.events import FieldTypes
 from connectors.json_rows import encode_rows
 from connectors.kafka_records import (
@@ -246,22 +246,19 @@ class KafkaSink:
         Keys and values of up to :data:`~connectors.sinks.CHUNK_ROWS` deltas are encoded at
         once (:mod:`connectors.delta_json`); what is left per record is the ``produce`` call."""
         rows = check_deltas(variables, columns, diffs)
-        columns = [vertex_ids(c) for c in columns]
         headers: list[tuple[str, str | bytes | None]] = [
             ("epoch", str(epoch).encode()),
             ("service-version", self.version),
         ]
-        for start in range(0, rows, CHUNK_ROWS):
-            part = slice(start, min(start + CHUNK_ROWS, rows))
-            n = part.stop - part.start
-            ids = [c[part] for c in columns]
-            fields = {v: {f: c[part] for f, c in e.items()} for v, e in (edges or {}).items()}
-            more = {k: c[part] for k, c in (extra or {}).items()}
+        for part in chunks(columns, diffs, edges, extra, CHUNK_ROWS):
             value_text, value_ends = encode_rows(
-                value_pieces(query, epoch, variables, ids, diffs[part], fields, more), n
+                value_pieces(
+                    query, epoch, variables, part.columns, part.diffs, part.edges, part.extra
+                ),
+                part.rows,
             )
-            edge_ids = [e["id"] for e in fields.values()]
-            key_text, key_ends = encode_rows(key_pieces(query, ids, edge_ids), n)
+            edge_ids = [e["id"] for e in part.edges.values()]
+            key_text, key_ends = encode_rows(key_pieces(query, part.columns, edge_ids), part.rows)
             self._produce_rows(
                 self.output_topic,
                 key_text.tobytes(),

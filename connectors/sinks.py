@@ -21,7 +21,7 @@ from typing import BinaryIO, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from connectors.delta_json import EdgeColumns, value_pieces, vertex_ids
+from connectors.delta_json import EdgeColumns, chunks, value_pieces, vertex_ids
 from connectors.json_rows import constant, encode_rows
 from core.columns import Column, python_values
 from core.records import VertexId
@@ -84,19 +84,11 @@ class JsonLinesSink:
         is not +1 or -1, and ``TypeError`` when an id is neither an ``int`` nor a ``str``.
         """
         rows = check_deltas(variables, columns, diffs)
-        columns = [vertex_ids(c) for c in columns]
-        for start in range(0, rows, CHUNK_ROWS):
-            part = slice(start, min(start + CHUNK_ROWS, rows))
+        for part in chunks(columns, diffs, edges, extra, CHUNK_ROWS):
             pieces = value_pieces(
-                query,
-                epoch,
-                variables,
-                [c[part] for c in columns],
-                diffs[part],
-                {v: {f: c[part] for f, c in fields.items()} for v, fields in (edges or {}).items()},
-                {k: c[part] for k, c in (extra or {}).items()},
+                query, epoch, variables, part.columns, part.diffs, part.edges, part.extra
             )
-            text, _ = encode_rows([*pieces, constant(b"\n")], part.stop - part.start)
+            text, _ = encode_rows([*pieces, constant(b"\n")], part.rows)
             self.stream.write(text.data)
         self.lines_written += rows
         return rows
