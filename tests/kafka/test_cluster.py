@@ -370,6 +370,26 @@ def test_leader_killed_during_an_epoch_a_new_leader_continues(workers: Workers) 
     check_exact(workers, records)
 
 
+def test_a_restarted_leader_numbers_on_from_its_stored_epoch(workers: Workers) -> None:
+    """A worker restarted on its volume reads the control topic from its stored position, past
+    every epoch already published; leading again, it continues the numbering and the offsets
+    from the epoch it applied last, never from epoch 1 and the earliest offsets."""
+    records = stream_records(3000, seed=17)
+    produce(workers.bootstrap, workers.input, records[:1500])
+    workers.start("w0")
+    workers.wait_consumed()
+    before = len(control_epochs(workers))
+    assert workers.stop("w0") == 0, workers.log_text()
+    workers.start("w0")
+    workers.wait_log("w0", "leading: publishing the epochs")
+    produce(workers.bootstrap, workers.input, records[1500:])
+    workers.wait_consumed()
+    assert workers.stop("w0") == 0, workers.log_text()
+    specs = control_epochs(workers)  # consecutive, each starting where the last ended
+    assert len(specs) > before
+    check_exact(workers, records)
+
+
 def test_unconsolidated_opt_in_is_exact_summed_per_epoch(workers: Workers) -> None:
     """SGM_CONSOLIDATE_ACROSS_WORKERS=false publishes each worker's own sum: summed per epoch
     and binding the output is the single worker's (records need not be transitions)."""

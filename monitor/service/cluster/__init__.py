@@ -53,7 +53,7 @@ from monitor.service.cluster.changelog import rebuild_from_changelog
 from monitor.service.cluster.control import control_topic, ensure_topics, input_partitions
 from monitor.service.cluster.group import GroupMember
 from monitor.service.cluster.reader import Reader, check_retention
-from monitor.service.cluster.worker import Worker, check_queries, stored_positions
+from monitor.service.cluster.worker import Worker, check_queries, stored_positions, stored_spec
 from monitor.service.epochs import EpochProcessor
 from monitor.service.health import Health
 from monitor.service.metrics import Metrics
@@ -105,6 +105,7 @@ def run_cluster(
         service_version(),
         lambda: new_sink(settings),
         new_sink(settings),
+        applied=stored_spec(meta),
     )
     log.info(
         "worker started",

@@ -88,20 +88,23 @@ class Leader:
         )
         return {(tp.topic, tp.partition): int(f.result().offset) for tp, f in futures.items()}
 
-    def _last(self) -> EpochSpec | None:
-        candidates = [s for s in (self.reader.last_spec, self.published) if s is not None]
+    def _last(self, applied: EpochSpec | None) -> EpochSpec | None:
+        """The last published epoch: the latest of what the reader read of the control topic
+        (it starts at the worker's stored position, so it may have read nothing), what this
+        leader published and what this worker applied."""
+        candidates = [s for s in (self.reader.last_spec, self.published, applied) if s]
         return max(candidates, key=lambda s: s.epoch) if candidates else None
 
-    def tick(self, applied_epoch: int) -> None:
+    def tick(self, applied: EpochSpec | None) -> None:
         """Publish the next epoch when it is due: ``batch_size`` records are waiting, or
         ``max_batch_delay_ms`` passed with at least one; never more than one epoch ahead of
-        this worker's own progress."""
+        this worker's own progress (``applied``, its last applied epoch)."""
         if not self.synced:
             if self.reader.position(self.reader.control) < self.sync_to:
                 return
             self.synced = True
-        last = self._last()
-        if last is not None and last.epoch > applied_epoch + 1:
+        last = self._last(applied)
+        if last is not None and last.epoch > (applied.epoch if applied else 0) + 1:
             return
         now = time.monotonic()
         if now - self.last_check < LEADER_CHECK_SECONDS:

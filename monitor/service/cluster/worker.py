@@ -161,6 +161,9 @@ class Worker:
     version: str
     new_sink: Callable[[], KafkaSink]
     sink: KafkaSink
+    #: The last epoch this worker applied (from its stored state at start): where the next
+    #: epoch must start, and what a new leader numbers on from.
+    applied: EpochSpec | None = None
     leader: Leader | None = None
 
     def step(self, timeout: float = 0.1) -> None:
@@ -177,6 +180,7 @@ class Worker:
             raise StateError(
                 f"the control topic jumps from epoch {self.processor.epoch} to {spec.epoch}"
             )
+        check_continues(self.applied, spec)
         if self.reader.specs:
             self.health.set_recovered(False)  # catching up: more epochs are waiting
         self.run_epoch(spec)
@@ -194,7 +198,7 @@ class Worker:
             self.leader = None
         if self.leader is not None:
             try:
-                self.leader.tick(self.processor.epoch)
+                self.leader.tick(self.applied)
             except KafkaException as exc:
                 log.warning("publishing an epoch failed (%s); leading anew", exc)
                 self.leader.close()
@@ -238,6 +242,7 @@ class Worker:
         self.store.commit_epoch(
             self.processor.index, meta, staged.changes, vertices, event_changes=staged.event_changes
         )
+        self.applied = spec
         now = time.time()
         self.metrics.epoch(time.perf_counter() - started, spec.records)
         self.metrics.committed(spec.epoch, 0.0, [], now)
@@ -376,3 +381,28 @@ def stored_positions(meta: StoredMeta) -> tuple[dict[Partition, int], int]:
     cluster = meta.position.get("cluster") or {}
     kafka = {parse_partition_key(k): int(v) for k, v in (cluster.get("kafka") or {}).items()}
     return kafka, int(cluster.get("control", 0))
+
+
+def stored_spec(meta: StoredMeta) -> EpochSpec | None:
+    """The epoch the stored state applied last: its number, its ends and its control record."""
+    if meta.epoch == 0:
+        return None
+    positions, control_offset = stored_positions(meta)
+    return EpochSpec(meta.epoch, {}, positions, offset=control_offset - 1)
+
+
+def check_continues(applied: EpochSpec | None, spec: EpochSpec) -> None:
+    """Refuse an epoch that does not start where the applied one ended: applying it would
+    skip or repeat input records (two leaders that numbered epochs apart)."""
+    if applied is None:
+        return
+    gaps = {
+        partition_key(p): (applied.ends[p], start)
+        for p, start in spec.starts.items()
+        if p in applied.ends and applied.ends[p] != start
+    }
+    if gaps:
+        raise StateError(
+            f"epoch {spec.epoch} (control offset {spec.offset}, leader {spec.leader or '?'}) "
+            f"does not start where epoch {applied.epoch} ended: (ended, starts) {gaps}"
+        )
