@@ -175,6 +175,4 @@ def signs(diffs: npt.NDArray[np.integer]) -> Piece:
     if not negative.any():
         return constant(b"1")
     cells = np.broadcast_to(_SIGN_CELLS, (negative.shape[0], 2))
-    mask = np.ones((negative.shape[0], 2), np.bool_)
-    mask[:, 0] = negative
-    return Piece(cells, mask, 1 + negative)
+    return Piece(cells, None, (1 + negative).astype(np.int64), (1 - negative).astype(np.int64))

@@ -28,6 +28,7 @@ import numpy.typing as npt
 import orjson
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
+from connectors import json_place
 from connectors.delta_json import EdgeColumns, chunks, key_pieces, value_pieces
 from connectors.events import FieldTypes
 from connectors.json_rows import encode_rows
@@ -227,6 +228,7 @@ class KafkaSink:
             }
         )
         self.producer.init_transactions(timeout)
+        json_place.warm()
 
     def begin(self) -> None:
         self.producer.begin_transaction()

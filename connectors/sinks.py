@@ -21,6 +21,7 @@ from typing import BinaryIO, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from connectors import json_place
 from connectors.delta_json import EdgeColumns, chunks, value_pieces, vertex_ids
 from connectors.json_rows import constant, encode_rows
 from core.columns import Column, python_values
@@ -67,6 +68,7 @@ class JsonLinesSink:
     def __init__(self, stream: BinaryIO) -> None:
         self.stream = stream
         self.lines_written = 0
+        json_place.warm()
 
     def write_deltas(
         self,

@@ -23,9 +23,13 @@ from core.columns import Coded, Column, python_values
 ROWS = st.integers(min_value=0, max_value=12)
 
 
-def texts(column: Column) -> list[bytes]:
+#: Both assemblies: the compiled one (numba) and the numpy one (its fallback).
+ASSEMBLIES = pytest.mark.parametrize("compiled", [True, False], ids=["numba", "numpy"])
+
+
+def texts(column: Column, compiled: bool = True) -> list[bytes]:
     """Each row's encoding of one column alone (absent: empty)."""
-    return split(*encode_rows([values(column)], column.shape[0]))
+    return split(*encode_rows([values(column)], column.shape[0], compiled=compiled))
 
 
 def naive(column: Column) -> list[bytes]:
@@ -90,21 +94,27 @@ def column_of(rows: int) -> st.SearchStrategy[Column]:
     return st.one_of(floats, codes.map(lambda c: Coded(np.array(c, np.int32), ["x", True])))
 
 
+@ASSEMBLIES
 @settings(max_examples=400, deadline=None)
-@given(COLUMNS)
-def test_every_kind_of_column_encodes_as_orjson_does(column: Column) -> None:
-    assert texts(column) == naive(column)
+@given(column=COLUMNS)
+def test_every_kind_of_column_encodes_as_orjson_does(compiled: bool, column: Column) -> None:
+    assert texts(column, compiled) == naive(column)
 
 
-def test_integers_of_every_width_and_sign() -> None:
+@ASSEMBLIES
+def test_integers_of_every_width_and_sign(compiled: bool) -> None:
     column = np.array([0, 7, -7, 10**4, -(10**4), 2**63 - 1, -(2**63), 123456789], np.int64)
-    assert texts(column) == [str(v).encode() for v in column.tolist()]
-    assert encode_rows([integers(column[:0])], 0)[0].shape == (0,)
+    assert texts(column, compiled) == [str(v).encode() for v in column.tolist()]
+    assert encode_rows([integers(column[:0])], 0, compiled=compiled)[0].shape == (0,)
+    unsigned = np.array([0, 2**64 - 1, 10**19], np.uint64)
+    assert texts(unsigned, compiled) == [str(v).encode() for v in unsigned.tolist()]
 
 
-def test_a_float_column_prints_integral_values_as_integers() -> None:
+@ASSEMBLIES
+def test_a_float_column_prints_integral_values_as_integers(compiled: bool) -> None:
     column = np.array([1500.0, 1500.5, np.nan, -3.0, 2.0**60], np.float64)
-    assert texts(column) == [b"1500", b"1500.5", b"", b"-3", b"1.152921504606847e+18"]
+    expected = [b"1500", b"1500.5", b"", b"-3", b"1.152921504606847e+18"]
+    assert texts(column, compiled) == expected
 
 
 @st.composite
@@ -184,18 +194,22 @@ def split(data: npt.NDArray[np.uint8], ends: npt.NDArray[np.int64]) -> list[byte
     return [text[s:e] for s, e in zip(starts, ends.tolist(), strict=True)]
 
 
+@ASSEMBLIES
 @settings(max_examples=300, deadline=None)
-@given(deltas())
-def test_records_and_keys_encode_as_one_dict_per_delta_does(d: dict[str, Any]) -> None:
+@given(d=deltas())
+def test_records_and_keys_encode_as_one_dict_per_delta_does(
+    compiled: bool, d: dict[str, Any]
+) -> None:
     rows = d["diffs"].shape[0]
     pieces = value_pieces(
         d["query"], d["epoch"], d["variables"], d["columns"], d["diffs"], d["edges"], d["extra"]
     )
     edge_ids = [e["id"] for e in d["edges"].values()]
     records, keys = naive_records(d)
-    assert split(*encode_rows(pieces, rows)) == records
-    assert split(*encode_rows(key_pieces(d["query"], d["columns"], edge_ids), rows)) == keys
-    lines = encode_rows([*pieces, constant(b"\n")], rows)[0].tobytes()
+    assert split(*encode_rows(pieces, rows, compiled=compiled)) == records
+    key = key_pieces(d["query"], d["columns"], edge_ids)
+    assert split(*encode_rows(key, rows, compiled=compiled)) == keys
+    lines = encode_rows([*pieces, constant(b"\n")], rows, compiled=compiled)[0].tobytes()
     assert lines == b"".join(r + b"\n" for r in records)
 
 
@@ -211,13 +225,16 @@ def test_vertex_ids_take_numpy_integers_and_refuse_other_types() -> None:
         vertex_ids(np.array([1.0]))
 
 
+@ASSEMBLIES
 @settings(max_examples=200, deadline=None)
-@given(st.integers(0, 8).flatmap(lambda n: st.lists(column_of(n), min_size=1, max_size=4)))
-def test_objects_leave_out_absent_members_wherever_they_stand(columns: list[Column]) -> None:
+@given(columns=st.integers(0, 8).flatmap(lambda n: st.lists(column_of(n), min_size=1, max_size=4)))
+def test_objects_leave_out_absent_members_wherever_they_stand(
+    compiled: bool, columns: list[Column]
+) -> None:
     members = [(f"m{k}", c) for k, c in enumerate(columns)]
     rows = columns[0].shape[0]
     expected = [
         orjson.dumps({n: v for (n, _), v in zip(members, row, strict=True) if v is not None})
         for row in rows_of(dict(members))
     ]
-    assert split(*encode_rows(object_pieces(members), rows)) == expected
+    assert split(*encode_rows(object_pieces(members), rows, compiled=compiled)) == expected
