@@ -38,6 +38,7 @@ from monitor.plan.events import event_relations, rewrite
 from monitor.plan.windows import retentions
 from monitor.query.ast import Query
 from monitor.query.types import field_types
+from monitor.service import match_ids as match_id_kernels
 from monitor.service.causes import causes
 from monitor.service.clock import FILE_PARTITION, EventClock
 from monitor.service.match_ids import match_ids
@@ -133,6 +134,7 @@ class EpochProcessor:
         self.internal = [r.internal for r in self.rewritten]
         self.index = GraphIndex(settings.compaction_ratio, settings.compaction_min)
         kernels.warm()
+        match_id_kernels.warm()
         found = [Selection(r, t) for q in self.rewritten for r, t in q.selections]
         unknown = set(settings.retention) - events
         if unknown:

@@ -7,7 +7,11 @@ breaking change and must fail here first.
 from __future__ import annotations
 
 import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from monitor.service import match_ids as ids_module
 from monitor.service.match_ids import match_ids
 
 
@@ -44,3 +48,31 @@ def test_integer_and_mixed_columns_hash_integers_alike() -> None:
     mixed = match_ids("q", [objects(7, 8, 9)], 3)
     assert ints.tolist() == mixed.tolist()
     assert len(set(ints.tolist())) == 3
+
+
+@pytest.mark.skipif(not ids_module.COMPILED, reason="numba is not in use (SGM_NUMBA=0)")
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(0, 3).flatmap(
+        lambda k: st.lists(
+            st.lists(
+                st.one_of(st.integers(-(2**63), 2**63 - 1), st.text(max_size=4)),
+                min_size=k,
+                max_size=k,
+            ),
+            max_size=6,
+        )
+    ),
+    st.booleans(),
+)
+def test_the_compiled_ids_are_the_numpy_ids(rows: list[list[object]], as_ints: bool) -> None:
+    width = len(rows[0]) if rows else 0
+    columns = []
+    for k in range(width):
+        values = [row[k] for row in rows]
+        if as_ints and all(isinstance(v, int) for v in values):
+            columns.append(np.array(values, np.int64))
+        else:
+            columns.append(objects(*values))
+    numpy_ids = match_ids("q", columns, len(rows), compiled=False)
+    assert match_ids("q", columns, len(rows), compiled=True).tolist() == numpy_ids.tolist()
