@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
+from monitor.engine.sorting import sort_packed
 from monitor.index.levels import I32, I64
 
 
@@ -25,16 +26,17 @@ def consolidate(columns: Sequence[I32], diff: I64) -> tuple[list[I32], I64]:
         total = diff.sum(keepdims=True)
         return [], total[total != 0]
     keys = sort_keys(columns)
-    if len(keys) == 1 and _bits(columns) * len(columns) < 63:
+    width = _bits(columns) * len(columns)
+    if len(keys) == 1 and width < 63:
         first = int(diff[0])
         if first in (1, -1) and (diff == first).all():
             # One sign (an epoch of inserts or of deletes): the bindings are distinct as the
             # delta queries produce them; sorting them is all that is left to do.
-            packed = np.sort(keys[0])
+            packed = sort_packed(keys[0], width)
             if (packed[1:] != packed[:-1]).all():
                 return _unpack(columns, packed), np.full(n, first, diff.dtype)
         if (np.abs(diff) == 1).all():
-            return _consolidate_units(columns, keys[0], diff)
+            return _consolidate_units(columns, keys[0], diff, width)
     order = np.argsort(keys[0], kind="stable") if len(keys) == 1 else np.lexsort(keys[::-1])
     sorted_keys = [k[order] for k in keys]
     start = np.ones(n, np.bool_)
@@ -46,11 +48,13 @@ def consolidate(columns: Sequence[I32], diff: I64) -> tuple[list[I32], I64]:
     return [c[rows] for c in columns], sums[keep]
 
 
-def _consolidate_units(columns: Sequence[I32], key: I64, diff: I64) -> tuple[list[I32], I64]:
+def _consolidate_units(
+    columns: Sequence[I32], key: I64, diff: I64, width: int
+) -> tuple[list[I32], I64]:
     """:func:`consolidate` for diffs of +1 and -1 whose binding packs into one key with a bit
     to spare: the sign goes into that bit, so one ``sort`` (no ``argsort``, no gathers) groups
-    the rows, and the columns come back out of the sorted keys."""
-    signed = np.sort((key << 1) | (diff > 0))
+    the rows, and the columns come back out of the sorted keys (``width``: the key's bits)."""
+    signed = sort_packed((key << 1) | (diff > 0), width + 1)
     bound = signed >> 1
     start = np.ones(signed.shape[0], np.bool_)
     np.not_equal(bound[1:], bound[:-1], out=start[1:])

@@ -23,6 +23,7 @@ from core.columns import Column
 from core.errors import ConfigError, StateError
 from core.records import EventUpdates, UpdateBatch, mirrored
 from core.times import TIME_FIELD
+from monitor.engine import sorting
 from monitor.engine.delta import DeltaEvaluator
 from monitor.engine.owned import ChangedTuples, decide
 from monitor.engine.static import count_matches, enumerate_matches
@@ -134,6 +135,7 @@ class EpochProcessor:
         self.internal = [r.internal for r in self.rewritten]
         self.index = GraphIndex(settings.compaction_ratio, settings.compaction_min)
         kernels.warm()
+        sorting.warm()
         match_id_kernels.warm()
         found = [Selection(r, t) for q in self.rewritten for r, t in q.selections]
         unknown = set(settings.retention) - events
