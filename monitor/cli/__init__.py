@@ -52,7 +52,7 @@ from monitor.query.load import load_queries_many
 from monitor.service.epochs import EpochProcessor
 from monitor.service.filejob import FileJob, run_file_job
 from monitor.service.settings import Settings, load_settings
-from monitor.service.stop import Stop
+from monitor.service.stop import Stop, stop_on_signals
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -216,38 +216,54 @@ def run(
         if initial and preload is None:
             raise ConfigError("--initial emits the matches of the --preload graph; give --preload")
         queries = _queries(query_specs)
-        processor = EpochProcessor(queries, settings)
-        types = processor.field_types
-        started = time.perf_counter()
-
-        def open_source(path: str, start: Checkpoint | None, skip_to: int) -> EdgeFileSource:
-            return _source(path, settings, fmt, strict, quiet, types, start, skip_to)
-
-        job = FileJob(
-            edges=edges,
-            open_source=open_source,
-            preload=preload,
-            initial=initial,
-            state_dir=settings.state_dir,
-            output=output,
-            progress=None if quiet else print_progress,
-            progress_seconds=settings.progress_seconds,
-        )
-        totals = run_file_job(processor, job)
-        if not quiet:
-            bad = sum(s.dead_letters for s in job.sources)
-            print_summary(totals, bad, time.perf_counter() - started)
-            if Stop.requested:
-                click.echo(
-                    f"subgraph-monitor: stopped after epoch {processor.epoch}; run again with "
-                    "the same arguments to continue",
-                    err=True,
-                )
+        with stop_on_signals():  # from here on, SIGTERM stops after the epoch in flight
+            _run_job(queries, settings, edges, fmt, strict, quiet, preload, initial, output)
     except MonitorError as error:
         _fail(error)
     except BrokenPipeError:
         sys.stderr.close()
         sys.exit(EXIT_OK)
+
+
+def _run_job(
+    queries: tuple[Query, ...],
+    settings: Settings,
+    edges: str,
+    fmt: str,
+    strict: bool,
+    quiet: bool,
+    preload: str | None,
+    initial: bool,
+    output: str | None,
+) -> None:
+    """The file job of ``run``, from the processor's start to the summary."""
+    processor = EpochProcessor(queries, settings)
+    types = processor.field_types
+    started = time.perf_counter()
+
+    def open_source(path: str, start: Checkpoint | None, skip_to: int) -> EdgeFileSource:
+        return _source(path, settings, fmt, strict, quiet, types, start, skip_to)
+
+    job = FileJob(
+        edges=edges,
+        open_source=open_source,
+        preload=preload,
+        initial=initial,
+        state_dir=settings.state_dir,
+        output=output,
+        progress=None if quiet else print_progress,
+        progress_seconds=settings.progress_seconds,
+    )
+    totals = run_file_job(processor, job)
+    if not quiet:
+        bad = sum(s.dead_letters for s in job.sources)
+        print_summary(totals, bad, time.perf_counter() - started)
+        if Stop.requested:
+            click.echo(
+                f"subgraph-monitor: stopped after epoch {processor.epoch}; run again with "
+                "the same arguments to continue",
+                err=True,
+            )
 
 
 @main.command()

@@ -17,9 +17,21 @@ class Stop:
     requested = False
 
 
+_active = 0
+
+
 @contextmanager
 def stop_on_signals() -> Iterator[None]:
-    """Route SIGTERM and SIGINT to :class:`Stop` for the duration of the block."""
+    """Route SIGTERM and SIGINT to :class:`Stop` for the duration of the block (a block inside
+    another keeps the outer one's handlers and any stop already requested)."""
+    global _active
+    if _active:
+        _active += 1
+        try:
+            yield
+        finally:
+            _active -= 1
+        return
     Stop.requested = False
 
     def request(signum: int, frame: FrameType | None) -> None:
@@ -28,8 +40,10 @@ def stop_on_signals() -> Iterator[None]:
         Stop.requested = True
 
     previous = {s: signal.signal(s, request) for s in (signal.SIGTERM, signal.SIGINT)}
+    _active = 1
     try:
         yield
     finally:
+        _active = 0
         for s, handler in previous.items():
             signal.signal(s, handler)

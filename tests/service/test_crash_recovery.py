@@ -183,7 +183,11 @@ def test_sigterm_stops_after_the_epoch_and_the_rerun_continues(
 ) -> None:
     stream, ref, _ = reference
     proc = job(tmp_path, stream, "run", wait=False)
-    time.sleep(1.0)
+    output = tmp_path / "run.jsonl"
+    deadline = time.monotonic() + 60
+    while not (output.exists() and output.stat().st_size) and proc.poll() is None:
+        assert time.monotonic() < deadline, "no epoch written within 60 s"
+        time.sleep(0.05)  # stop it in mid-stream: some epochs written, others to come
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=60) == 0
     finish(tmp_path, stream, "run")
