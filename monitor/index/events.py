@@ -377,6 +377,10 @@ class EventStore:
         column = self.fields.get(name)
         return None if column is None else column.values[eids]
 
+    def id_hashes(self, eids: I32) -> npt.NDArray[np.uint64]:
+        """The stable hash of each event's id (:meth:`IdMap.id_hashes`)."""
+        return self.ids.id_hashes(self.slot[eids])
+
     def columns(
         self, eids: I32, decode_vertex: Any, fields: Sequence[str] | None = None
     ) -> dict[str, Column]:

@@ -31,6 +31,10 @@ S = TypeVar("S", bound=np.generic)
 
 #: Slots are int32.
 MAX_IDS = 2**31 - 1
+#: The tags of an id's stable hash (:meth:`IdMap.id_hashes`, ``match_id``): an integer's and a
+#: string's hashes differ even where their bytes agree.
+INT_ID_TAG = np.uint64(0x6A09E667F3BCC908)
+STR_ID_TAG = np.uint64(0xBB67AE8584CAA73B)
 #: Bytes of text hashed at once when the string table grows (bounds the padded matrix).
 REHASH_CHUNK = 1 << 18
 
@@ -225,6 +229,25 @@ class IdMap:
         chosen = slots[strings].astype(np.int64)
         starts = self._end[chosen]
         out[strings] = decode_rows(self._text, starts, self._end[chosen + 1] - starts)
+        return out
+
+    def id_hashes(self, slots: npt.NDArray[np.integer]) -> U64:
+        """The stable hash of each slot's external id, from the stored bytes and values (no
+        Python object per id): an integer's ``mix(value ^ INT_ID_TAG)``, a string's
+        :func:`~monitor.index.texts.hash_rows` of its UTF-8 bytes ``^ STR_ID_TAG``; what
+        ``match_id`` hashes for the decoded id."""
+        out = np.empty(slots.shape[0], np.uint64)
+        strings = self._string_mask()[slots]
+        if not strings.all():
+            assert self._value is not None
+            values = self._value[slots[~strings]].view(np.uint64)
+            out[~strings] = mix(values ^ INT_ID_TAG)
+        if strings.any():
+            assert self._end is not None
+            chosen = slots[strings].astype(np.int64)
+            starts = self._end[chosen]
+            lengths = self._end[chosen + 1] - starts
+            out[strings] = hash_rows(padded(self._text, starts, lengths), lengths) ^ STR_ID_TAG
         return out
 
     # -- persistence -------------------------------------------------------------------------

@@ -42,7 +42,7 @@ from monitor.query.types import field_types
 from monitor.service import match_ids as match_id_kernels
 from monitor.service.causes import causes
 from monitor.service.clock import FILE_PARTITION, EventClock
-from monitor.service.match_ids import match_ids
+from monitor.service.match_ids import Hashed, match_ids
 from monitor.service.settings import Settings
 
 
@@ -313,7 +313,13 @@ class EpochProcessor:
             for k, (var, relation) in enumerate(self.rewritten[i].edges.items())
         }
         vertices = [decode(c) for c in columns[:width]]
-        ids = [*vertices, *(np.asarray(e["id"]) for e in edges.values())]
+        ids: list[npt.NDArray[np.generic] | Hashed] = [
+            *vertices,
+            *(
+                Hashed(self.events.stores[relation].id_hashes(columns[width + k]))
+                for k, relation in enumerate(self.rewritten[i].edges.values())
+            ),
+        ]
         extra: dict[str, Column] = {}
         if self.windowed:
             extra["cause"] = causes(source, columns, diff, self.events, self._changes)

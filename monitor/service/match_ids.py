@@ -19,22 +19,34 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
 from monitor.index.hashtable import U64, mix
+from monitor.index.idmap import INT_ID_TAG, STR_ID_TAG
 from monitor.index.texts import hash_rows, pack_strings, padded
 
-_INT_TAG = np.uint64(0x6A09E667F3BCC908)
-_STR_TAG = np.uint64(0xBB67AE8584CAA73B)
+_INT_TAG = INT_ID_TAG
+_STR_TAG = STR_ID_TAG
+
+
+@dataclass(frozen=True)
+class Hashed:
+    """A column of ids given by their hashes already (:meth:`IdMap.id_hashes`: events' ids
+    hashed from the stored bytes, never decoded to Python strings)."""
+
+    hashes: U64
+
+
 #: Each byte's two lowercase hex digits, as the ``uint16`` whose bytes in memory they are.
 _PAIRS = np.array([int.from_bytes(b"%02x" % i, "little") for i in range(256)], np.uint16)
 
 
 def match_ids(
     query: str,
-    columns: Sequence[npt.NDArray[np.generic]],
+    columns: Sequence[npt.NDArray[np.generic] | Hashed],
     rows: int,
     *,
     compiled: bool | None = None,
@@ -46,7 +58,9 @@ def match_ids(
     if COMPILED if compiled is None else compiled:
         h = np.full(rows, seed, np.uint64)
         for column in columns:
-            if column.dtype.kind in "iu":
+            if isinstance(column, Hashed):
+                chain_hashes(h, column.hashes)
+            elif column.dtype.kind in "iu":
                 chain_integers(h, column.astype(np.int64, copy=False))
             else:
                 chain_hashes(h, id_hashes(column))
@@ -54,7 +68,7 @@ def match_ids(
         return out
     h = np.full(rows, seed, np.uint64)
     for column in columns:
-        h = mix(h ^ id_hashes(column))
+        h = mix(h ^ (column.hashes if isinstance(column, Hashed) else id_hashes(column)))
     return hex_digits(h)
 
 

@@ -178,3 +178,19 @@ def test_slot_table_compares_only_keys_whose_tag_matches() -> None:
         -1,
     ]
     assert sorted(asked) == list(range(10, 40))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(ids, min_size=1, max_size=30))
+def test_id_hashes_from_the_stored_bytes_are_the_match_id_hashes(values: list[object]) -> None:
+    """``match_id`` hashes an event's id from the map's bytes; it must be the hash of the
+    decoded id, or alerts would change ids between a run and its consumers' records."""
+    from monitor.service.match_ids import Hashed, id_hashes, match_ids
+
+    idmap = IdMap()
+    slots = idmap.encode(column(values), add=True)
+    decoded = idmap.decode(slots)
+    assert idmap.id_hashes(slots).tolist() == id_hashes(decoded).tolist()
+    for compiled in (None, False):  # the default (compiled where numba is in use), numpy
+        direct = match_ids("q", [Hashed(idmap.id_hashes(slots))], len(values), compiled=compiled)
+        assert direct.tolist() == match_ids("q", [decoded], len(values), compiled=False).tolist()
