@@ -16,16 +16,11 @@ engine's kernels (:mod:`monitor.index.kernels` says where).
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
-try:
-    from numba import njit
-except ImportError:  # pragma: no cover - numba is a dependency; numpy is the fallback
-    COMPILED = False
-else:
-    COMPILED = os.environ.get("SGM_NUMBA", "1").strip().lower() not in ("0", "false", "no", "off")
+from core.compiled import AVAILABLE, ENABLED, njit
+
+COMPILED = ENABLED
 
 #: Rows placed piece after piece before the next rows: their output (about a hundred bytes a row
 #: for a triangle's record) stays in the cache while every piece writes into it.
@@ -35,7 +30,7 @@ BLOCK_ROWS = 2048
 # value (Python's wraparound), which keeps the copy loops from being vectorised (about 7x
 # slower on a triangle's records).
 
-if COMPILED:
+if AVAILABLE:
 
     @njit(cache=True, nogil=True)
     def place_constant(out, pos, lo, hi, text):  # type: ignore[no-untyped-def]

@@ -12,10 +12,10 @@ several times faster than numpy's comparison sort. ``np.sort`` stays as the fall
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import numpy.typing as npt
+
+from core.compiled import AVAILABLE, ENABLED, njit
 
 I64 = npt.NDArray[np.int64]
 
@@ -25,14 +25,9 @@ DIGIT_BITS = 11
 #: Below this many keys numpy's sort is as fast (and needs no second buffer).
 RADIX_MIN = 4096
 
-try:
-    from numba import njit
-except ImportError:  # pragma: no cover - numba is a dependency; numpy is the fallback
-    COMPILED = False
-else:
-    COMPILED = os.environ.get("SGM_NUMBA", "1").strip().lower() not in ("0", "false", "no", "off")
+COMPILED = ENABLED
 
-if COMPILED:
+if AVAILABLE:
 
     @njit(cache=True, nogil=True)
     def radix_sort(keys, width):  # type: ignore[no-untyped-def]

@@ -18,12 +18,12 @@ machine pays the compilation (about a second).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 
 import numpy as np
 import numpy.typing as npt
 
+from core.compiled import AVAILABLE, ENABLED, njit
 from monitor.index.levels import I8, I32, I64, VALUE_BITS, pack
 
 Contains = Callable[
@@ -76,12 +76,7 @@ def segment_contains(
     return found
 
 
-try:
-    from numba import njit
-except ImportError:  # pragma: no cover - numba is a dependency; numpy is the fallback
-    COMPILED = False
-else:
-    COMPILED = True
+COMPILED = AVAILABLE
 
 if COMPILED:
 
@@ -125,9 +120,7 @@ if COMPILED:
 
 
 def _choose() -> tuple[Contains, str]:
-    if os.environ.get("SGM_NUMBA", "1").strip().lower() in ("0", "false", "no", "off"):
-        return numpy_contains, "numpy"
-    if not COMPILED:  # pragma: no cover
+    if not ENABLED:
         return numpy_contains, "numpy"
     return compiled_contains, "numba"
 

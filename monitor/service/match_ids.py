@@ -17,13 +17,13 @@ which stay as the fallback (``SGM_NUMBA=0``) and the reference the tests compare
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
+from core.compiled import AVAILABLE, ENABLED, njit
 from monitor.index.hashtable import U64, mix
 from monitor.index.idmap import INT_ID_TAG, STR_ID_TAG
 from monitor.index.texts import hash_rows, pack_strings, padded
@@ -99,14 +99,9 @@ def hex_digits(h: U64) -> npt.NDArray[np.bytes_]:
     return out
 
 
-try:
-    from numba import njit
-except ImportError:  # pragma: no cover - numba is a dependency; numpy is the fallback
-    COMPILED = False
-else:
-    COMPILED = os.environ.get("SGM_NUMBA", "1").strip().lower() not in ("0", "false", "no", "off")
+COMPILED = ENABLED
 
-if COMPILED:
+if AVAILABLE:
 
     @njit(cache=True, nogil=True, inline="always")
     def _splitmix(z):  # type: ignore[no-untyped-def]
