@@ -8,6 +8,9 @@ first epoch's commit to the last one's (so group formation is left out); memory 
 worker's peak resident set (``VmHWM``). On this machine the workers share 2 cores with the
 broker, so the figures say what the protocol costs and splits, not what a cluster of machines
 would reach: see bench/NOTES.md.
+
+``--runs 1,3`` measures only those worker counts (consolidated); ``--profile DIR`` runs worker 0
+of each run under cProfile and writes ``DIR/workers-N.prof`` (read it with ``pstats``).
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ def run(
     workers: int,
     rows: list[tuple[int, int, int]],
     consolidate: bool = True,
+    profile: Path | None = None,
 ) -> dict[str, float]:
     topic = f"scale-{workers}-{uuid.uuid4().hex[:6]}"
     topics(bootstrap, (topic, PARTITIONS), (f"{topic}-out", 1), (f"{topic}-dlq", 1))
@@ -79,8 +83,13 @@ def run(
             "SGM_HTTP_PORT": "0",
             "SGM_CONSOLIDATE_ACROSS_WORKERS": str(consolidate).lower(),
         }
+        command = [sys.executable, "-m", "monitor", "serve"]
+        if profile is not None and i == 0:
+            profile.mkdir(parents=True, exist_ok=True)
+            out = profile / f"workers-{workers}{'' if consolidate else '-sums'}.prof"
+            command[1:1] = ["-m", "cProfile", "-o", str(out)]
         proc = subprocess.Popen(
-            [sys.executable, "-m", "monitor", "serve"],
+            command,
             cwd=ROOT,
             env=env,
             stdout=subprocess.DEVNULL,
@@ -128,7 +137,12 @@ def run(
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--runs", help="only these worker counts, consolidated: 1,3")
+    parser.add_argument("--profile", type=Path, help="cProfile worker 0 into this directory")
     args = parser.parse_args()
+    plan = [(1, True), (2, True), (2, False), (3, True), (3, False)]
+    if args.runs:
+        plan = [(int(n), True) for n in args.runs.split(",")]
     rows = stream()
     results = []
     with tempfile.TemporaryDirectory() as tmp_name:
@@ -138,8 +152,8 @@ def main() -> int:
         try:
             # Each worker count consolidated (the default) and, for 2 and 3, with per-worker
             # sums (SGM_CONSOLIDATE_ACROSS_WORKERS=false), back to back.
-            for workers, consolidate in ((1, True), (2, True), (2, False), (3, True), (3, False)):
-                result = run(broker.bootstrap, tmp, workers, rows, consolidate)
+            for workers, consolidate in plan:
+                result = run(broker.bootstrap, tmp, workers, rows, consolidate, args.profile)
                 print(result, file=sys.stderr)
                 results.append(result)
         finally:
