@@ -21,8 +21,8 @@ from confluent_kafka import (
 )
 from confluent_kafka import TopicPartition as TP
 
+from connectors.changelog_json import CLOCK_KEY
 from connectors.events import EventRecord, FieldTypes, decode_event
-from connectors.kafka import CLOCK_KEY
 from connectors.kafka_records import Partition, updates_batch
 from connectors.kafka_retry import (
     committed_offsets,
