@@ -10,7 +10,9 @@ broker, so the figures say what the protocol costs and splits, not what a cluste
 would reach: see bench/NOTES.md.
 
 ``--runs 1,3`` measures only those worker counts (consolidated); ``--profile DIR`` runs worker 0
-of each run under cProfile and writes ``DIR/workers-N.prof`` (read it with ``pstats``).
+of each run under cProfile and writes ``DIR/workers-N.prof`` (read it with ``pstats``);
+``--rebuild`` then starts a worker with a new volume and times its rebuild from the changelog
+(profiled into ``DIR/workers-N-rebuild.prof``).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 OUT = Path(__file__).resolve().parent / "cluster.md"
 QUERY = "tri(a, b, c) := e(a, b), e(b, c), e(a, c), a < b, b < c."
 BATCH = 10_000
+REBUILT = "state rebuilt from the changelog"
 PARTITIONS = 6
 
 
@@ -51,6 +54,67 @@ def done(bootstrap: str, group: str, topic: str) -> bool:
         return False
 
 
+def start(
+    bootstrap: str,
+    tmp: Path,
+    topic: str,
+    group: str,
+    name: str,
+    env: dict[str, str],
+    profile: Path | None = None,
+) -> tuple[subprocess.Popen[bytes], Path]:
+    """One ``serve`` worker of ``group`` on ``topic`` (under cProfile into ``profile``)."""
+    log = tmp / f"{group}-{name}.log"
+    env = {
+        **os.environ,
+        "SGM_BOOTSTRAP_SERVERS": bootstrap,
+        "SGM_INPUT_TOPICS": topic,
+        "SGM_OUTPUT_TOPIC": f"{topic}-out",
+        "SGM_DEAD_LETTER_TOPIC": f"{topic}-dlq",
+        "SGM_GROUP_ID": group,
+        "SGM_CONTROL_TOPIC": f"{group}-control",
+        "SGM_INSTANCE_ID": name,
+        "SGM_QUERIES": QUERY,
+        "SGM_UNDIRECTED": "true",
+        "SGM_STATE_DIR": str(tmp / group / name),
+        "SGM_BATCH_SIZE": str(BATCH),
+        "SGM_MAX_BATCH_DELAY_MS": "1000",
+        "SGM_HTTP_PORT": "0",
+        **env,
+    }
+    command = [sys.executable, "-m", "monitor", "serve"]
+    if profile is not None:
+        profile.parent.mkdir(parents=True, exist_ok=True)
+        command[1:1] = ["-m", "cProfile", "-o", str(profile)]
+    proc = subprocess.Popen(
+        command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log.open("wb")
+    )
+    return proc, log
+
+
+def rebuild(
+    bootstrap: str, tmp: Path, topic: str, group: str, profile: Path | None
+) -> dict[str, float]:
+    """A worker with a new volume joins the stopped group: how long its rebuild from the
+    changelog takes (its own log line), then it is stopped."""
+    proc, log = start(bootstrap, tmp, topic, group, "rebuilt", {}, profile)
+    deadline = time.monotonic() + 600
+    while True:
+        found = [x for x in log_lines(log) if x.get("message") == REBUILT]
+        if found:
+            break
+        if time.monotonic() > deadline or proc.poll() is not None:
+            raise RuntimeError(f"no rebuild from the changelog of {group}")
+        time.sleep(0.2)
+    proc.terminate()
+    proc.wait(60)
+    return {
+        "rebuild_s": float(found[0]["seconds"]),
+        "rebuild_records": int(found[0]["changelog_records"]),
+        "rebuild_tuples": int(found[0]["tuples"]),
+    }
+
+
 def run(
     bootstrap: str,
     tmp: Path,
@@ -58,44 +122,18 @@ def run(
     rows: list[tuple[int, int, int]],
     consolidate: bool = True,
     profile: Path | None = None,
+    rebuilt: bool = False,
 ) -> dict[str, float]:
     topic = f"scale-{workers}-{uuid.uuid4().hex[:6]}"
     topics(bootstrap, (topic, PARTITIONS), (f"{topic}-out", 1), (f"{topic}-dlq", 1))
     produce(bootstrap, topic, rows)
     group = f"bench-{uuid.uuid4().hex[:8]}"
     procs: list[tuple[subprocess.Popen[bytes], Path]] = []
+    name = f"workers-{workers}{'' if consolidate else '-sums'}"
     for i in range(workers):
-        log = tmp / f"{group}-w{i}.log"
-        env = {
-            **os.environ,
-            "SGM_BOOTSTRAP_SERVERS": bootstrap,
-            "SGM_INPUT_TOPICS": topic,
-            "SGM_OUTPUT_TOPIC": f"{topic}-out",
-            "SGM_DEAD_LETTER_TOPIC": f"{topic}-dlq",
-            "SGM_GROUP_ID": group,
-            "SGM_CONTROL_TOPIC": f"{group}-control",
-            "SGM_INSTANCE_ID": f"w{i}",
-            "SGM_QUERIES": QUERY,
-            "SGM_UNDIRECTED": "true",
-            "SGM_STATE_DIR": str(tmp / group / f"w{i}"),
-            "SGM_BATCH_SIZE": str(BATCH),
-            "SGM_MAX_BATCH_DELAY_MS": "1000",
-            "SGM_HTTP_PORT": "0",
-            "SGM_CONSOLIDATE_ACROSS_WORKERS": str(consolidate).lower(),
-        }
-        command = [sys.executable, "-m", "monitor", "serve"]
-        if profile is not None and i == 0:
-            profile.mkdir(parents=True, exist_ok=True)
-            out = profile / f"workers-{workers}{'' if consolidate else '-sums'}.prof"
-            command[1:1] = ["-m", "cProfile", "-o", str(out)]
-        proc = subprocess.Popen(
-            command,
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=log.open("wb"),
-        )
-        procs.append((proc, log))
+        env = {"SGM_CONSOLIDATE_ACROSS_WORKERS": str(consolidate).lower()}
+        profiled = profile / f"{name}.prof" if profile is not None and i == 0 else None
+        procs.append(start(bootstrap, tmp, topic, group, f"w{i}", env, profiled))
     deadline = time.monotonic() + 900
     while not done(bootstrap, group, topic):
         if time.monotonic() > deadline or any(p.poll() is not None for p, _ in procs):
@@ -119,7 +157,12 @@ def run(
     read = sum(float(x["read_s"]) for x in timed) / max(len(timed), 1)
     publish = sum(float(x["published_s"]) - float(x["read_s"]) for x in timed) / max(len(timed), 1)
     barrier = sum(float(x["barrier_s"]) for x in timed) / max(len(timed), 1)
+    measured = {}
+    if rebuilt:
+        at = profile / f"{name}-rebuild.prof" if profile is not None else None
+        measured = rebuild(bootstrap, tmp, topic, group, at)
     return {
+        **measured,
         "read_s": read,
         "publish_s": publish,
         "barrier_s": barrier,
@@ -139,6 +182,9 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--runs", help="only these worker counts, consolidated: 1,3")
     parser.add_argument("--profile", type=Path, help="cProfile worker 0 into this directory")
+    parser.add_argument(
+        "--rebuild", action="store_true", help="after each run, time a rebuild from the changelog"
+    )
     args = parser.parse_args()
     plan = [(1, True), (2, True), (2, False), (3, True), (3, False)]
     if args.runs:
@@ -153,7 +199,9 @@ def main() -> int:
             # Each worker count consolidated (the default) and, for 2 and 3, with per-worker
             # sums (SGM_CONSOLIDATE_ACROSS_WORKERS=false), back to back.
             for workers, consolidate in plan:
-                result = run(broker.bootstrap, tmp, workers, rows, consolidate, args.profile)
+                result = run(
+                    broker.bootstrap, tmp, workers, rows, consolidate, args.profile, args.rebuild
+                )
                 print(result, file=sys.stderr)
                 results.append(result)
         finally:
@@ -178,6 +226,13 @@ def main() -> int:
             f"{r['read_s'] * 1000:,.0f} / {r['publish_s'] * 1000:,.0f} / "
             f"{r['barrier_s'] * 1000:,.0f} ms |"
         )
+    for r in results:
+        if "rebuild_s" in r:
+            lines.append(
+                f"\nA worker with a new volume after the {r['workers']:.0f}-worker run: rebuilt "
+                f"{r['rebuild_tuples']:,.0f} tuples from {r['rebuild_records']:,.0f} changelog "
+                f"records in {r['rebuild_s']:.2f} s."
+            )
     text = "\n".join(lines) + "\n"
     args.out.write_text(text)
     print(text)
