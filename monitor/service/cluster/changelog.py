@@ -68,6 +68,10 @@ def rebuild_from_changelog(
     started = time.perf_counter()
     probe = Consumer(
         {
+            # Fetches of up to 16 MiB: the changelog is read from its start, and librdkafka's
+            # 1 MiB per partition took twice as long (bench/NOTES.md, issue #14).
+            "max.partition.fetch.bytes": 16 << 20,
+            "fetch.max.bytes": 64 << 20,
             **client,
             "enable.auto.commit": False,
             "isolation.level": "read_committed",
@@ -97,6 +101,7 @@ def rebuild_from_changelog(
             epochs.append(_epoch(message.headers()))
     finally:
         probe.close()
+    read = time.perf_counter()
     records = len(keys)
     kept = (np.array(epochs, np.bytes_).astype(np.int64) <= frontier.epoch).tolist()
     present = dict(zip(compress(keys, kept), compress(values, kept), strict=True))
@@ -122,6 +127,7 @@ def rebuild_from_changelog(
             "epoch": frontier.epoch,
             "tuples": processor.index.edge_count(),
             "changelog_records": records,
+            "read_s": round(read - started, 3),
             "seconds": time.perf_counter() - started,
         },
     )
