@@ -69,9 +69,12 @@ def rebuild_from_changelog(
     probe = Consumer(
         {
             # Fetches of up to 16 MiB: the changelog is read from its start, and librdkafka's
-            # 1 MiB per partition took twice as long (bench/NOTES.md, issue #14).
+            # 1 MiB per partition took twice as long (bench/NOTES.md, issue #14). A fetch that
+            # finds nothing new returns at once: the broker answers a connection's requests in
+            # order, so the changelog's end offset waited behind the control topic's last fetch.
             "max.partition.fetch.bytes": 16 << 20,
             "fetch.max.bytes": 64 << 20,
+            "fetch.wait.max.ms": 10,
             **client,
             "enable.auto.commit": False,
             "isolation.level": "read_committed",
