@@ -13,8 +13,9 @@ the epoch (which includes writing it to their index and state).
 
 ``--runs 1,3`` measures only those worker counts (consolidated); ``--profile DIR`` runs worker 0
 of each run under cProfile and writes ``DIR/workers-N.prof`` (read it with ``pstats``);
-``--rebuild`` then starts a worker with a new volume and times its rebuild from the changelog
-(profiled into ``DIR/workers-N-rebuild.prof``).
+``--rebuild`` then starts a worker with a new volume and times its rebuild from the changelog,
+after the first run (after every run with ``--profile``, profiled into
+``DIR/workers-N-rebuild.prof``).
 """
 
 from __future__ import annotations
@@ -223,9 +224,10 @@ def main() -> int:
         try:
             # Each worker count consolidated (the default) and, for 2 and 3, with per-worker
             # sums (SGM_CONSOLIDATE_ACROSS_WORKERS=false), back to back.
-            for workers, consolidate in plan:
+            for k, (workers, consolidate) in enumerate(plan):
+                rebuilt = args.rebuild and (k == 0 or args.profile is not None)
                 result = run(
-                    broker.bootstrap, tmp, workers, rows, consolidate, args.profile, args.rebuild
+                    broker.bootstrap, tmp, workers, rows, consolidate, args.profile, rebuilt
                 )
                 print(result, file=sys.stderr)
                 results.append(result)
@@ -256,10 +258,11 @@ def main() -> int:
         )
     for r in results:
         if "rebuild_s" in r:
+            mode = "consolidated" if r["consolidated"] else "per-worker sums"
             lines.append(
-                f"\nA worker with a new volume after the {r['workers']:.0f}-worker run: rebuilt "
-                f"{r['rebuild_tuples']:,.0f} tuples from {r['rebuild_records']:,.0f} changelog "
-                f"records in {r['rebuild_s']:.2f} s."
+                f"\nA worker with a new volume after the {r['workers']:.0f}-worker run ({mode}) "
+                f"rebuilt {r['rebuild_tuples']:,.0f} tuples from {r['rebuild_records']:,.0f} "
+                f"changelog records in {r['rebuild_s']:.2f} s."
             )
     text = "\n".join(lines) + "\n"
     args.out.write_text(text)
