@@ -7,19 +7,30 @@ records keyed by edge) on a 6-partition topic, produced before the workers start
 first epoch's commit to the last one's (so group formation is left out); memory is each
 worker's peak resident set (``VmHWM``). On this machine the workers share 2 cores with the
 broker, so the figures say what the protocol costs and splits, not what a cluster of machines
-would reach: see bench/NOTES.md.
+would reach: see bench/NOTES.md. The last column is the barrier's own delay: the median over the
+epochs of how long after an epoch's last seed transaction committed the other workers committed
+the epoch (which includes writing it to their index and state).
+
+``--runs 1,3`` measures only those worker counts (consolidated); ``--profile DIR`` runs worker 0
+of each run under cProfile and writes ``DIR/workers-N.prof`` (read it with ``pstats``);
+``--rebuild`` then starts a worker with a new volume and times its rebuild from the changelog,
+after the first run (after every run with ``--profile``, profiled into
+``DIR/workers-N-rebuild.prof``).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import KafkaException
 
@@ -30,6 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 OUT = Path(__file__).resolve().parent / "cluster.md"
 QUERY = "tri(a, b, c) := e(a, b), e(b, c), e(a, c), a < b, b < c."
 BATCH = 10_000
+REBUILT = "state rebuilt from the changelog"
 PARTITIONS = 6
 
 
@@ -48,45 +60,106 @@ def done(bootstrap: str, group: str, topic: str) -> bool:
         return False
 
 
+def start(
+    bootstrap: str,
+    tmp: Path,
+    topic: str,
+    group: str,
+    name: str,
+    env: dict[str, str],
+    profile: Path | None = None,
+) -> tuple[subprocess.Popen[bytes], Path]:
+    """One ``serve`` worker of ``group`` on ``topic`` (under cProfile into ``profile``)."""
+    log = tmp / f"{group}-{name}.log"
+    env = {
+        **os.environ,
+        "SGM_BOOTSTRAP_SERVERS": bootstrap,
+        "SGM_INPUT_TOPICS": topic,
+        "SGM_OUTPUT_TOPIC": f"{topic}-out",
+        "SGM_DEAD_LETTER_TOPIC": f"{topic}-dlq",
+        "SGM_GROUP_ID": group,
+        "SGM_CONTROL_TOPIC": f"{group}-control",
+        "SGM_INSTANCE_ID": name,
+        "SGM_QUERIES": QUERY,
+        "SGM_UNDIRECTED": "true",
+        "SGM_STATE_DIR": str(tmp / group / name),
+        "SGM_BATCH_SIZE": str(BATCH),
+        "SGM_MAX_BATCH_DELAY_MS": "1000",
+        "SGM_HTTP_PORT": "0",
+        **env,
+    }
+    command = [sys.executable, "-m", "monitor", "serve"]
+    if profile is not None:
+        profile.parent.mkdir(parents=True, exist_ok=True)
+        command[1:1] = ["-m", "cProfile", "-o", str(profile)]
+    proc = subprocess.Popen(
+        command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log.open("wb")
+    )
+    return proc, log
+
+
+def rebuild(
+    bootstrap: str, tmp: Path, topic: str, group: str, profile: Path | None
+) -> dict[str, float]:
+    """A worker with a new volume joins the stopped group: how long its rebuild from the
+    changelog takes (its own log line), then it is stopped."""
+    proc, log = start(bootstrap, tmp, topic, group, "rebuilt", {}, profile)
+    deadline = time.monotonic() + 600
+    while True:
+        found = [x for x in log_lines(log) if x.get("message") == REBUILT]
+        if found:
+            break
+        if time.monotonic() > deadline or proc.poll() is not None:
+            raise RuntimeError(f"no rebuild from the changelog of {group}")
+        time.sleep(0.2)
+    proc.terminate()
+    proc.wait(60)
+    return {
+        "rebuild_s": float(found[0]["seconds"]),
+        "rebuild_records": int(found[0]["changelog_records"]),
+        "rebuild_tuples": int(found[0]["tuples"]),
+    }
+
+
+def barrier_lag(logs: list[list[dict[str, Any]]]) -> float:
+    """Median over the epochs after the first of how long after the epoch's last seed commit
+    (its ``seeds published`` line) the other workers committed it (``epoch committed``): the
+    barrier's own delay, plus committing the index; nan with one worker."""
+    published: dict[int, list[tuple[float, int]]] = {}
+    for k, lines in enumerate(logs):
+        for x in lines:
+            if x.get("message") == "seeds published":
+                published.setdefault(int(x["epoch"]), []).append((stamp(x), k))
+    lags = []
+    for k, lines in enumerate(logs):
+        for x in lines:
+            epoch = int(x.get("epoch", 0))
+            if x.get("message") == "epoch committed" and epoch > 1 and epoch in published:
+                last, owner = max(published[epoch])
+                if owner != k:
+                    lags.append(stamp(x) - last)
+    return float(statistics.median(lags)) if lags else math.nan
+
+
 def run(
     bootstrap: str,
     tmp: Path,
     workers: int,
     rows: list[tuple[int, int, int]],
     consolidate: bool = True,
+    profile: Path | None = None,
+    rebuilt: bool = False,
 ) -> dict[str, float]:
     topic = f"scale-{workers}-{uuid.uuid4().hex[:6]}"
     topics(bootstrap, (topic, PARTITIONS), (f"{topic}-out", 1), (f"{topic}-dlq", 1))
     produce(bootstrap, topic, rows)
     group = f"bench-{uuid.uuid4().hex[:8]}"
     procs: list[tuple[subprocess.Popen[bytes], Path]] = []
+    name = f"workers-{workers}{'' if consolidate else '-sums'}"
     for i in range(workers):
-        log = tmp / f"{group}-w{i}.log"
-        env = {
-            **os.environ,
-            "SGM_BOOTSTRAP_SERVERS": bootstrap,
-            "SGM_INPUT_TOPICS": topic,
-            "SGM_OUTPUT_TOPIC": f"{topic}-out",
-            "SGM_DEAD_LETTER_TOPIC": f"{topic}-dlq",
-            "SGM_GROUP_ID": group,
-            "SGM_CONTROL_TOPIC": f"{group}-control",
-            "SGM_INSTANCE_ID": f"w{i}",
-            "SGM_QUERIES": QUERY,
-            "SGM_UNDIRECTED": "true",
-            "SGM_STATE_DIR": str(tmp / group / f"w{i}"),
-            "SGM_BATCH_SIZE": str(BATCH),
-            "SGM_MAX_BATCH_DELAY_MS": "1000",
-            "SGM_HTTP_PORT": "0",
-            "SGM_CONSOLIDATE_ACROSS_WORKERS": str(consolidate).lower(),
-        }
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "monitor", "serve"],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=log.open("wb"),
-        )
-        procs.append((proc, log))
+        env = {"SGM_CONSOLIDATE_ACROSS_WORKERS": str(consolidate).lower()}
+        profiled = profile / f"{name}.prof" if profile is not None and i == 0 else None
+        procs.append(start(bootstrap, tmp, topic, group, f"w{i}", env, profiled))
     deadline = time.monotonic() + 900
     while not done(bootstrap, group, topic):
         if time.monotonic() > deadline or any(p.poll() is not None for p, _ in procs):
@@ -110,7 +183,12 @@ def run(
     read = sum(float(x["read_s"]) for x in timed) / max(len(timed), 1)
     publish = sum(float(x["published_s"]) - float(x["read_s"]) for x in timed) / max(len(timed), 1)
     barrier = sum(float(x["barrier_s"]) for x in timed) / max(len(timed), 1)
+    measured = {"lag_s": barrier_lag([log_lines(log) for _, log in procs])}
+    if rebuilt:
+        at = profile / f"{name}-rebuild.prof" if profile is not None else None
+        measured.update(rebuild(bootstrap, tmp, topic, group, at))
     return {
+        **measured,
         "read_s": read,
         "publish_s": publish,
         "barrier_s": barrier,
@@ -128,7 +206,15 @@ def run(
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--runs", help="only these worker counts, consolidated: 1,3")
+    parser.add_argument("--profile", type=Path, help="cProfile worker 0 into this directory")
+    parser.add_argument(
+        "--rebuild", action="store_true", help="after each run, time a rebuild from the changelog"
+    )
     args = parser.parse_args()
+    plan = [(1, True), (2, True), (2, False), (3, True), (3, False)]
+    if args.runs:
+        plan = [(int(n), True) for n in args.runs.split(",")]
     rows = stream()
     results = []
     with tempfile.TemporaryDirectory() as tmp_name:
@@ -138,8 +224,11 @@ def main() -> int:
         try:
             # Each worker count consolidated (the default) and, for 2 and 3, with per-worker
             # sums (SGM_CONSOLIDATE_ACROSS_WORKERS=false), back to back.
-            for workers, consolidate in ((1, True), (2, True), (2, False), (3, True), (3, False)):
-                result = run(broker.bootstrap, tmp, workers, rows, consolidate)
+            for k, (workers, consolidate) in enumerate(plan):
+                rebuilt = args.rebuild and (k == 0 or args.profile is not None)
+                result = run(
+                    broker.bootstrap, tmp, workers, rows, consolidate, args.profile, rebuilt
+                )
                 print(result, file=sys.stderr)
                 results.append(result)
         finally:
@@ -152,8 +241,9 @@ def main() -> int:
         "machine with the broker.\n",
         "| workers | output | updates/s | vs 1 | epochs | seed transactions | delta records "
         "| peak RSS per worker "
-        "| per epoch of worker 0: read+decode / stage+evaluate+transaction / barrier wait |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| per epoch of worker 0: read+decode / stage+evaluate+transaction / barrier wait "
+        "| others commit after the last seed commit (median) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         mode = "consolidated" if r["consolidated"] else "per-worker sums"
@@ -162,8 +252,18 @@ def main() -> int:
             f"{r['epochs']:.0f} | {r['transactions']:.0f} | {r['deltas']:,.0f} | "
             f"{r['rss_mib']:,.0f} MiB | "
             f"{r['read_s'] * 1000:,.0f} / {r['publish_s'] * 1000:,.0f} / "
-            f"{r['barrier_s'] * 1000:,.0f} ms |"
+            f"{r['barrier_s'] * 1000:,.0f} ms | "
+            + ("-" if math.isnan(r["lag_s"]) else f"{r['lag_s'] * 1000:,.0f} ms")
+            + " |"
         )
+    for r in results:
+        if "rebuild_s" in r:
+            mode = "consolidated" if r["consolidated"] else "per-worker sums"
+            lines.append(
+                f"\nA worker with a new volume after the {r['workers']:.0f}-worker run ({mode}) "
+                f"rebuilt {r['rebuild_tuples']:,.0f} tuples from {r['rebuild_records']:,.0f} "
+                f"changelog records in {r['rebuild_s']:.2f} s."
+            )
     text = "\n".join(lines) + "\n"
     args.out.write_text(text)
     print(text)

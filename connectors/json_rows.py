@@ -203,7 +203,7 @@ def _numbers(column: npt.NDArray[np.float64]) -> Piece:
     if not rest.any():
         return whole
     text = orjson.dumps(column[rest], option=_NUMPY)[1:-1]
-    fraction = _split(np.frombuffer(text, np.uint8), int(rest.sum()))
+    fraction = _elements(np.frombuffer(text, np.uint8), int(rest.sum()))
     cells = np.zeros((column.shape[0], fraction.width), np.uint8)
     mask = np.zeros(cells.shape, np.bool_)
     cells[rest] = fraction.cells
@@ -228,10 +228,38 @@ def _coded(column: Coded) -> Piece:
 
 
 def _objects(column: npt.NDArray[np.generic]) -> Piece:
-    """``object`` values through ``orjson`` (``None`` as nothing)."""
-    piece = ragged(list(map(orjson.dumps, column.tolist())))
+    """``object`` values (``None`` as nothing) through one ``orjson`` call for the whole
+    column, cut at the commas between its values (:func:`_elements`). One call per value costs
+    far more: each result is a fresh buffer of orjson's, about 2-4 µs apiece once thousands of
+    them are alive at once, against 0.1 ms for a list of 20,000."""
+    items = column.tolist()
+    if not items:
+        return ragged([])
+    piece = _elements(np.frombuffer(orjson.dumps(items), np.uint8)[1:-1], len(items))
     has = column != None  # noqa: E711 (elementwise on objects)
     return piece if bool(np.all(has)) else where(piece, np.asarray(has))
+
+
+def _elements(data: npt.NDArray[np.uint8], rows: int) -> Piece:
+    """The ``rows`` values of a JSON array's text without its brackets (scalars: no nested
+    arrays or objects), one per row: cut at the commas outside strings. A quote opens or
+    closes a string unless an odd run of backslashes comes before it (then it is escaped)."""
+    cut = data == ord(",")
+    quotes = np.flatnonzero(data == ord('"'))
+    if quotes.shape[0]:
+        at = np.arange(data.shape[0])
+        plain = np.maximum.accumulate(np.where(data == ord("\\"), -1, at))
+        before = np.maximum(quotes - 1, 0)
+        run = np.where(quotes > 0, before - plain[before], 0)
+        toggles = np.zeros(data.shape[0], np.uint8)
+        toggles[quotes[run % 2 == 0]] = 1
+        cut &= np.bitwise_xor.accumulate(toggles) == 0
+    commas = np.flatnonzero(cut)
+    starts = np.concatenate([[0], commas + 1])
+    ends = np.concatenate([commas, [data.shape[0]]])
+    if starts.shape[0] != rows:
+        raise ValueError(f"expected {rows} values, found {starts.shape[0]}")
+    return _gather(data, starts, ends - starts)
 
 
 def ragged(texts: Sequence[bytes]) -> Piece:
@@ -239,16 +267,6 @@ def ragged(texts: Sequence[bytes]) -> Piece:
     lengths = np.fromiter(map(len, texts), np.int64, len(texts))
     data = np.frombuffer(b"".join(texts), np.uint8)
     return _gather(data, np.cumsum(lengths) - lengths, lengths)
-
-
-def _split(data: npt.NDArray[np.uint8], rows: int) -> Piece:
-    """``rows`` numbers written ``1,2.5,3e-7`` (no commas inside them), one per row."""
-    commas = np.flatnonzero(data == ord(","))
-    starts = np.concatenate([[0], commas + 1])
-    ends = np.concatenate([commas, [data.shape[0]]])
-    if starts.shape[0] != rows:
-        raise ValueError(f"expected {rows} numbers, found {starts.shape[0]}")
-    return _gather(data, starts, ends - starts)
 
 
 def _gather(

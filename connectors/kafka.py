@@ -25,10 +25,10 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import numpy.typing as npt
-import orjson
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from connectors import json_place
+from connectors.changelog_json import clock_record, event_records, tuple_records
 from connectors.delta_json import EdgeColumns, chunks, key_pieces, value_pieces
 from connectors.events import FieldTypes
 from connectors.json_rows import encode_rows
@@ -40,7 +40,7 @@ from connectors.kafka_records import (
     updates_batch,
     where,
 )
-from connectors.sinks import CHUNK_ROWS, check_deltas, event_objects, id_list
+from connectors.sinks import CHUNK_ROWS, check_deltas
 from core.columns import Column
 from core.records import Update, UpdateBatch
 
@@ -192,10 +192,6 @@ class KafkaSource:
         self.consumer.close()
 
 
-#: The first element of a changelog key holding an input partition's event clock.
-CLOCK_KEY = "#clock"
-
-
 class KafkaSink:
     """The transactional producer of match deltas and dead letters."""
 
@@ -308,15 +304,12 @@ class KafkaSink:
     ) -> int:
         """One changelog record per changed tuple: key ``[relation, [ids]]``, value
         ``{"epoch": E}`` for an insert and a tombstone (no value) for a delete, header ``epoch``
-        on both, so that a compacted topic holds the current graph with each tuple's epoch."""
-        ids = [id_list(c) for c in columns]
+        on both, so that a compacted topic holds the current graph with each tuple's epoch.
+        The keys are encoded a batch at a time (:mod:`connectors.changelog_json`)."""
         headers: list[tuple[str, str | bytes | None]] = [("epoch", str(epoch).encode())]
-        value = orjson.dumps({"epoch": epoch})
-        signs = diffs.tolist()
-        for i in range(len(signs)):
-            key = orjson.dumps([relation, [column[i] for column in ids]])
-            self._produce(topic, key, value if signs[i] > 0 else None, headers)
-        return len(signs)
+        for key, value in tuple_records(relation, epoch, columns, diffs):
+            self._produce(topic, key, value, headers)
+        return int(diffs.shape[0])
 
     def write_event_changelog(
         self,
@@ -328,14 +321,12 @@ class KafkaSink:
     ) -> int:
         """One changelog record per changed event: key ``[relation, id]``, value ``{"epoch": E,
         "event": {"id", "src", "dst", fields...}}`` for an insert and a tombstone for a delete
-        (deletes first: an id deleted and inserted again in the epoch keeps its new event)."""
+        (deletes first: an id deleted and inserted again in the epoch keeps its new event).
+        Keys and values are encoded a batch at a time (:mod:`connectors.changelog_json`)."""
         headers: list[tuple[str, str | bytes | None]] = [("epoch", str(epoch).encode())]
-        signs = diffs.tolist()
-        for sign, event in zip(signs, event_objects(events), strict=True):
-            key = orjson.dumps([relation, event["id"]])
-            value = orjson.dumps({"epoch": epoch, "event": event}) if sign > 0 else None
+        for key, value in event_records(relation, epoch, events, diffs):
             self._produce(topic, key, value, headers)
-        return len(signs)
+        return int(diffs.shape[0])
 
     def write_clock_changelog(
         self, topic: str, epoch: int, partition: str, times: Sequence[float]
@@ -344,8 +335,8 @@ class KafkaSink:
         ``["#clock", partition]``, value ``{"epoch": E, "times": [...]}``, so that a worker
         rebuilt from the changelog continues with the cluster's watermark."""
         headers: list[tuple[str, str | bytes | None]] = [("epoch", str(epoch).encode())]
-        value = orjson.dumps({"epoch": epoch, "times": list(times)})
-        self._produce(topic, orjson.dumps([CLOCK_KEY, partition]), value, headers)
+        key, value = clock_record(epoch, partition, times)
+        self._produce(topic, key, value, headers)
 
     def write_control(self, topic: str, value: bytes) -> None:
         """One control record (an epoch's definition; the leader's sink only)."""

@@ -91,7 +91,9 @@ def read_to_end(consumer: Consumer, partitions: list[TP]) -> Iterable[Message]:
     todo = {p for p, e in ends.items() if e > 0}
     consumer.assign([TP(t, p, OFFSET_BEGINNING) for t, p in ends])
     while todo:
-        for message in consumer.consume(num_messages=5000, timeout=0.5):
+        # consume waits for its 5,000 records until the time-out: a short one, since the last
+        # records of a partition (all of a small one, such as the control topic) are fewer.
+        for message in consumer.consume(num_messages=5000, timeout=0.05):
             error = message.error()
             if error is not None:
                 if error.code() == KafkaError._PARTITION_EOF:

@@ -111,6 +111,28 @@ def test_integers_of_every_width_and_sign(compiled: bool) -> None:
 
 
 @ASSEMBLIES
+def test_strings_with_commas_quotes_and_backslashes_are_cut_where_values_end(
+    compiled: bool,
+) -> None:
+    items = ["a,b", '"', "\\", '\\"', '",', "", None, 12, '\\\\",\\', "é,\n", True, -0.5]
+    column = np.empty(len(items), object)
+    column[:] = items
+    assert texts(column, compiled) == naive(column)
+    assert texts(column[:0], compiled) == []
+
+
+@ASSEMBLIES
+@settings(max_examples=300, deadline=None)
+@given(items=st.lists(st.one_of(st.none(), st.text(st.sampled_from('\\",a\n'), max_size=6))))
+def test_strings_of_separators_and_escapes_encode_as_orjson_does(
+    compiled: bool, items: list[str | None]
+) -> None:
+    column = np.empty(len(items), object)
+    column[:] = items
+    assert texts(column, compiled) == naive(column)
+
+
+@ASSEMBLIES
 def test_a_float_column_prints_integral_values_as_integers(compiled: bool) -> None:
     column = np.array([1500.0, 1500.5, np.nan, -3.0, 2.0**60], np.float64)
     expected = [b"1500", b"1500.5", b"", b"-3", b"1.152921504606847e+18"]

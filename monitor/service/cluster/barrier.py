@@ -6,6 +6,11 @@ transactions, not for messages between workers. While it waits, a worker publish
 pending partition it owns: its own, and any it was assigned mid-epoch because its previous owner
 died or left before committing.
 
+Most of the wait is inside the offset fetch: while another worker's transaction holds offsets,
+the broker answers that they are unstable and librdkafka asks again. The group consumer asks
+every 10 ms, backing off to 50 ms (``GroupMember``), so a worker passes the barrier within about
+50 ms of the last commit; with librdkafka's defaults (100 ms doubling to 1 s) it was up to a second.
+
 Why it is needed (DESIGN.md had no barrier): without it a worker that takes over a partition
 whose previous owner died mid-epoch would already have committed E to its own index, and could
 no longer seed E's changes against the state before E (the index keeps one uncommitted level,

@@ -5,32 +5,32 @@ With its seeds, the owner of a change writes it to a compacted changelog topic (
 worker with a new or lost volume rebuilds its index from the changelog at the last epoch every
 partition completed, never from the input topics' retention. The changelog is created with
 ``min.compaction.lag.ms`` of an hour, so the records of recent epochs are never compacted away
-under a rebuild that still needs them.
+under a rebuild that still needs them. The rebuild reads the records, keeps each key's last one
+of an epoch up to the frontier, and decodes the live ones together
+(:func:`connectors.changelog_json.live_batch`).
 """
 
 from __future__ import annotations
 
+import gc
 import logging
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from itertools import compress
 
-import orjson
+import numpy as np
 from confluent_kafka import (
     Consumer,
 )
 from confluent_kafka import TopicPartition as TP
 
-from connectors.events import EventRecord, FieldTypes, decode_event
-from connectors.kafka import CLOCK_KEY
-from connectors.kafka_records import Partition, updates_batch
+from connectors.changelog_json import live_batch
+from connectors.kafka_records import Partition
 from connectors.kafka_retry import (
     committed_offsets,
-    epoch_header,
     read_to_end,
 )
-from core.errors import StateError
-from core.records import Update, UpdateBatch
 from monitor.index.store import StateStore
 from monitor.index.stored_meta import StoredMeta
 from monitor.service.cluster.control import (
@@ -43,6 +43,11 @@ from monitor.service.epochs import EpochProcessor
 from monitor.service.settings import Settings
 
 log = logging.getLogger(__name__)
+
+#: The epoch of a changelog record without an epoch header: later than any.
+NO_EPOCH = str(2**63 - 1).encode()
+
+Headers = dict[str, str | bytes | None] | list[tuple[str, str | bytes | None]] | None
 
 
 def rebuild_from_changelog(
@@ -63,6 +68,13 @@ def rebuild_from_changelog(
     started = time.perf_counter()
     probe = Consumer(
         {
+            # Fetches of up to 16 MiB: the changelog is read from its start, and librdkafka's
+            # 1 MiB per partition took twice as long (bench/NOTES.md, issue #14). A fetch that
+            # finds nothing new returns at once: the broker answers a connection's requests in
+            # order, so the changelog's end offset waited behind the control topic's last fetch.
+            "max.partition.fetch.bytes": 16 << 20,
+            "fetch.max.bytes": 64 << 20,
+            "fetch.wait.max.ms": 10,
             **client,
             "enable.auto.commit": False,
             "isolation.level": "read_committed",
@@ -83,20 +95,25 @@ def rebuild_from_changelog(
             log.info("state is new and the cluster has no completed epoch: starting at epoch 0")
             return meta
         frontier = done[-1]
-        log_partitions = [TP(changelog_topic(settings), 0)]
-        present: dict[bytes, bytes | None] = {}
-        records = 0
-        for message in read_to_end(probe, log_partitions):
-            records += 1
-            epoch = epoch_header(message)
-            if epoch is None or epoch > frontier.epoch:
-                continue
-            present[message.key() or b""] = message.value()
+        keys: list[bytes] = []
+        values: list[bytes | None] = []
+        epochs: list[bytes] = []
+        for message in read_to_end(probe, [TP(changelog_topic(settings), 0)]):
+            keys.append(message.key() or b"")
+            values.append(message.value())
+            epochs.append(_epoch(message.headers()))
     finally:
         probe.close()
-    processor.preload(_live(present, processor.field_types), timed=False)
+    read = time.perf_counter()
+    records = len(keys)
+    kept = (np.array(epochs, np.bytes_).astype(np.int64) <= frontier.epoch).tolist()
+    present = dict(zip(compress(keys, kept), compress(values, kept), strict=True))
+    live = [(k, v) for k, v in present.items() if v is not None]
+    with collection_paused():
+        batch, clock = live_batch([k for k, _ in live], [v for _, v in live], processor.field_types)
+    processor.preload(batch, timed=False)
     processor.index.commit()
-    processor.clock.restore({"watermark": None, "top": _clock(present)})
+    processor.clock.restore({"watermark": None, "top": clock})
     processor.epoch = frontier.epoch
     position = {
         "cluster": {"control": frontier.offset + 1, **ends_json(frontier.ends)},
@@ -113,45 +130,31 @@ def rebuild_from_changelog(
             "epoch": frontier.epoch,
             "tuples": processor.index.edge_count(),
             "changelog_records": records,
+            "read_s": round(read - started, 3),
             "seconds": time.perf_counter() - started,
         },
     )
     return meta
 
 
-def _clock(present: Mapping[bytes, bytes | None]) -> dict[str, list[float]]:
-    """Per input partition the event times its last clock record holds."""
-    out = {}
-    for key, value in present.items():
-        decoded: list[Any] = orjson.loads(key)
-        if decoded[0] == CLOCK_KEY and value is not None:
-            out[str(decoded[1])] = [float(t) for t in orjson.loads(value)["times"]]
-    return out
+def _epoch(headers: Headers) -> bytes:
+    """The text of a record's ``epoch`` header; a record without one is of no epoch a rebuild
+    keeps (the largest)."""
+    for name, value in headers.items() if isinstance(headers, dict) else headers or ():
+        if name == "epoch" and value is not None:
+            return value.encode() if isinstance(value, str) else value
+    return NO_EPOCH
 
 
-def _live(present: Mapping[bytes, bytes | None], types: FieldTypes | None) -> UpdateBatch:
-    """The live tuples (key ``[relation, [ids]]``) and events (key ``[relation, id]``, the
-    event in the value) of the changelog's last records, as one batch."""
-    updates: list[Update] = []
-    events: list[tuple[int, EventRecord]] = []
-    for key, value in present.items():
-        if value is None:
-            continue
-        decoded: list[Any] = orjson.loads(key)
-        relation = str(decoded[0])
-        if relation == CLOCK_KEY:
-            continue
-        if isinstance(decoded[1], list):
-            updates.append(Update(relation, tuple(decoded[1]), 1))
-            continue
-        if types is None or relation not in types.relations:
-            raise StateError(
-                f"the changelog holds events of {relation!r}, which this run's queries do not "
-                f"read as events; deploy the queries that wrote it, or a new changelog"
-            )
-        event = orjson.loads(value)["event"]
-        position = f"changelog {key.decode(errors='replace')}"
-        events.append(
-            (len(updates) + len(events), decode_event(event, relation, 1, position, types))
-        )
-    return updates_batch(updates, events, 0, types)
+@contextmanager
+def collection_paused() -> Iterator[None]:
+    """No garbage collection while a whole changelog is decoded: it makes a list per key at
+    once, and the collections they set off walk the worker's whole heap (decoding the keys of
+    ego-Facebook's changelog took 0.82 s with them and 0.07 s without, under cProfile)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()

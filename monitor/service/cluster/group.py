@@ -36,6 +36,12 @@ class GroupMember:
     ) -> None:
         self.consumer = Consumer(
             {
+                # The barrier asks for the committed offsets while other workers' transactions
+                # hold theirs: the broker answers "unstable" until those commit, and librdkafka
+                # asks again after retry.backoff.ms, doubling up to retry.backoff.max.ms (100 ms
+                # to 1 s by default), so a worker saw the last commit up to a second late.
+                "retry.backoff.ms": 10,
+                "retry.backoff.max.ms": 50,
                 **config,
                 "enable.auto.commit": False,
                 "enable.auto.offset.store": False,
