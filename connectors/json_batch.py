@@ -48,10 +48,13 @@ INVALID: Any = object()
 _MISSING: Any = object()
 
 # Type codes of decoded JSON values (``type`` is exact: orjson makes no subclasses).
-_NULL, _BOOL, _INT, _FLOAT, _STR, _OTHER = range(6)
-_TYPE_CODES = {type(None): _NULL, bool: _BOOL, int: _INT, float: _FLOAT, str: _STR}
-_KIND_OF_CODE = {_BOOL: "bool", _INT: "number", _FLOAT: "number", _STR: "string"}
+_INT, _STR, _OTHER = range(3)
+_TYPE_CODES = {int: _INT, str: _STR}
+#: The kind of a field value of each JSON type (arrays, objects and null are not values).
+_KIND_OF_TYPE = {bool: "bool", int: "number", float: "number", str: "string"}
 _OPS = {"insert": 1, "delete": -1}
+#: :func:`core.times.parse_time`'s range: 10,000 years either side of 1970, in milliseconds.
+_TIME_LIMIT_MS = 10_000 * 365.25 * 86_400_000
 
 #: Given record rows, the identities of their events when they have no ``id`` (their positions).
 Identities = Callable[[Sequence[int]], list[str]]
@@ -86,17 +89,20 @@ def load_all(values: Iterable[bytes]) -> list[Any]:
 
 def decode_records(
     values: Sequence[bytes],
-    defaults: Sequence[str],
+    defaults: Sequence[str] | str,
     identities: Identities,
     events: FieldTypes | None,
     max_bytes: int,
 ) -> DecodedRecords:
-    """Decode ``values``; ``defaults[i]`` is the relation of record ``i`` if it names none.
+    """Decode ``values``; ``defaults[i]`` is the relation of record ``i`` if it names none (a
+    string: of every record).
 
     A value longer than ``max_bytes`` is an error and is not parsed. Records of the ``events``
     relations are events, the others tuple updates; ``events`` learns the kinds of new fields.
     """
     n = len(values)
+    if isinstance(defaults, str):
+        defaults = [defaults] * n
     lengths = np.fromiter(map(len, values), np.int64, n)
     large = lengths > max_bytes
     errors = [
@@ -106,28 +112,24 @@ def decode_records(
     if errors:
         values = [b"" if big else v for v, big in zip(values, large.tolist(), strict=True)]
     parsed = load_all(values)
-    is_dict = np.fromiter((type(r) is dict for r in parsed), np.bool_, n)
-    rows = np.flatnonzero(is_dict)
-    records: list[dict[str, Any]] = list(compress(parsed, is_dict.tolist()))
-    ops = [r.get("op", "insert") for r in records]
-    record_defaults = [defaults[i] for i in rows.tolist()]
-    relations = [r.get("relation", d) for r, d in zip(records, record_defaults, strict=True)]
-    diffs = np.fromiter(
-        (_OPS.get(op, 0) if type(op) is str else 0 for op in ops), np.int8, len(records)
-    )
-    is_event = np.zeros(len(records), np.bool_)
-    if events is not None and events.relations:
-        wanted = events.relations
-        is_event = (diffs != 0) & np.fromiter(
-            (type(r) is str and r in wanted for r in relations), np.bool_, len(records)
-        )
-    fast = ~is_event & (diffs != 0) & _allowed(relations)
-    fast[fast] = _has_ids([records[i] for i in np.flatnonzero(fast).tolist()])
+    rows: npt.NDArray[np.intp] = np.arange(n)
+    records: list[dict[str, Any]] = parsed
+    if set(map(type, parsed)) != {dict}:
+        is_dict = [type(r) is dict for r in parsed]
+        rows = np.flatnonzero(np.array(is_dict, np.bool_))
+        records = list(compress(parsed, is_dict))
+    diffs = _diffs([r.get("op", "insert") for r in records])
+    relations = _relations(records, rows, defaults)
+    is_event = _of_event_relations(relations, diffs, events)
+    candidate = ~is_event & (diffs != 0) & _allowed(relations)
+    fast, src, dst = _fast_tuples(records, candidate)
     slow = ~large
     slow[rows[is_event | fast]] = False
     accepted = _per_record(values, defaults, np.flatnonzero(slow).tolist(), errors)
     out = DecodedRecords(np.zeros(n, np.bool_))
-    out.parts = _tuple_parts(records, relations, diffs, rows, np.flatnonzero(fast), accepted)
+    at = np.flatnonzero(fast)
+    names = [relations[i] for i in at.tolist()]
+    out.parts = _tuple_parts(names, rows[at], src, dst, diffs[at], accepted)
     if is_event.any():
         assert events is not None
         out.events = _events(records, relations, diffs, rows, is_event, identities, events, errors)
@@ -139,45 +141,126 @@ def decode_records(
     return out
 
 
-def _codes(values: Iterable[Any], n: int) -> npt.NDArray[np.int8]:
-    """The type code of each value (``_OTHER`` for arrays, objects and the sentinels)."""
-    return np.fromiter(map(_TYPE_CODES.get, map(type, values), repeat(_OTHER)), np.int8, n)
+def _distinct(values: list[Any]) -> set[Any] | None:
+    """The distinct values, or None when one is not hashable (an array or object)."""
+    try:
+        return set(values)
+    except TypeError:
+        return None
+
+
+def _diffs(ops: list[Any]) -> npt.NDArray[np.int8]:
+    """+1 for ``insert``, -1 for ``delete``, 0 for any other op."""
+    distinct = _distinct(ops)
+    if distinct is not None and distinct <= {"insert", "delete"}:
+        if "delete" not in distinct:
+            return np.ones(len(ops), np.int8)
+        return np.where(np.array(ops) == "delete", -1, 1).astype(np.int8)
+    return np.array([_OPS.get(op, 0) if type(op) is str else 0 for op in ops], np.int8)
+
+
+def _relations(
+    records: list[dict[str, Any]], rows: npt.NDArray[np.intp], defaults: Sequence[str]
+) -> list[Any]:
+    """Each record's ``relation``, else its default."""
+    distinct = set(defaults)
+    if len(distinct) <= 1:
+        default = distinct.pop() if distinct else ""
+        return [r.get("relation", default) for r in records]
+    mine = [defaults[i] for i in rows.tolist()]
+    return [r.get("relation", d) for r, d in zip(records, mine, strict=True)]
+
+
+def _of_event_relations(
+    relations: list[Any], diffs: npt.NDArray[np.int8], events: FieldTypes | None
+) -> npt.NDArray[np.bool_]:
+    """Which records are of an event relation (with a valid op)."""
+    wanted = set() if events is None else events.relations
+    distinct = _distinct(relations)
+    if distinct is not None:
+        if not distinct & wanted:
+            return np.zeros(len(relations), np.bool_)
+        if distinct <= wanted:
+            return np.asarray(diffs != 0)
+    of = [type(r) is str and r in wanted for r in relations]
+    return np.asarray((diffs != 0) & np.array(of, np.bool_))
 
 
 def _allowed(relations: list[Any]) -> npt.NDArray[np.bool_]:
     """Whether each relation is a string and an allowed name (each name checked once)."""
+    distinct = _distinct(relations)
+    if distinct is not None and all(type(r) is str for r in distinct):
+        allowed = {name: is_relation_name(name) for name in distinct}
+        if all(allowed.values()):
+            return np.ones(len(relations), np.bool_)
+        return np.array(list(map(allowed.__getitem__, relations)), np.bool_)
     is_str = [type(r) is str for r in relations]
     names = list(compress(relations, is_str))
-    allowed = {name: is_relation_name(name) for name in dict.fromkeys(names)}
+    checked = {name: is_relation_name(name) for name in set(names)}
     out = np.zeros(len(relations), np.bool_)
-    out[np.fromiter(is_str, np.bool_, len(is_str))] = np.fromiter(
-        map(allowed.__getitem__, names), np.bool_, len(names)
-    )
+    out[np.array(is_str, np.bool_)] = np.array(list(map(checked.__getitem__, names)), np.bool_)
     return out
 
 
-def _ids(values: list[Any]) -> tuple[npt.NDArray[np.bool_], npt.NDArray[Any]]:
+def _ids(values: list[Any]) -> tuple[npt.NDArray[np.bool_] | None, npt.NDArray[Any]]:
     """Which values are vertex ids (strings of at most ``MAX_ID_LENGTH`` characters, integers
-    within int64), and the values as an ``object`` array."""
+    within int64; None: all of them) and the values as a column: ``int64`` when all are
+    integers, else ``object`` (as :func:`~core.records.id_column` makes them)."""
     n = len(values)
-    codes = _codes(values, n)
-    items = np.empty(n, dtype=object)
-    items[:] = values
+    kinds = set(map(type, values))
+    if kinds == {int}:
+        try:
+            return None, np.array(values, np.int64)
+        except OverflowError:
+            pass
+    elif kinds == {str} and max(map(len, values)) <= MAX_ID_LENGTH:
+        return None, _objects(values)
+    codes = np.fromiter(map(_TYPE_CODES.get, map(type, values), repeat(_OTHER)), np.int8, n)
+    items = _objects(values)
     ok = codes == _STR
     if ok.any():
         ok[ok] = np.fromiter(map(len, items[ok]), np.int64, int(ok.sum())) <= MAX_ID_LENGTH
     ints = codes == _INT
     if ints.any():
         ints[ints] = items[ints] <= INT64_MAX  # orjson's integers are at least INT64_MIN
-    return ok | ints, items
+    ok |= ints
+    if ok.all():
+        return None, _narrow(items)
+    return ok, items
 
 
-def _has_ids(records: list[dict[str, Any]]) -> npt.NDArray[np.bool_]:
-    """Which records have no ``tuple`` and valid ``src`` and ``dst`` ids."""
-    no_tuple = np.fromiter(("tuple" not in r for r in records), np.bool_, len(records))
-    src_ok, _ = _ids([r.get("src", _MISSING) for r in records])
-    dst_ok, _ = _ids([r.get("dst", _MISSING) for r in records])
-    return no_tuple & src_ok & dst_ok
+def _objects(values: list[Any]) -> npt.NDArray[Any]:
+    out = np.empty(len(values), dtype=object)
+    out[:] = values
+    return out
+
+
+def _narrow(items: npt.NDArray[Any]) -> npt.NDArray[np.generic]:
+    """An ``object`` column of valid ids as ``int64`` when they are all integers."""
+    if items.dtype == object and set(map(type, items.tolist())) <= {int}:
+        return items.astype(np.int64)
+    return items
+
+
+def _fast_tuples(
+    records: list[dict[str, Any]], candidate: npt.NDArray[np.bool_]
+) -> tuple[npt.NDArray[np.bool_], npt.NDArray[Any], npt.NDArray[Any]]:
+    """Which ``candidate`` records (a valid op and relation) are ``src``/``dst`` records every
+    rule accepts (no ``tuple``, both ids valid), and their ``src`` and ``dst`` columns."""
+    at = np.flatnonzero(candidate)
+    picked = records if at.shape[0] == len(records) else [records[i] for i in at.tolist()]
+    src_ok, src = _ids([r.get("src", _MISSING) for r in picked])
+    dst_ok, dst = _ids([r.get("dst", _MISSING) for r in picked])
+    with_tuple = ["tuple" in r for r in picked]
+    if src_ok is None and dst_ok is None and True not in with_tuple:
+        return candidate, src, dst
+    ok = ~np.array(with_tuple, np.bool_)
+    for checked in (src_ok, dst_ok):
+        if checked is not None:
+            ok &= checked
+    fast = candidate.copy()
+    fast[at] = ok
+    return fast, _narrow(src[ok]), _narrow(dst[ok])
 
 
 Accepted = list[tuple[int, str, tuple[VertexId, ...], int]]
@@ -200,40 +283,33 @@ def _per_record(
 
 
 def _tuple_parts(
-    records: list[dict[str, Any]],
-    relations: list[Any],
-    diffs: npt.NDArray[np.int8],
+    names: list[str],
     rows: npt.NDArray[np.intp],
-    fast: npt.NDArray[np.intp],
+    src: npt.NDArray[Any],
+    dst: npt.NDArray[Any],
+    diffs: npt.NDArray[np.int8],
     accepted: Accepted,
 ) -> dict[str, RelationUpdates]:
-    """Per relation, in order of first appearance, the tuple updates of the ``fast`` records
-    (indices into ``records``) and the ``accepted`` ones."""
-    names = [relations[i] for i in fast.tolist()]
-    first = dict(zip(reversed(names), reversed(rows[fast].tolist()), strict=True))
+    """Per relation, in order of first appearance, the tuple updates of the batch rules (the
+    relation ``names``, record ``rows``, ``src``, ``dst`` and ``diffs`` of each) and the
+    ``accepted`` ones."""
+    first = dict(zip(reversed(names), reversed(rows.tolist()), strict=True))
     for row, name, _, _ in reversed(accepted):
         first[name] = min(row, first.get(name, row))
-    src = np.empty(fast.shape[0], dtype=object)
-    src[:] = [records[i]["src"] for i in fast.tolist()]
-    dst = np.empty(fast.shape[0], dtype=object)
-    dst[:] = [records[i]["dst"] for i in fast.tolist()]
+    named = np.array(names) if len(first) > 1 else None
     parts: dict[str, RelationUpdates] = {}
     for name in sorted(first, key=first.__getitem__):
-        mine = (
-            np.ones(len(names), np.bool_)
-            if len(first) == 1
-            else np.fromiter((x == name for x in names), np.bool_, len(names))
-        )
+        mine = np.ones(len(names), np.bool_) if named is None else named == name
         others = [a for a in accepted if a[1] == name]
         if not others:
-            columns = [_id_column(src[mine]), _id_column(dst[mine])]
-            parts[name] = RelationUpdates(columns, diffs[fast[mine]], rows[fast[mine]])
+            columns = [_narrow(src[mine]), _narrow(dst[mine])]
+            parts[name] = RelationUpdates(columns, diffs[mine], rows[mine].astype(np.int64))
             continue
         # Both kinds: one tuple per update in stream order, columns as the per-record
         # decoding builds them (the first tuple's arity).
-        at = np.concatenate([rows[fast[mine]], np.array([a[0] for a in others], np.int64)])
+        at = np.concatenate([rows[mine], np.array([a[0] for a in others], np.int64)])
         ids = [*zip(src[mine].tolist(), dst[mine].tolist(), strict=True), *(a[2] for a in others)]
-        signs = [*diffs[fast[mine]].tolist(), *(a[3] for a in others)]
+        signs = [*diffs[mine].tolist(), *(a[3] for a in others)]
         order = np.argsort(at, kind="stable").tolist()
         ordered = [ids[i] for i in order]
         columns = [id_column([v[k] for v in ordered]) for k in range(len(ordered[0]))]
@@ -241,13 +317,6 @@ def _tuple_parts(
             columns, np.array([signs[i] for i in order], np.int8), at[order]
         )
     return parts
-
-
-def _id_column(items: npt.NDArray[Any]) -> npt.NDArray[np.generic]:
-    """:func:`~core.records.id_column` of an ``object`` array of valid ids."""
-    if all(type(v) is int for v in items.tolist()):
-        return items.astype(np.int64)
-    return items
 
 
 def _events(
@@ -315,78 +384,94 @@ def _clean_events(
     """The events of ``records`` (all of one event relation) decoded at once, or None when
     one of them is not valid (then nothing is learned)."""
     n = len(records)
-    has_id = np.fromiter(("id" in r for r in records), np.bool_, n)
-    id_ok, id_items = _ids([r.get("id", _MISSING) for r in records])
-    if not (id_ok | ~has_id).all():
+    ids = [r.get("id", _MISSING) for r in records]
+    has_id = np.array([i is not _MISSING for i in ids], np.bool_)
+    named = ids if has_id.all() else list(compress(ids, has_id.tolist()))
+    id_ok, named_ids = _ids(named)
+    if id_ok is not None:
         return None
     insert = diffs > 0
-    inserted = list(compress(records, insert.tolist()))
-    src_ok, src_items = _ids([r.get("src", _MISSING) for r in inserted])
-    dst_ok, dst_items = _ids([r.get("dst", _MISSING) for r in inserted])
-    if not (src_ok.all() and dst_ok.all()):
+    everything = bool(insert.all())
+    inserted = records if everything else list(compress(records, insert.tolist()))
+    src_ok, src = _ids([r.get("src", _MISSING) for r in inserted])
+    dst_ok, dst = _ids([r.get("dst", _MISSING) for r in inserted])
+    if src_ok is not None or dst_ok is not None:
         return None
     known = types.types.get(relation, {})
-    fields: list[tuple[int, int, str, str, list[Any]]] = []
+    fields: list[tuple[int, int, str, str, npt.NDArray[Any]]] = []
     for name in set().union(*inserted) - RESERVED:
         checked = _field(name, [r.get(name) for r in inserted], known.get(name))
         if checked is None:
             return None
-        kind, values, first = checked
-        if first >= 0:
-            fields.append((first, list(inserted[first]).index(name), name, kind, values))
-    fields.sort()
+        if checked[2] >= 0:
+            kind, column, first = checked
+            fields.append((first, list(inserted[first]).index(name), name, kind, column))
+    fields.sort(key=lambda f: f[:2])
     learned = types.types.setdefault(relation, {})
     for _, _, name, kind, _ in fields:
         learned.setdefault(name, kind)
-    ids = np.empty(n, dtype=object)
-    ids[has_id] = id_items[has_id]
+    identity = np.empty(n, dtype=object)
+    identity[has_id] = named_ids
     anonymous = insert & ~has_id
     if anonymous.any():
-        named = np.empty(int(anonymous.sum()), dtype=object)
-        named[:] = identities(rows[anonymous].tolist())
-        ids[anonymous] = named
-    src = np.zeros(n, dtype=object)
-    src[insert] = src_items
-    dst = np.zeros(n, dtype=object)
-    dst[insert] = dst_items
+        identity[anonymous] = _objects(identities(rows[anonymous].tolist()))
     columns = {}
-    for _, _, name, kind, values in fields:
-        column = absent_column(kind, n)
-        column[insert] = to_column(kind, values)
+    for _, _, name, kind, column in fields:
+        if not everything:
+            column, inserted_column = absent_column(kind, n), column
+            column[insert] = inserted_column
         columns[name] = column
-    return EventUpdates(
-        ids, diffs.astype(np.int8), rows.astype(np.int64), _id_column(src), _id_column(dst), columns
-    )
+    if not everything:
+        src, dst = _with_deletes(src, insert), _with_deletes(dst, insert)
+    return EventUpdates(identity, diffs.astype(np.int8), rows.astype(np.int64), src, dst, columns)
 
 
-def _field(name: str, values: list[Any], known: str | None) -> tuple[str, list[Any], int] | None:
-    """One field over the inserted events: its kind, its values (``ts`` parsed) and the first
+def _with_deletes(inserted: npt.NDArray[Any], insert: npt.NDArray[np.bool_]) -> Any:
+    """An id column of the inserts spread over all events, 0 for the deletes (as the
+    per-record decoder gives a delete's ``src`` and ``dst``)."""
+    column = np.zeros(insert.shape[0], dtype=object)
+    column[insert] = inserted
+    return _narrow(column)
+
+
+def _field(
+    name: str, values: list[Any], known: str | None
+) -> tuple[str, npt.NDArray[Any], int] | None:
+    """One field over the inserted events: its kind, its column (``ts`` parsed) and the first
     event that has it (-1: none); None when a value is not valid for it."""
-    n = len(values)
-    codes = _codes(values, n)
-    present = codes != _NULL
-    if not present.any():
-        return known or "number", values, -1
-    if (codes == _OTHER).any():
+    kinds = set(map(type, values))
+    absent = type(None) in kinds
+    kinds.discard(type(None))
+    if not kinds:
+        return "number", np.empty(0), -1
+    first = next(i for i, v in enumerate(values) if v is not None) if absent else 0
+    if not kinds <= _KIND_OF_TYPE.keys():
         return None
-    first = int(np.argmax(present))
     if name == TIME_FIELD:
-        if (codes == _BOOL).any():
+        if kinds <= {int, float}:
+            column = np.array(values, np.float64)  # None: NaN
+            present = column[~np.isnan(column)] if absent else column
+            if not (np.isfinite(present).all() and (np.abs(present) <= _TIME_LIMIT_MS).all()):
+                return None
+        elif bool in kinds:
             return None
-        try:
-            values = [None if v is None else parse_time(v) for v in values]
-        except InputError:
-            return None
+        else:
+            try:
+                parsed = [None if v is None else parse_time(v) for v in values]
+            except InputError:
+                return None
+            column = np.array(parsed, np.float64)
         kind = "number"
     else:
-        kinds = {_KIND_OF_CODE[c] for c in np.unique(codes[present]).tolist()}
-        if len(kinds) != 1:
+        named = {_KIND_OF_TYPE[k] for k in kinds}
+        if len(named) != 1:
             return None
-        kind = kinds.pop()
+        kind = named.pop()
         if kind == "string":
-            strings = list(compress(values, present.tolist()))
+            strings = [v for v in values if v is not None] if absent else values
             if max(map(len, strings)) > MAX_FIELD_LENGTH:
                 return None
+        column = np.array(values, np.float64) if kind == "number" else to_column(kind, values)
     if known is not None and known != kind:
         return None
-    return kind, values, first
+    return kind, column, first

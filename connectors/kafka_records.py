@@ -216,13 +216,10 @@ def decode_messages(
         t, p, o = records.topics, records.partitions, records.offsets
         return [f"{t[r]}:{p[r]}@{o[r]}" for r in rows]
 
-    decoded = decode_records(
-        records.values,
-        list(map(relation_of.__getitem__, records.topics)),
-        identities,
-        events,
-        MAX_RECORD_BYTES,
-    )
+    defaults: str | list[str] = next(iter(relation_of.values()))
+    if len(set(relation_of.values())) > 1:
+        defaults = list(map(relation_of.__getitem__, records.topics))
+    decoded = decode_records(records.values, defaults, identities, events, MAX_RECORD_BYTES)
     seq_of_row = np.cumsum(decoded.kept, dtype=np.int64) + (first_seq - 1)
     parts = {
         relation: RelationUpdates(part.columns, part.diff, seq_of_row[part.seq])
@@ -238,11 +235,11 @@ def decode_messages(
     polled.sources = _sources(records, decoded.events, seq_of_row)
     batch.times = _times(records, polled.sources, decoded.events)
     polled.dead_letters = [_dead_letter(records, row, message) for row, message in decoded.errors]
-    polled.next_offsets = dict(zip(records.keys(), [o + 1 for o in records.offsets], strict=True))
+    last = dict(zip(records.keys(), records.offsets, strict=True))
+    polled.next_offsets = {key: offset + 1 for key, offset in last.items()}
     polled.per_topic = dict(Counter(records.topics))
-    if records.stamps:
-        kinds, stamps = np.array(records.stamps, np.int64).reshape(-1, 2).T
-        polled.timestamps = (stamps[(kinds != 0) & (stamps > 0)] / 1000.0).tolist()
+    kinds, stamps = (np.array(column, np.int64) for column in zip(*records.stamps, strict=True))
+    polled.timestamps = (stamps[(kinds != 0) & (stamps > 0)] / 1000.0).tolist()
     return polled
 
 

@@ -36,6 +36,9 @@ class ReferencePolled:
     events: list[tuple[int, EventRecord]] = field(default_factory=list)
     times: dict[str, list[float]] = field(default_factory=dict)
     sources: dict[int, tuple[str, int, int, bytes, bool]] = field(default_factory=dict)
+    #: The tuple lengths of each relation's updates (more than one: the batch truncates the
+    #: longer ones to the first one's length, or raises IndexError on a shorter one).
+    arities: dict[str, set[int]] = field(default_factory=dict)
 
     def refused(self, first_seq: int, late: Mapping[str, Any]) -> list[KafkaDeadLetter]:
         out = []
@@ -124,6 +127,8 @@ def reference_poll(
         take_message(message, updates, polled, default_relation, topic_relations, events)
         key = (message.topic(), message.partition())
         polled.next_offsets[key] = message.offset() + 1  # type: ignore[index, operator]
+    for update in updates:
+        polled.arities.setdefault(update.relation, set()).add(len(update.values))
     polled.batch = updates_batch(updates, polled.events, first_seq, events)
     polled.batch.times = {k: np.asarray(v, np.float64) for k, v in polled.times.items()}
     return polled
@@ -134,12 +139,14 @@ def reference_epoch(
     default_relation: str,
     topic_relations: Mapping[str, str],
     events: FieldTypes | None,
-) -> tuple[UpdateBatch, list[int], dict[Partition, ReferencePolled]]:
-    """What the scale-out worker's ``decode_epoch`` made of an epoch's messages."""
+) -> tuple[UpdateBatch, list[int], dict[Partition, ReferencePolled], dict[str, set[int]]]:
+    """What the scale-out worker's ``decode_epoch`` made of an epoch's messages, and the
+    tuple lengths of each relation's updates (see :attr:`ReferencePolled.arities`)."""
     updates: list[Update] = []
     found: list[tuple[int, EventRecord]] = []
     bounds = []
     polled: dict[Partition, ReferencePolled] = {}
+    arities: dict[str, set[int]] = {}
     for p in sorted(messages):
         bounds.append(len(updates) + len(found))
         polled[p] = ReferencePolled(UpdateBatch())
@@ -147,10 +154,12 @@ def reference_epoch(
             take_message(
                 message, updates, polled[p], default_relation, topic_relations, events, found
             )
+    for update in updates:
+        arities.setdefault(update.relation, set()).add(len(update.values))
     batch = updates_batch(updates, found, 0, events)
     batch.times = {
         key: np.asarray(times, np.float64)
         for part in polled.values()
         for key, times in part.times.items()
     }
-    return batch, bounds, polled
+    return batch, bounds, polled, arities
