@@ -1,14 +1,16 @@
 """Whole-batch decoding of JSON records: many record values into columns, one error per bad one.
 
 A batch of record values (Kafka message values) is parsed by ``orjson`` inside one ``map`` (a C
-call per value, no Python frame; a value that is not JSON costs one caught exception), and the
-decoded objects are checked and turned into columns a rule at a time over the whole batch:
-``op``, ``relation``, ``src``, ``dst`` and each field are pulled out by one list comprehension,
-typed by mapping ``type`` over them, and checked with numpy. What the batch rules do not accept
-goes through the per-record decoders (:func:`~connectors.formats.parse_json_record`,
-:func:`~connectors.events.decode_event`), which also write every error message; so a batch
-decodes to exactly what those decoders give record by record, in the same order (the property
-test in ``tests/connectors/test_json_batch.py`` holds it to the per-record Kafka decoding).
+call per value, no Python frame; a value that is not JSON costs one caught exception). The
+decoded objects are then checked a column at a time: ``op``, ``relation``, ``src``, ``dst``, the
+id and each field are pulled out by one list comprehension, and the set of their types decides
+the whole column at once (all integers: one conversion to ``int64``, which also checks the
+range; all strings: one length check); only a mixed column is checked value by value, with
+numpy. Records the batch rules do not accept go through the per-record decoders
+(:func:`~connectors.formats.parse_json_record`, :func:`~connectors.events.decode_event`), which
+also write every error message; so a batch decodes to exactly what those decoders give record
+by record, in the same order (``tests/connectors/test_kafka_records.py`` holds it to the
+per-record Kafka decoding on random batches).
 
 Records of an event relation are decoded a relation at a time: when every one of them is valid
 (ids, ``src``/``dst``, one kind per field agreeing with the relation's, strings short enough,
@@ -16,6 +18,10 @@ Records of an event relation are decoded a relation at a time: when every one of
 once; otherwise that relation's records go through :func:`~connectors.events.decode_event` one
 by one, in order, because a record that fails may still fix the kind of a field it has before
 the one it fails at.
+
+The Kafka source and the scale-out workers decode through here
+(:func:`connectors.kafka_records.decode_messages`); the file source still decodes JSON Lines a
+line at a time.
 """
 
 from __future__ import annotations
