@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
@@ -85,13 +85,35 @@ def produce(bootstrap: str, topic: str, rows: list[tuple[int, int, int]], rate: 
     producer.flush(60)
 
 
+#: Errors that mean "ask again": the group's coordinator is moving or loading, or a request
+#: timed out (``consumer.committed`` raised NOT_COORDINATOR once while a service started).
+_TRANSIENT = {
+    KafkaError.NOT_COORDINATOR,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError.REQUEST_TIMED_OUT,
+    KafkaError._TIMED_OUT,
+    KafkaError._TRANSPORT,
+    KafkaError._WAIT_COORD,
+}
+
+
 def consumed(bootstrap: str, group: str, topic: str) -> bool:
+    """Whether ``group`` has committed the end of every partition of ``topic`` (False while
+    the broker answers with a transient error)."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
-    meta = consumer.list_topics(topic, timeout=10).topics[topic]
-    parts = [TopicPartition(topic, p) for p in meta.partitions]
-    ends = [consumer.get_watermark_offsets(p, timeout=10)[1] for p in parts]
-    done = [tp.offset for tp in consumer.committed(parts, timeout=10)]
-    consumer.close()
+    try:
+        meta = consumer.list_topics(topic, timeout=10).topics[topic]
+        parts = [TopicPartition(topic, p) for p in meta.partitions]
+        ends = [consumer.get_watermark_offsets(p, timeout=10)[1] for p in parts]
+        done = [tp.offset for tp in consumer.committed(parts, timeout=10)]
+    except KafkaException as exc:
+        error = exc.args[0] if exc.args else None
+        if isinstance(error, KafkaError) and (error.retriable() or error.code() in _TRANSIENT):
+            return False
+        raise
+    finally:
+        consumer.close()
     return done == ends
 
 

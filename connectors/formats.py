@@ -188,7 +188,10 @@ def parse_json_record(raw: bytes | str, default_relation: str) -> Decoded:
                 (type(dst) is str and len(dst) <= MAX_ID_LENGTH)
                 or (type(dst) is int and INT64_MIN <= dst <= INT64_MAX)
             )
-            and (relation == default_relation or relation in _json_relations)
+            and (
+                relation == default_relation
+                or (type(relation) is str and relation in _json_relations)
+            )
         ):
             return relation, (src, dst), 1 if op == "insert" else -1
     return _check_json_record(record, default_relation)

@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import numpy.typing as npt
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from connectors import json_place
 from connectors.changelog_json import clock_record, event_records, tuple_records
@@ -36,13 +36,14 @@ from connectors.kafka_records import (
     KafkaDeadLetter,
     Partition,
     Polled,
-    take_message,
-    updates_batch,
-    where,
+    Records,
+    decode_messages,
+    merge_polled,
+    message_columns,
 )
 from connectors.sinks import CHUNK_ROWS, check_deltas
 from core.columns import Column
-from core.records import Update, UpdateBatch
+from core.records import UpdateBatch
 
 
 class KafkaSource:
@@ -126,70 +127,85 @@ class KafkaSource:
         the others are left for the next poll (the consumer is rewound to them). When partitions are
         assigned or revoked during the poll, it returns nothing: whatever it had taken is given
         back (the consumer rewound), so that the caller sees the new assignment first.
+
+        Records are decoded as one batch when they could make ``max_updates`` updates (dead
+        letters make fewer: then more are consumed and decoded) and at the end.
         """
         deadline = time.monotonic() + max_delay
-        updates: list[Update] = []
-        polled = Polled(UpdateBatch())
+        chunks: list[Polled] = []
+        decoded = 0  # updates and events in the chunks
+        pending = Records()
+        taken: list[Records] = []
         rewind: dict[Partition, int] = {}
-        first: dict[Partition, int] = {}
         self._rebalanced = False
-        while len(updates) + len(polled.events) < max_updates:
+        while decoded + len(pending) < max_updates:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
-            wanted = max_updates - len(updates) - len(polled.events)
+            wanted = max_updates - decoded - len(pending)
             messages = self.consumer.consume(
                 num_messages=min(10_000, wanted), timeout=min(remaining, 0.5)
             )
             if self._rebalanced:
-                for message in messages:
-                    if message.error() is None:
-                        topic, partition, offset = where(message)
-                        first[(topic, partition)] = min(
-                            offset, first.get((topic, partition), offset)
-                        )
-                self._give_back(first)
+                self._give_back(
+                    [*taken, message_columns([m for m in messages if m.error() is None])]
+                )
                 return Polled(UpdateBatch(first_seq=self._seq))
-            for message in messages:
-                error = message.error()
-                if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:
-                        continue
-                    raise KafkaException(error)
-                topic, partition, offset = where(message)
-                key = (topic, partition)
-                if key in rewind:
-                    continue
-                if stop_at is not None and (key not in stop_at or offset >= stop_at[key]):
-                    rewind[key] = offset
-                    continue
-                self._take(message, updates, polled)
-                first.setdefault(key, offset)
-                polled.next_offsets[key] = offset + 1
+            records = message_columns(messages)
+            if stop_at is not None:
+                records = _below(records, stop_at, rewind)
+            taken.append(records)
+            pending.extend(records)
+            if decoded + len(pending) >= max_updates:
+                chunks.append(self._decode(pending, decoded))
+                decoded += chunks[-1].batch.count
+                pending = Records()
             if stop_at is not None and rewind and not messages:
                 break
         if rewind:
             self.seek(rewind)
-        polled.batch = updates_batch(updates, polled.events, self._seq, self.events)
-        polled.batch.times = {k: np.asarray(v, np.float64) for k, v in polled.times.items()}
+        if len(pending) or not chunks:
+            chunks.append(self._decode(pending, decoded))
+        polled = merge_polled(chunks, self._seq)
         self._seq += polled.batch.count
         return polled
 
-    def _give_back(self, first: Mapping[Partition, int]) -> None:
+    def _decode(self, records: Records, decoded: int) -> Polled:
+        return decode_messages(
+            records, self._seq + decoded, self.default_relation, self.topic_relations, self.events
+        )
+
+    def _give_back(self, taken: Sequence[Records]) -> None:
         """Rewind the still assigned partitions to the first record this poll took of them."""
+        first: dict[Partition, int] = {}
+        for records in taken:
+            for key, offset in records.first_offsets().items():
+                first[key] = min(offset, first.get(key, offset))
         assigned = {(tp.topic, tp.partition) for tp in self.consumer.assignment()}
         self.seek({p: o for p, o in first.items() if p in assigned})
-
-    def _take(self, message: Message, updates: list[Update], polled: Polled) -> None:
-        take_message(
-            message, updates, polled, self.default_relation, self.topic_relations, self.events
-        )
 
     def group_metadata(self) -> object:
         return self.consumer.consumer_group_metadata()
 
     def close(self) -> None:
         self.consumer.close()
+
+
+def _below(
+    records: Records, stop_at: Mapping[Partition, int], rewind: dict[Partition, int]
+) -> Records:
+    """The records below ``stop_at`` (catching up); the first record of each partition at or
+    past it, or of a partition not in it, goes into ``rewind``, and nothing after it is taken."""
+    keep = []
+    for key, offset in zip(records.keys(), records.offsets, strict=True):
+        if key in rewind:
+            keep.append(False)
+        elif key not in stop_at or offset >= stop_at[key]:
+            rewind[key] = offset
+            keep.append(False)
+        else:
+            keep.append(True)
+    return records.take(keep)
 
 
 class KafkaSink:

@@ -1,25 +1,30 @@
 """Kafka input records decoded: partitions, dead letters, and what one poll took.
 
-:func:`take_message` decodes one record of an input topic into a tuple update or, for a
-relation the queries read as events, an event (:mod:`connectors.events`); a record that cannot
-be decoded becomes a :class:`KafkaDeadLetter`. :func:`updates_batch` numbers a poll's updates and
-events in the order they were taken. Both the service's source and the scale-out workers
-decode this way.
+A poll's messages become columns (:func:`message_columns`: one list comprehension over the
+``Message`` objects, the only Python work per record), which :func:`decode_messages` decodes as
+one batch (:mod:`connectors.json_batch`) into the poll's :class:`~core.records.UpdateBatch`, its
+dead letters (:class:`KafkaDeadLetter`, with the record's topic, partition and offset), its
+positions and what the metrics count. Records of a relation the queries read as events become
+events (:mod:`connectors.events`); one without an ``id`` is identified by its position
+``topic:partition@offset``. Both the service's source and the scale-out workers decode this way.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from itertools import compress, repeat
+from operator import is_not
 from typing import Any
 
 import numpy as np
-from confluent_kafka import KafkaException, Message
+import numpy.typing as npt
+from confluent_kafka import KafkaError, KafkaException, Message
 
-from connectors.events import EventRecord, FieldTypes, event_updates, parse_json_event
-from connectors.formats import decode_json_record
-from core.errors import InputError
-from core.records import Update, UpdateBatch
+from connectors.events import EventRecord, FieldTypes, event_updates
+from connectors.json_batch import decode_records
+from core.records import EventUpdates, RelationUpdates, Update, UpdateBatch
 from core.times import TIME_FIELD
 
 #: Largest record value accepted; bigger ones are dead letters.
@@ -71,6 +76,81 @@ DEAD_LETTER_CATEGORIES = (
 
 
 @dataclass
+class Records:
+    """Consumed data messages as columns: what decoding needs of each, taken out of the
+    ``Message`` objects by one list comprehension (:func:`message_columns`)."""
+
+    topics: list[str] = field(default_factory=list)
+    partitions: list[int] = field(default_factory=list)
+    offsets: list[int] = field(default_factory=list)
+    #: The values (``b""`` for a record without one).
+    values: list[bytes] = field(default_factory=list)
+    #: ``Message.timestamp()``: (timestamp type, milliseconds).
+    stamps: list[tuple[int, int]] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def extend(self, other: Records) -> None:
+        self.topics += other.topics
+        self.partitions += other.partitions
+        self.offsets += other.offsets
+        self.values += other.values
+        self.stamps += other.stamps
+
+    def take(self, keep: Sequence[bool]) -> Records:
+        """The records where ``keep``."""
+        return Records(
+            list(compress(self.topics, keep)),
+            list(compress(self.partitions, keep)),
+            list(compress(self.offsets, keep)),
+            list(compress(self.values, keep)),
+            list(compress(self.stamps, keep)),
+        )
+
+    def keys(self) -> list[Partition]:
+        return list(zip(self.topics, self.partitions, strict=True))
+
+    def first_offsets(self) -> dict[Partition, int]:
+        """Per partition, the offset of its first record here."""
+        return dict(zip(reversed(self.keys()), reversed(self.offsets), strict=True))
+
+
+def message_columns(messages: Sequence[Message]) -> Records:
+    """The data messages of a ``consume`` as :class:`Records`; end-of-partition events are
+    skipped, any other error raised (as :class:`KafkaException`)."""
+    rows = [
+        (m.topic(), m.partition(), m.offset(), m.value() or b"", m.timestamp(), m.error())
+        for m in messages
+    ]
+    if not rows:
+        return Records()
+    topics, partitions, offsets, values, stamps, errors = map(list, zip(*rows, strict=True))
+    records = Records(topics, partitions, offsets, values, stamps)
+    if any(map(is_not, errors, repeat(None))):
+        for error in errors:
+            if error is not None and error.code() != KafkaError._PARTITION_EOF:
+                raise KafkaException(error)
+        records = records.take([error is None for error in errors])
+    if None in records.topics or None in records.partitions or None in records.offsets:
+        raise KafkaException(f"a message without a position among {len(rows)} consumed")
+    return records
+
+
+@dataclass
+class EventSources:
+    """Where each event of a poll came from, by sequence number (ascending): an event the
+    window refuses becomes a dead letter after the epoch is applied."""
+
+    seq: npt.NDArray[np.int64] = field(default_factory=lambda: np.empty(0, np.int64))
+    #: Each event's row in ``records``.
+    rows: npt.NDArray[np.int64] = field(default_factory=lambda: np.empty(0, np.int64))
+    #: Whether the event had a ``ts``.
+    timed: npt.NDArray[np.bool_] = field(default_factory=lambda: np.empty(0, np.bool_))
+    records: Records = field(default_factory=Records)
+
+
+@dataclass
 class Polled:
     """What one epoch's worth of polling returned.
 
@@ -84,89 +164,161 @@ class Polled:
     per_topic: dict[str, int] = field(default_factory=dict)
     timestamps: list[float] = field(default_factory=list)
     records: int = 0
-    #: Decoded events with their place among the poll's updates (``events`` sources only).
-    events: list[tuple[int, EventRecord]] = field(default_factory=list)
-    #: Per partition key, the event times of its records (the watermark is per partition).
-    times: dict[str, list[float]] = field(default_factory=dict)
-    #: Per place of an event among the poll's updates, where its record came from and its
-    #: bytes: an event the window refuses becomes a dead letter after the epoch is applied.
-    sources: dict[int, tuple[str, int, int, bytes, bool]] = field(default_factory=dict)
+    sources: EventSources = field(default_factory=EventSources)
 
-    def refused(self, first_seq: int, late: Mapping[str, Any]) -> list[KafkaDeadLetter]:
+    def refused(self, late: Mapping[str, Any]) -> list[KafkaDeadLetter]:
         """Dead letters for the updates the window refused (``late`` as in
         :attr:`~monitor.service.epochs.EpochOutput.late`: sequence numbers per relation)."""
         out = []
+        known = self.sources.seq
+        records = self.sources.records
         for relation, seqs in late.items():
-            for seq in seqs.tolist():
-                source = self.sources.get(int(seq) - first_seq)
-                if source is None:  # another partition's (scale-out decodes them all)
-                    continue
-                topic, partition, offset, value, timed = source
+            wanted = np.asarray(seqs, np.int64)
+            at = np.minimum(np.searchsorted(known, wanted), max(known.shape[0] - 1, 0))
+            mine = known[at] == wanted if known.shape[0] else np.zeros(wanted.shape, np.bool_)
+            for i in at[mine].tolist():  # not mine: another partition's (scale-out)
+                row = int(self.sources.rows[i])
+                timed = bool(self.sources.timed[i])
                 category = "late" if timed else "missing_time"
                 reason = (
                     f"event of {relation} older than the window when it arrived"
                     if timed
                     else f"event of {relation} has no 'ts' and {relation} has a window"
                 )
-                out.append(KafkaDeadLetter(topic, partition, offset, reason, value, category))
+                out.append(
+                    KafkaDeadLetter(
+                        records.topics[row],
+                        records.partitions[row],
+                        records.offsets[row],
+                        reason,
+                        records.values[row],
+                        category,
+                    )
+                )
         return out
 
 
-def take_message(
-    message: Message,
-    updates: list[Update],
-    polled: Polled,
+def decode_messages(
+    records: Records,
+    first_seq: int,
     default_relation: str,
     topic_relations: Mapping[str, str],
     events: FieldTypes | None = None,
-    found: list[tuple[int, EventRecord]] | None = None,
-) -> None:
-    """Decode one data message into ``updates`` or, a record of an event relation, into
-    ``found`` (default ``polled.events``) with its place among the updates and events taken;
-    or into a dead letter of ``polled``."""
-    found = polled.events if found is None else found
-    topic, partition, offset = where(message)
-    polled.records += 1
-    polled.per_topic[topic] = polled.per_topic.get(topic, 0) + 1
-    kind, stamp = message.timestamp()
-    if kind != 0 and stamp > 0:
-        polled.timestamps.append(stamp / 1000.0)
-    value = message.value() or b""
-    position = f"{topic}[{partition}]@{offset}"
-    try:
-        if len(value) > MAX_RECORD_BYTES:
-            raise InputError(
-                f"record of {len(value):,} bytes is larger than {MAX_RECORD_BYTES:,}",
-                position=position,
-            )
-        relation = topic_relations.get(topic, default_relation)
-        if events is not None:
-            identity = f"{topic}:{partition}@{offset}"
-            event = parse_json_event(value, relation, events, identity)
-            if event is not None:
-                place = len(updates) + len(found)
-                found.append((place, event))
-                ts = event.fields.get(TIME_FIELD)
-                timed = isinstance(ts, float)
-                polled.sources[place] = (topic, partition, offset, value, timed)
-                if isinstance(ts, float) and event.diff > 0:
-                    polled.times.setdefault(f"{topic}:{partition}", []).append(ts)
-                return
-        update = decode_json_record(value, default_relation=relation, position=position)
-    except InputError as error:
-        if len(value) > MAX_RECORD_BYTES:
-            category = "too_large"
-        elif error.message.startswith("field "):
-            category = "invalid_field"
-        elif error.message.startswith("invalid JSON") or "not valid JSON" in error.message:
-            category = "invalid_json"
-        else:
-            category = "invalid_record"
-        polled.dead_letters.append(
-            KafkaDeadLetter(topic, partition, offset, error.message, value, category)
-        )
-        return
-    updates.append(update)
+) -> Polled:
+    """Decode consumed records as one batch (:mod:`connectors.json_batch`), numbered from
+    ``first_seq`` in record order; records of the ``events`` relations as events. A record
+    that cannot be decoded becomes a dead letter."""
+    if not len(records):
+        return Polled(UpdateBatch(first_seq=first_seq))
+    relation_of = {t: topic_relations.get(t, default_relation) for t in set(records.topics)}
+
+    def identities(rows: Sequence[int]) -> list[str]:
+        t, p, o = records.topics, records.partitions, records.offsets
+        return [f"{t[r]}:{p[r]}@{o[r]}" for r in rows]
+
+    defaults: str | list[str] = next(iter(relation_of.values()))
+    if len(set(relation_of.values())) > 1:
+        defaults = list(map(relation_of.__getitem__, records.topics))
+    decoded = decode_records(records.values, defaults, identities, events, MAX_RECORD_BYTES)
+    seq_of_row = np.cumsum(decoded.kept, dtype=np.int64) + (first_seq - 1)
+    parts = {
+        relation: RelationUpdates(part.columns, part.diff, seq_of_row[part.seq])
+        for relation, part in decoded.parts.items()
+    }
+    found = {
+        relation: replace(part, seq=seq_of_row[part.seq])
+        for relation, part in decoded.events.items()
+    }
+    count = int(decoded.kept.sum())
+    batch = UpdateBatch(parts, first_seq, count, None, found)
+    polled = Polled(batch, records=len(records))
+    polled.sources = _sources(records, decoded.events, seq_of_row)
+    batch.times = _times(records, polled.sources, decoded.events)
+    polled.dead_letters = [_dead_letter(records, row, message) for row, message in decoded.errors]
+    last = dict(zip(records.keys(), records.offsets, strict=True))
+    polled.next_offsets = {key: offset + 1 for key, offset in last.items()}
+    polled.per_topic = dict(Counter(records.topics))
+    kinds, stamps = (np.array(column, np.int64) for column in zip(*records.stamps, strict=True))
+    polled.timestamps = (stamps[(kinds != 0) & (stamps > 0)] / 1000.0).tolist()
+    return polled
+
+
+def _sources(
+    records: Records, events: Mapping[str, EventUpdates], seq_of_row: npt.NDArray[np.int64]
+) -> EventSources:
+    """Where the events came from, in sequence order."""
+    if not events:
+        return EventSources(records=records)
+    rows = np.concatenate([part.seq for part in events.values()])
+    timed = np.concatenate([_timed(part) for part in events.values()])
+    order = np.argsort(rows, kind="stable")
+    return EventSources(seq_of_row[rows[order]], rows[order], timed[order], records)
+
+
+def _timed(part: EventUpdates) -> npt.NDArray[np.bool_]:
+    """Which events have a ``ts`` (a number of milliseconds once decoded)."""
+    ts = part.fields.get(TIME_FIELD)
+    if ts is None or ts.dtype != np.float64:
+        return np.zeros(len(part), np.bool_)
+    return np.asarray(~np.isnan(ts), np.bool_)
+
+
+def _times(
+    records: Records, sources: EventSources, events: Mapping[str, EventUpdates]
+) -> dict[str, npt.NDArray[np.float64]]:
+    """Per partition (``topic:partition``), the event times of its timed inserts in order."""
+    if not sources.timed.any():
+        return {}
+    ts = np.full(len(records), np.nan)
+    for part in events.values():
+        if TIME_FIELD in part.fields and part.fields[TIME_FIELD].dtype == np.float64:
+            ts[part.seq] = part.fields[TIME_FIELD]
+    rows = sources.rows[sources.timed].tolist()
+    out: dict[str, list[float]] = {}
+    for row, time_ms in zip(rows, ts[rows].tolist(), strict=True):
+        out.setdefault(f"{records.topics[row]}:{records.partitions[row]}", []).append(time_ms)
+    return {key: np.asarray(times, np.float64) for key, times in out.items()}
+
+
+def _dead_letter(records: Records, row: int, reason: str) -> KafkaDeadLetter:
+    value = records.values[row]
+    if len(value) > MAX_RECORD_BYTES:
+        category = "too_large"
+    elif reason.startswith("field "):
+        category = "invalid_field"
+    elif reason.startswith("invalid JSON") or "not valid JSON" in reason:
+        category = "invalid_json"
+    else:
+        category = "invalid_record"
+    return KafkaDeadLetter(
+        records.topics[row], records.partitions[row], records.offsets[row], reason, value, category
+    )
+
+
+def merge_polled(chunks: Sequence[Polled], first_seq: int) -> Polled:
+    """The polls of consecutive chunks of records as one (``first_seq``: of the first)."""
+    if len(chunks) == 1:
+        return chunks[0]
+    batch = UpdateBatch.concat([c.batch for c in chunks])
+    batch.first_seq = first_seq
+    merged = Polled(batch)
+    records = Records()
+    seq, rows, timed = [], [], []
+    for chunk in chunks:
+        merged.next_offsets.update(chunk.next_offsets)
+        merged.dead_letters += chunk.dead_letters
+        for topic, n in chunk.per_topic.items():
+            merged.per_topic[topic] = merged.per_topic.get(topic, 0) + n
+        merged.timestamps += chunk.timestamps
+        merged.records += chunk.records
+        seq.append(chunk.sources.seq)
+        rows.append(chunk.sources.rows + len(records))
+        timed.append(chunk.sources.timed)
+        records.extend(chunk.sources.records)
+    merged.sources = EventSources(
+        np.concatenate(seq), np.concatenate(rows), np.concatenate(timed), records
+    )
+    return merged
 
 
 def updates_batch(
@@ -195,11 +347,3 @@ def updates_batch(
     }
     batch.first_seq, batch.count = first_seq, count
     return batch
-
-
-def where(message: Message) -> tuple[str, int, int]:
-    """Topic, partition and offset of a data message (never None for one)."""
-    topic, partition, offset = message.topic(), message.partition(), message.offset()
-    if topic is None or partition is None or offset is None:
-        raise KafkaException(f"message without a position: {message!r}")
-    return topic, partition, offset

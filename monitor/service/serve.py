@@ -198,7 +198,7 @@ def _epoch(
     started = time.perf_counter()
     vertices = len(processor.index.dictionary)
     out = processor.process(polled.batch)
-    refused = polled.refused(polled.batch.first_seq, out.late)
+    refused = polled.refused(out.late)
     try:
         commit_started = time.perf_counter()
         watchdog.arm(f"the transaction of epoch {out.epoch}")

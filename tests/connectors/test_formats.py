@@ -214,6 +214,8 @@ def test_json_record_keeps_whitespace_and_newline() -> None:
         (b'{"op": null, "src": 1, "dst": 2}', "op must be 'insert' or 'delete', got null"),
         (b'{"relation": 5, "src": 1, "dst": 2}', "relation must be a string, got the integer 5"),
         (b'{"relation": null, "src": 1, "dst": 2}', "relation must be a string, got null"),
+        (b'{"relation": ["e"], "src": 1, "dst": 2}', "relation must be a string, got an array"),
+        (b'{"relation": {}, "src": 1, "dst": 2}', "relation must be a string, got an object"),
         (b'{"relation": "a b", "src": 1, "dst": 2}', "relation name 'a b' is not allowed"),
         (b'{"relation": "", "src": 1, "dst": 2}', "relation name '' is not allowed"),
         (b'{"src": 1}', "record needs 'src' and 'dst' (or 'tuple' for any arity); missing 'dst'"),

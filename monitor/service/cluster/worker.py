@@ -13,18 +13,18 @@ from confluent_kafka import (
     Message,
 )
 
-from connectors.events import EventRecord, FieldTypes
+from connectors.events import FieldTypes
 from connectors.kafka import KafkaSink
 from connectors.kafka_records import (
     Partition,
     Polled,
+    decode_messages,
+    message_columns,
     parse_partition_key,
     partition_key,
-    take_message,
-    updates_batch,
 )
 from core.errors import ConfigError, StateError
-from core.records import Update, UpdateBatch
+from core.records import UpdateBatch
 from monitor.engine.owned import ChangedTuples, supports
 from monitor.failpoints import failpoint
 from monitor.index.events import EventChanges
@@ -90,32 +90,24 @@ def decode_epoch(
     settings: Settings,
     events: FieldTypes | None = None,
 ) -> EpochInput:
-    """The epoch's records in the fixed order, partition by partition (records of the
-    ``events`` relations as events, numbered in the same order)."""
-    updates: list[Update] = []
-    found: list[tuple[int, EventRecord]] = []
+    """The epoch's records in the fixed order, partition by partition, each partition's
+    decoded as one batch (records of the ``events`` relations as events, numbered in the
+    same order)."""
     partitions = sorted(messages)
     bounds = np.zeros(len(partitions), np.int64)
     polled: dict[Partition, Polled] = {}
+    count = 0
     for i, p in enumerate(partitions):
-        bounds[i] = len(updates) + len(found)
-        polled[p] = Polled(UpdateBatch())
-        for message in messages[p]:
-            take_message(
-                message,
-                updates,
-                polled[p],
-                settings.default_relation,
-                settings.topic_relations,
-                events,
-                found,
-            )
-    batch = updates_batch(updates, found, 0, events)
-    batch.times = {
-        key: np.asarray(times, np.float64)
-        for part in polled.values()
-        for key, times in part.times.items()
-    }
+        bounds[i] = count
+        polled[p] = decode_messages(
+            message_columns(messages[p]),
+            count,
+            settings.default_relation,
+            settings.topic_relations,
+            events,
+        )
+        count += polled[p].batch.count
+    batch = UpdateBatch.concat([part.batch for part in polled.values()])
     return EpochInput(batch, partitions, bounds, polled)
 
 
@@ -322,7 +314,7 @@ class Worker:
                 self.sink.write_deltas(
                     q.query, spec.epoch, q.variables, q.columns, q.diff, q.edges, q.extra
                 )
-            refused = {p: data.polled[p].refused(0, staged.late) for p in mine}
+            refused = {p: data.polled[p].refused(staged.late) for p in mine}
             for p in sorted(mine):
                 for letter in [*data.polled[p].dead_letters, *refused[p]]:
                     self.sink.write_dead_letter(letter)
