@@ -12,9 +12,10 @@ committed together or not at all.
 Output records: key ``[query, [id, ...]]`` (JSON; the binding in head order, so a compacted topic
 or a keyed consumer tracks current matches), value ``{"query", "epoch", "diff", "match"}``; a
 query with edge variables adds ``"edges"`` (per edge variable the matched event with its fields)
-to the value and the events' ids to the key, ``[query, [id, ...], [event id, ...]]``;
-headers ``epoch`` and ``service-version``. Dead letters carry the raw value and headers
-``reason``, ``source-topic``, ``source-partition``, ``source-offset``.
+to the value and the events' ids to the key, ``[query, [id, ...], [event id, ...]]``; no
+headers (the value says everything, and a header costs as much as the rest of a ``produce``).
+Dead letters carry the raw value and headers ``reason``, ``source-topic``,
+``source-partition``, ``source-offset``.
 """
 
 from __future__ import annotations
@@ -28,9 +29,8 @@ import numpy.typing as npt
 import orjson
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
-from connectors.delta_json import EdgeColumns, chunks, key_pieces, value_pieces
+from connectors.delta_json import EdgeColumns, chunks, keys_and_values
 from connectors.events import FieldTypes
-from connectors.json_rows import encode_rows
 from connectors.kafka_records import (
     KafkaDeadLetter,
     Partition,
@@ -191,6 +191,12 @@ class KafkaSource:
         self.consumer.close()
 
 
+PRODUCER_DEFAULTS: dict[str, object] = {
+    "linger.ms": 5,
+}
+"""librdkafka settings of the sink's producer that ``SGM_KAFKA`` may override (README, *Output
+records*, says why these)."""
+
 #: The first element of a changelog key holding an input partition's event clock.
 CLOCK_KEY = "#clock"
 
@@ -213,19 +219,20 @@ class KafkaSink:
         self.dead_letter_topic = dead_letter_topic
         self.version = version.encode()
         self.timeout = timeout
-        self.producer = Producer(
-            {
-                "transactional.id": transactional_id,
-                "enable.idempotence": True,
-                "linger.ms": 5,
-                # How long the coordinator lets an open transaction live before it aborts it:
-                # a dead producer's transaction blocks read_committed readers that long
-                # unless a producer with the same transactional id starts first.
-                "transaction.timeout.ms": transaction_timeout_ms,
-                "logger": logging.getLogger("librdkafka.producer"),
-                **config,
-            }
-        )
+        settings: dict[str, object] = {
+            "transactional.id": transactional_id,
+            "enable.idempotence": True,
+            **PRODUCER_DEFAULTS,
+            # How long the coordinator lets an open transaction live before it aborts it:
+            # a dead producer's transaction blocks read_committed readers that long
+            # unless a producer with the same transactional id starts first.
+            "transaction.timeout.ms": transaction_timeout_ms,
+            "logger": logging.getLogger("librdkafka.producer"),
+            **config,
+        }
+        #: Seconds spent waiting for librdkafka's queue to make room (:meth:`take_waited`).
+        self.waited = 0.0
+        self.producer = Producer(settings)
         self.producer.init_transactions(timeout)
 
     def begin(self) -> None:
@@ -246,45 +253,19 @@ class KafkaSink:
         Keys and values of up to :data:`~connectors.sinks.CHUNK_ROWS` deltas are encoded at
         once (:mod:`connectors.delta_json`); what is left per record is the ``produce`` call."""
         rows = check_deltas(variables, columns, diffs)
-        headers: list[tuple[str, str | bytes | None]] = [
-            ("epoch", str(epoch).encode()),
-            ("service-version", self.version),
-        ]
         for part in chunks(columns, diffs, edges, extra, CHUNK_ROWS):
-            value_text, value_ends = encode_rows(
-                value_pieces(
-                    query, epoch, variables, part.columns, part.diffs, part.edges, part.extra
-                ),
-                part.rows,
-            )
-            edge_ids = [e["id"] for e in part.edges.values()]
-            key_text, key_ends = encode_rows(key_pieces(query, part.columns, edge_ids), part.rows)
-            self._produce_rows(
-                self.output_topic,
-                key_text.tobytes(),
-                key_ends,
-                value_text.tobytes(),
-                value_ends,
-                headers,
-            )
+            keys, values = keys_and_values(query, epoch, variables, part)
+            self._produce_records(self.output_topic, keys, values)
         return rows
 
-    def _produce_rows(
-        self,
-        topic: str,
-        keys: bytes,
-        key_ends: npt.NDArray[np.int64],
-        values: bytes,
-        value_ends: npt.NDArray[np.int64],
-        headers: list[tuple[str, str | bytes | None]],
-    ) -> None:
-        """One record per row of encoded keys and values (row ``i`` ends at ``ends[i]``)."""
-        key_starts = [0, *key_ends[:-1].tolist()]
-        value_starts = [0, *value_ends[:-1].tolist()]
-        for ks, ke, vs, ve in zip(
-            key_starts, key_ends.tolist(), value_starts, value_ends.tolist(), strict=True
-        ):
-            self._produce(topic, keys[ks:ke], values[vs:ve], headers)
+    def _produce_records(self, topic: str, keys: list[bytes], values: list[bytes]) -> None:
+        """One record per key and value, without headers: the value says all there is."""
+        produce = self.producer.produce
+        for key, value in zip(keys, values, strict=True):
+            try:
+                produce(topic, value, key)
+            except BufferError:
+                self._produce(topic, key, value, None)
 
     def write_dead_letter(self, letter: KafkaDeadLetter) -> None:
         headers: list[tuple[str, str | bytes | None]] = [
@@ -354,14 +335,27 @@ class KafkaSink:
         topic: str,
         key: bytes | None,
         value: bytes | None,
-        headers: list[tuple[str, str | bytes | None]],
+        headers: list[tuple[str, str | bytes | None]] | None,
     ) -> None:
         while True:
             try:
-                self.producer.produce(topic, value=value, key=key, headers=headers)
+                self.producer.produce(topic, value, key, headers=headers)
                 return
             except BufferError:
-                self.producer.poll(0.05)
+                self._wait_for_room()
+
+    def _wait_for_room(self) -> None:
+        """librdkafka's queue is full (``queue.buffering.max.messages`` or ``.kbytes``): block
+        until it has delivered something (``poll`` returns once it has served delivery
+        reports, at the latest after a second), and count the time."""
+        started = time.perf_counter()
+        self.producer.poll(1.0)
+        self.waited += time.perf_counter() - started
+
+    def take_waited(self) -> float:
+        """The seconds waited for room since the last call (for the metrics)."""
+        waited, self.waited = self.waited, 0.0
+        return waited
 
     def commit(self, offsets: Mapping[Partition, int], group_metadata: object) -> None:
         """Commit the epoch: its records, and the consumer offsets after it."""
