@@ -7,7 +7,8 @@ the last record taken. A record that cannot be decoded becomes a :class:`KafkaDe
 
 :class:`KafkaSink` is the transactional producer: per epoch ``begin``, the deltas and dead
 letters, then ``commit`` with the consumer's offsets, so that output and input positions are
-committed together or not at all.
+committed together or not at all. Its deltas go out in one of two formats: ``records`` (below),
+or ``batches``, one record per query and epoch (:mod:`connectors.batches`).
 
 Output records: key ``[query, [id, ...]]`` (JSON; the binding in head order, so a compacted topic
 or a keyed consumer tracks current matches), value ``{"query", "epoch", "diff", "match"}``; a
@@ -23,12 +24,14 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
 import orjson
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
+from connectors.batches import RECORD_OVERHEAD, batches
 from connectors.delta_json import EdgeColumns, chunks, keys_and_values
 from connectors.events import FieldTypes
 from connectors.kafka_records import (
@@ -191,8 +194,12 @@ class KafkaSource:
         self.consumer.close()
 
 
+OutputFormat = Literal["records", "batches"]
+"""``records``: one Kafka record per match delta; ``batches``: one per query and epoch."""
+
 PRODUCER_DEFAULTS: dict[str, object] = {
     "linger.ms": 5,
+    "message.max.bytes": 1_000_000,
 }
 """librdkafka settings of the sink's producer that ``SGM_KAFKA`` may override (README, *Output
 records*, says why these)."""
@@ -214,11 +221,13 @@ class KafkaSink:
         version: str,
         timeout: float = 15.0,
         transaction_timeout_ms: int = 30_000,
+        output_format: OutputFormat = "records",
     ) -> None:
         self.output_topic = output_topic
         self.dead_letter_topic = dead_letter_topic
         self.version = version.encode()
         self.timeout = timeout
+        self.output_format = output_format
         settings: dict[str, object] = {
             "transactional.id": transactional_id,
             "enable.idempotence": True,
@@ -230,6 +239,9 @@ class KafkaSink:
             "logger": logging.getLogger("librdkafka.producer"),
             **config,
         }
+        #: The largest batch value: what librdkafka accepts in one record, less its key,
+        #: headers and framing.
+        self.batch_bytes = int(str(settings["message.max.bytes"])) - RECORD_OVERHEAD
         #: Seconds spent waiting for librdkafka's queue to make room (:meth:`take_waited`).
         self.waited = 0.0
         self.producer = Producer(settings)
@@ -248,11 +260,21 @@ class KafkaSink:
         edges: EdgeColumns | None = None,
         extra: Mapping[str, Column] | None = None,
     ) -> int:
-        """Produce one record per match delta (inside the open transaction); a query with
-        edge variables adds its events to the value (``"edges"``) and their ids to the key.
-        Keys and values of up to :data:`~connectors.sinks.CHUNK_ROWS` deltas are encoded at
-        once (:mod:`connectors.delta_json`); what is left per record is the ``produce`` call."""
+        """Produce the deltas (inside the open transaction): one record per delta, or with
+        ``output_format="batches"`` one per query and epoch (:mod:`connectors.batches`).
+        A query with edge variables adds its events to the value (``"edges"``) and, for
+        ``records``, their ids to the key. Keys and values of up to
+        :data:`~connectors.sinks.CHUNK_ROWS` deltas are encoded at once
+        (:mod:`connectors.delta_json`); what is left per record is the ``produce`` call."""
         rows = check_deltas(variables, columns, diffs)
+        if self.output_format == "batches":
+            key = orjson.dumps(query)
+            for batch in batches(
+                query, epoch, variables, columns, diffs, edges, extra, self.batch_bytes
+            ):
+                headers = batch.headers(query, epoch, rows, self.version)
+                self._produce(self.output_topic, key, batch.value, headers)
+            return rows
         for part in chunks(columns, diffs, edges, extra, CHUNK_ROWS):
             keys, values = keys_and_values(query, epoch, variables, part)
             self._produce_records(self.output_topic, keys, values)
