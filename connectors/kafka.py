@@ -198,7 +198,11 @@ OutputFormat = Literal["records", "batches"]
 """``records``: one Kafka record per match delta; ``batches``: one per query and epoch."""
 
 PRODUCER_DEFAULTS: dict[str, object] = {
+    "compression.type": "lz4",
     "linger.ms": 5,
+    "batch.size": 1_000_000,
+    "queue.buffering.max.messages": 1_000_000,
+    "queue.buffering.max.kbytes": 262_144,
     "message.max.bytes": 1_000_000,
 }
 """librdkafka settings of the sink's producer that ``SGM_KAFKA`` may override (README, *Output
