@@ -137,6 +137,7 @@ class Timing:
     wall: float
     cpu: float
     waited: float = 0.0
+    topic: str = ""
 
 
 def ceiling(
@@ -170,10 +171,11 @@ def through_sink(
     bootstrap: str, output: list[list[Deltas]], output_format: str, config: dict[str, Any]
 ) -> Timing:
     """The sink's ``write_deltas`` of every epoch, a transaction per epoch."""
+    topic = fresh_topic(bootstrap)
     sink = KafkaSink(
         {"bootstrap.servers": bootstrap, **config},
         transactional_id=f"bench-{uuid.uuid4().hex}",
-        output_topic=fresh_topic(bootstrap),
+        output_topic=topic,
         dead_letter_topic="unused",
         version="bench",
         timeout=60,
@@ -185,7 +187,8 @@ def through_sink(
         for d in deltas:
             sink.write_deltas(d.query, d.epoch, d.variables, d.columns, d.diffs, d.edges, d.extra)
         sink.commit({}, None)
-    timing = Timing(time.perf_counter() - started, time.thread_time() - cpu, sink.take_waited())
+    wall, cpu = time.perf_counter() - started, time.thread_time() - cpu
+    timing = Timing(wall, cpu, sink.take_waited(), topic)
     sink.flush()
     return timing
 
@@ -254,22 +257,44 @@ SETTINGS: list[tuple[str, dict[str, Any]]] = [
 ]
 
 
-def settings_table(bootstrap: str, output: list[list[Deltas]], runs: int) -> str:
-    """Both formats under each of :data:`SETTINGS`, the settings interleaved in every run."""
+def settings_table(
+    bootstrap: str, output: list[list[Deltas]], runs: int, data_dir: Path | None
+) -> str:
+    """Both formats under each of :data:`SETTINGS`, the settings interleaved in every run;
+    with the broker's data directory, the bytes its log holds per delta (compression)."""
     n = sum(len(d.diffs) for deltas in output for d in deltas)
     got: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name, _ in SETTINGS}
+    size: dict[str, tuple[float, float]] = {}
     for run in range(runs):
         for name, config in SETTINGS:
             rec, bat = got[name]
-            rec.append(n / through_sink(bootstrap, output, "records", config).wall)
-            bat.append(n / through_sink(bootstrap, output, "batches", config).wall)
+            timings = [through_sink(bootstrap, output, f, config) for f in ("records", "batches")]
+            rec.append(n / timings[0].wall)
+            bat.append(n / timings[1].wall)
+            if data_dir is not None:
+                size[name] = (
+                    log_bytes(data_dir, timings[0].topic) / n,
+                    log_bytes(data_dir, timings[1].topic) / n,
+                )
             print(f"run {run + 1}, {name}: {rec[-1]:,.0f}/s, {bat[-1]:,.0f}/s", file=sys.stderr)
     rows = [(name, statistics.median(r), statistics.median(b)) for name, (r, b) in got.items()]
     base_r, base_b = rows[0][1], rows[0][2]
-    lines = ["| producer settings | records, deltas/s | batches, deltas/s |", "|---|---|---|"]
+    lines = [
+        "| producer settings | records, deltas/s | batches, deltas/s "
+        "| bytes per delta on the broker, records / batches |",
+        "|---|---|---|---|",
+    ]
     for name, r, b in rows:
-        lines.append(f"| {name} | {r:,.0f} ({r / base_r:.2f}x) | {b:,.0f} ({b / base_b:.2f}x) |")
+        on_disk = "{:.0f} / {:.0f}".format(*size[name]) if name in size else "-"
+        lines.append(
+            f"| {name} | {r:,.0f} ({r / base_r:.2f}x) | {b:,.0f} ({b / base_b:.2f}x) | {on_disk} |"
+        )
     return "\n".join(lines) + "\n"
+
+
+def log_bytes(data_dir: Path, topic: str) -> int:
+    """The bytes of a topic's log segments in a broker's data directory."""
+    return sum(f.stat().st_size for f in data_dir.glob(f"{topic}-*/*.log"))
 
 
 def profile(bootstrap: str, output: list[list[Deltas]], top: int = 14) -> str:
@@ -412,16 +437,16 @@ def results_table(m: dict[str, float]) -> str:
 
 
 @contextlib.contextmanager
-def broker(bootstrap: str | None) -> Iterator[str]:
-    """The given broker, or a local one for the run."""
+def broker(bootstrap: str | None, data_dir: Path | None) -> Iterator[tuple[str, Path | None]]:
+    """The given broker (and its data directory, if known), or a local one for the run."""
     if bootstrap is not None:
-        yield bootstrap
+        yield bootstrap, data_dir
         return
     with tempfile.TemporaryDirectory() as tmp:
         b = KafkaBroker(Path(tmp) / "broker")
         b.start()
         try:
-            yield b.bootstrap
+            yield b.bootstrap, b.data_dir
         finally:
             b.close()
 
@@ -431,6 +456,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--bootstrap", help="an existing broker (default: start a local one)")
+    parser.add_argument("--data-dir", type=Path, help="that broker's data directory (log sizes)")
     parser.add_argument("--settings", action="store_true", help="measure producer settings")
     parser.add_argument("--profile", action="store_true", help="cProfile of the sink")
     parser.add_argument("--serve", action="store_true", help="end-to-end serve in both formats")
@@ -442,7 +468,7 @@ def main() -> int:
     n = sum(len(d.diffs) for deltas in output for d in deltas)
     print(f"{n:,} deltas in {len(output)} epochs", file=sys.stderr)
     report = Report([])
-    with broker(args.bootstrap) as bootstrap:
+    with broker(args.bootstrap, args.data_dir) as (bootstrap, data_dir):
         report.add(
             f"Generated by `python -m bench.kafka_output`: a local single-node broker, the "
             f"{n:,} match deltas of `bench.kafka`'s stream (ego-Facebook, symmetry-broken "
@@ -452,7 +478,7 @@ def main() -> int:
         m = medians(bootstrap, output, args.runs, {})
         report.add(results_table(m))
         if args.settings:
-            report.add(settings_table(bootstrap, output, args.runs))
+            report.add(settings_table(bootstrap, output, args.runs, data_dir))
         if args.serve:
             report.add(serve_table(bootstrap, rows, args.runs, engine, n))
         if args.profile:
