@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 from confluent_kafka import KafkaException, Producer
+from confluent_kafka.admin import AdminClient
 
 from bench.kafka import BATCH, QUERY, consumed, log_lines, produce, stamp, stream, topics
 from connectors.delta_json import EdgeColumns, chunks, keys_and_values
@@ -137,7 +138,8 @@ class Timing:
     wall: float
     cpu: float
     waited: float = 0.0
-    topic: str = ""
+    #: The bytes of the topic's log on the broker (0 where its data directory is unknown).
+    log_bytes: int = 0
 
 
 def ceiling(
@@ -164,13 +166,19 @@ def ceiling(
         p.commit_transaction(60)
     timing = Timing(time.perf_counter() - started, time.thread_time() - cpu)
     p.flush(10)
+    drop_topics(bootstrap, topic)
     return timing
 
 
 def through_sink(
-    bootstrap: str, output: list[list[Deltas]], output_format: str, config: dict[str, Any]
+    bootstrap: str,
+    output: list[list[Deltas]],
+    output_format: str,
+    config: dict[str, Any],
+    data_dir: Path | None = None,
 ) -> Timing:
-    """The sink's ``write_deltas`` of every epoch, a transaction per epoch."""
+    """The sink's ``write_deltas`` of every epoch, a transaction per epoch (with the broker's
+    data directory, the size of the topic's log)."""
     topic = fresh_topic(bootstrap)
     sink = KafkaSink(
         {"bootstrap.servers": bootstrap, **config},
@@ -188,15 +196,23 @@ def through_sink(
             sink.write_deltas(d.query, d.epoch, d.variables, d.columns, d.diffs, d.edges, d.extra)
         sink.commit({}, None)
     wall, cpu = time.perf_counter() - started, time.thread_time() - cpu
-    timing = Timing(wall, cpu, sink.take_waited(), topic)
     sink.flush()
-    return timing
+    size = log_bytes(data_dir, topic) if data_dir is not None else 0
+    drop_topics(bootstrap, topic)
+    return Timing(wall, cpu, sink.take_waited(), size)
 
 
 def fresh_topic(bootstrap: str) -> str:
     name = f"out-{uuid.uuid4().hex[:8]}"
     topics(bootstrap, (name, 1))
     return name
+
+
+def drop_topics(bootstrap: str, *names: str) -> None:
+    """Delete topics once measured: a run writes gigabytes, more than a disk may hold."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.delete_topics(list(names), operation_timeout=30).values():
+        future.result(timeout=60)
 
 
 def medians(
@@ -268,14 +284,13 @@ def settings_table(
     for run in range(runs):
         for name, config in SETTINGS:
             rec, bat = got[name]
-            timings = [through_sink(bootstrap, output, f, config) for f in ("records", "batches")]
+            timings = [
+                through_sink(bootstrap, output, f, config, data_dir) for f in ("records", "batches")
+            ]
             rec.append(n / timings[0].wall)
             bat.append(n / timings[1].wall)
             if data_dir is not None:
-                size[name] = (
-                    log_bytes(data_dir, timings[0].topic) / n,
-                    log_bytes(data_dir, timings[1].topic) / n,
-                )
+                size[name] = (timings[0].log_bytes / n, timings[1].log_bytes / n)
             print(f"run {run + 1}, {name}: {rec[-1]:,.0f}/s, {bat[-1]:,.0f}/s", file=sys.stderr)
     rows = [(name, statistics.median(r), statistics.median(b)) for name, (r, b) in got.items()]
     base_r, base_b = rows[0][1], rows[0][2]
@@ -356,6 +371,7 @@ def serve_run(
     commits = [x for x in lines if x.get("message") == "epoch committed"]
     last = max(stamp(x) for x in commits)
     deltas = sum(int(x.get("deltas", 0)) for x in commits)
+    drop_topics(bootstrap, topic, f"{topic}-out", f"{topic}-dlq")
     return len(rows) / (last - first), deltas / (last - first)
 
 
