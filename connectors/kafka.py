@@ -205,8 +205,8 @@ PRODUCER_DEFAULTS: dict[str, object] = {
     "queue.buffering.max.kbytes": 262_144,
     "message.max.bytes": 1_000_000,
 }
-"""librdkafka settings of the sink's producer that ``SGM_KAFKA`` may override (README, *Output
-records*, says why these)."""
+"""librdkafka settings of the sink's producer, each overridden by the same key in ``SGM_KAFKA``
+(README, *Output throughput and producer settings*, says why these)."""
 
 #: The first element of a changelog key holding an input partition's event clock.
 CLOCK_KEY = "#clock"
