@@ -42,10 +42,11 @@ unit: $(DEV)
 tools:
 	scripts/deploy-tools ensure
 
-## bench: the benchmark harness (about 20 minutes); writes BENCHMARKS.md
+## bench: the benchmark harness (about 30 minutes); writes BENCHMARKS.md
 bench: $(DEV)
 	$(BIN)/python -m bench.persistence
 	$(BIN)/python -m bench.kafka
+	$(BIN)/python -m bench.kafka_output --settings --serve
 	$(BIN)/python -m bench.cluster
 	$(BIN)/python -m bench.consolidation
 	$(BIN)/python -m bench.payments

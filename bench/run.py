@@ -36,6 +36,7 @@ NOTES = Path(__file__).resolve().parent / "NOTES.md"
 PERSISTENCE = Path(__file__).resolve().parent / "persistence.md"
 KAFKA = Path(__file__).resolve().parent / "kafka.md"
 CLUSTER = Path(__file__).resolve().parent / "cluster.md"
+KAFKA_OUTPUT = Path(__file__).resolve().parent / "kafka_output.md"
 CONSOLIDATION = Path(__file__).resolve().parent / "consolidation.md"
 PAYMENTS = Path(__file__).resolve().parent / "payments.md"
 
@@ -282,6 +283,8 @@ def main(argv: list[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     persistence = PERSISTENCE.read_text() if PERSISTENCE.exists() else None
     kafka = KAFKA.read_text() if KAFKA.exists() else None
+    if kafka and KAFKA_OUTPUT.exists():
+        kafka += "\n### Output formats (bench/kafka_output.md)\n\n" + KAFKA_OUTPUT.read_text()
     cluster = CLUSTER.read_text() if CLUSTER.exists() else None
     if cluster and CONSOLIDATION.exists():
         cluster += "\n" + CONSOLIDATION.read_text().replace("# ", "### ", 1)

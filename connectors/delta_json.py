@@ -26,11 +26,14 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
-from connectors.json_rows import Piece, constant, present, values, where
+from connectors.json_rows import Piece, constant, encode_rows, present, values, where
 from core.columns import Column
 
 EdgeColumns = Mapping[str, Mapping[str, Column]]
 """Per edge variable, per field (``id``, ``src``, ``dst``, then the others), a column."""
+
+Memo = dict[int, Piece]
+"""The text of columns already encoded, by ``id`` of the column array (alive for the call)."""
 
 
 def vertex_ids(column: npt.NDArray[np.generic]) -> npt.NDArray[np.generic]:
@@ -99,22 +102,24 @@ def value_pieces(
     diffs: npt.NDArray[np.integer],
     edges: EdgeColumns | None = None,
     extra: Mapping[str, Column] | None = None,
+    *,
+    memo: Memo | None = None,
 ) -> list[Piece]:
     """The pieces of each row's record, from ``{`` to the closing ``}``."""
     head = orjson.dumps({"query": query, "epoch": int(epoch)})[:-1]
     pieces = [constant(head + b',"diff":'), signs(diffs), constant(b',"match":')]
-    pieces += object_pieces(list(zip(variables, columns, strict=True)))
+    pieces += object_pieces(list(zip(variables, columns, strict=True)), memo=memo)
     if edges:
         pieces.append(constant(b',"edges":{'))
         for k, (name, fields) in enumerate(edges.items()):
             pieces.append(constant(b"," * (k > 0) + orjson.dumps(name) + b":"))
-            pieces += object_pieces(list(fields.items()))
+            pieces += object_pieces(list(fields.items()), memo=memo)
         pieces.append(constant(b"}"))
     for name, column in (extra or {}).items():
         has = present(column)
         if has.any():
             member = constant(b"," + orjson.dumps(name) + b":")
-            pieces += [where(member, has), values(column)]
+            pieces += [where(member, has), texts(column, memo)]
     pieces.append(constant(b"}"))
     return pieces
 
@@ -123,29 +128,71 @@ def key_pieces(
     query: str,
     columns: Sequence[npt.NDArray[np.generic]],
     edge_ids: Sequence[Column] = (),
+    *,
+    memo: Memo | None = None,
 ) -> list[Piece]:
     """The pieces of each row's Kafka key: ``[query,[ids...]]`` or ``[query,[ids],[event
     ids]]``."""
     pieces = [constant(b"[" + orjson.dumps(query) + b",")]
-    pieces += array_pieces(columns)
+    pieces += array_pieces(columns, memo=memo)
     if edge_ids:
-        pieces += [constant(b","), *array_pieces(edge_ids)]
+        pieces += [constant(b","), *array_pieces(edge_ids, memo=memo)]
     pieces.append(constant(b"]"))
     return pieces
 
 
-def array_pieces(columns: Sequence[Column]) -> list[Piece]:
+NEWLINE = constant(b"\n")
+
+
+def record_pieces(query: str, epoch: int, variables: Sequence[str], part: DeltaRows) -> list[Piece]:
+    """Per row its Kafka key, a newline, its value and a newline: the keys and values of
+    many deltas as one text, in which each column's values are written once for both."""
+    memo: Memo = {}
+    edge_ids = [fields["id"] for fields in part.edges.values()]
+    key = key_pieces(query, part.columns, edge_ids, memo=memo)
+    value = value_pieces(
+        query, epoch, variables, part.columns, part.diffs, part.edges, part.extra, memo=memo
+    )
+    return [*key, NEWLINE, *value, NEWLINE]
+
+
+def keys_and_values(
+    query: str, epoch: int, variables: Sequence[str], part: DeltaRows
+) -> tuple[list[bytes], list[bytes]]:
+    """The Kafka key and value of every row, as ``bytes`` each (what ``produce`` takes): one
+    encoding (:func:`record_pieces`) and one C-level split of its text at the newlines. JSON
+    text never holds a raw newline (``orjson`` escapes control characters in strings)."""
+    text, _ = encode_rows(record_pieces(query, epoch, variables, part), part.rows)
+    items = text.tobytes().split(b"\n")
+    if len(items) != 2 * part.rows + 1:
+        raise ValueError(f"{part.rows} records split into {len(items)} texts: a raw newline")
+    return items[0:-1:2], items[1::2]
+
+
+def texts(column: Column, memo: Memo | None) -> Piece:
+    """:func:`~connectors.json_rows.values` of ``column``, once per column with a memo."""
+    if memo is None:
+        return values(column)
+    found = memo.get(id(column))
+    if found is None:
+        found = memo[id(column)] = values(column)
+    return found
+
+
+def array_pieces(columns: Sequence[Column], *, memo: Memo | None = None) -> list[Piece]:
     """``[v1,v2,...]`` per row, one value of each column (none absent)."""
     pieces = [constant(b"[")]
     for k, column in enumerate(columns):
         if k:
             pieces.append(constant(b","))
-        pieces.append(values(column))
+        pieces.append(texts(column, memo))
     pieces.append(constant(b"]"))
     return pieces
 
 
-def object_pieces(members: Sequence[tuple[str, Column]]) -> list[Piece]:
+def object_pieces(
+    members: Sequence[tuple[str, Column]], *, memo: Memo | None = None
+) -> list[Piece]:
     """``{"k":v,...}`` per row, leaving out the members a row has no value for."""
     pieces = [constant(b"{")]
     rows = members[0][1].shape[0] if members else 0
@@ -160,7 +207,7 @@ def object_pieces(members: Sequence[tuple[str, Column]]) -> list[Piece]:
             comma = None
         if comma is not None:
             pieces.append(comma if has.all() else where(comma, has))
-        pieces += [where(constant(orjson.dumps(name) + b":"), has), values(column)]
+        pieces += [where(constant(orjson.dumps(name) + b":"), has), texts(column, memo)]
         seen = seen | has  # not in place: a piece above may hold a view of it
     pieces.append(constant(b"}"))
     return pieces

@@ -7,14 +7,16 @@ the last record taken. A record that cannot be decoded becomes a :class:`KafkaDe
 
 :class:`KafkaSink` is the transactional producer: per epoch ``begin``, the deltas and dead
 letters, then ``commit`` with the consumer's offsets, so that output and input positions are
-committed together or not at all.
+committed together or not at all. Its deltas go out in one of two formats: ``records`` (below),
+or ``batches``, one record per query and epoch (:mod:`connectors.batches`).
 
 Output records: key ``[query, [id, ...]]`` (JSON; the binding in head order, so a compacted topic
 or a keyed consumer tracks current matches), value ``{"query", "epoch", "diff", "match"}``; a
 query with edge variables adds ``"edges"`` (per edge variable the matched event with its fields)
-to the value and the events' ids to the key, ``[query, [id, ...], [event id, ...]]``;
-headers ``epoch`` and ``service-version``. Dead letters carry the raw value and headers
-``reason``, ``source-topic``, ``source-partition``, ``source-offset``.
+to the value and the events' ids to the key, ``[query, [id, ...], [event id, ...]]``; no
+headers (the value says everything, and a header costs as much as the rest of a ``produce``).
+Dead letters carry the raw value and headers ``reason``, ``source-topic``,
+``source-partition``, ``source-offset``.
 """
 
 from __future__ import annotations
@@ -22,16 +24,18 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
+import orjson
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from connectors import json_place
+from connectors.batches import RECORD_OVERHEAD, batches
 from connectors.changelog_json import clock_record, event_records, tuple_records
-from connectors.delta_json import EdgeColumns, chunks, key_pieces, value_pieces
+from connectors.delta_json import EdgeColumns, chunks, keys_and_values
 from connectors.events import FieldTypes
-from connectors.json_rows import encode_rows
 from connectors.kafka_records import (
     KafkaDeadLetter,
     Partition,
@@ -208,6 +212,21 @@ def _below(
     return records.take(keep)
 
 
+OutputFormat = Literal["records", "batches"]
+"""``records``: one Kafka record per match delta; ``batches``: one per query and epoch."""
+
+PRODUCER_DEFAULTS: dict[str, object] = {
+    "compression.type": "lz4",
+    "linger.ms": 5,
+    "batch.size": 1_000_000,
+    "queue.buffering.max.messages": 1_000_000,
+    "queue.buffering.max.kbytes": 262_144,
+    "message.max.bytes": 1_000_000,
+}
+"""librdkafka settings of the sink's producer, each overridden by the same key in ``SGM_KAFKA``
+(README, *Output throughput and producer settings*, says why these)."""
+
+
 class KafkaSink:
     """The transactional producer of match deltas and dead letters."""
 
@@ -221,24 +240,30 @@ class KafkaSink:
         version: str,
         timeout: float = 15.0,
         transaction_timeout_ms: int = 30_000,
+        output_format: OutputFormat = "records",
     ) -> None:
         self.output_topic = output_topic
         self.dead_letter_topic = dead_letter_topic
         self.version = version.encode()
         self.timeout = timeout
-        self.producer = Producer(
-            {
-                "transactional.id": transactional_id,
-                "enable.idempotence": True,
-                "linger.ms": 5,
-                # How long the coordinator lets an open transaction live before it aborts it:
-                # a dead producer's transaction blocks read_committed readers that long
-                # unless a producer with the same transactional id starts first.
-                "transaction.timeout.ms": transaction_timeout_ms,
-                "logger": logging.getLogger("librdkafka.producer"),
-                **config,
-            }
-        )
+        self.output_format = output_format
+        settings: dict[str, object] = {
+            "transactional.id": transactional_id,
+            "enable.idempotence": True,
+            **PRODUCER_DEFAULTS,
+            # How long the coordinator lets an open transaction live before it aborts it:
+            # a dead producer's transaction blocks read_committed readers that long
+            # unless a producer with the same transactional id starts first.
+            "transaction.timeout.ms": transaction_timeout_ms,
+            "logger": logging.getLogger("librdkafka.producer"),
+            **config,
+        }
+        #: The largest batch value: what librdkafka accepts in one record, less its key,
+        #: headers and framing.
+        self.batch_bytes = int(str(settings["message.max.bytes"])) - RECORD_OVERHEAD
+        #: Seconds spent waiting for librdkafka's queue to make room (:meth:`take_waited`).
+        self.waited = 0.0
+        self.producer = Producer(settings)
         self.producer.init_transactions(timeout)
         json_place.warm()
 
@@ -255,50 +280,34 @@ class KafkaSink:
         edges: EdgeColumns | None = None,
         extra: Mapping[str, Column] | None = None,
     ) -> int:
-        """Produce one record per match delta (inside the open transaction); a query with
-        edge variables adds its events to the value (``"edges"``) and their ids to the key.
-        Keys and values of up to :data:`~connectors.sinks.CHUNK_ROWS` deltas are encoded at
-        once (:mod:`connectors.delta_json`); what is left per record is the ``produce`` call."""
+        """Produce the deltas (inside the open transaction): one record per delta, or with
+        ``output_format="batches"`` one per query and epoch (:mod:`connectors.batches`).
+        A query with edge variables adds its events to the value (``"edges"``) and, for
+        ``records``, their ids to the key. Keys and values of up to
+        :data:`~connectors.sinks.CHUNK_ROWS` deltas are encoded at once
+        (:mod:`connectors.delta_json`); what is left per record is the ``produce`` call."""
         rows = check_deltas(variables, columns, diffs)
-        headers: list[tuple[str, str | bytes | None]] = [
-            ("epoch", str(epoch).encode()),
-            ("service-version", self.version),
-        ]
+        if self.output_format == "batches":
+            key = orjson.dumps(query)
+            for batch in batches(
+                query, epoch, variables, columns, diffs, edges, extra, self.batch_bytes
+            ):
+                headers = batch.headers(query, epoch, rows, self.version)
+                self._produce(self.output_topic, key, batch.value, headers)
+            return rows
         for part in chunks(columns, diffs, edges, extra, CHUNK_ROWS):
-            value_text, value_ends = encode_rows(
-                value_pieces(
-                    query, epoch, variables, part.columns, part.diffs, part.edges, part.extra
-                ),
-                part.rows,
-            )
-            edge_ids = [e["id"] for e in part.edges.values()]
-            key_text, key_ends = encode_rows(key_pieces(query, part.columns, edge_ids), part.rows)
-            self._produce_rows(
-                self.output_topic,
-                key_text.tobytes(),
-                key_ends,
-                value_text.tobytes(),
-                value_ends,
-                headers,
-            )
+            keys, values = keys_and_values(query, epoch, variables, part)
+            self._produce_records(self.output_topic, keys, values)
         return rows
 
-    def _produce_rows(
-        self,
-        topic: str,
-        keys: bytes,
-        key_ends: npt.NDArray[np.int64],
-        values: bytes,
-        value_ends: npt.NDArray[np.int64],
-        headers: list[tuple[str, str | bytes | None]],
-    ) -> None:
-        """One record per row of encoded keys and values (row ``i`` ends at ``ends[i]``)."""
-        key_starts = [0, *key_ends[:-1].tolist()]
-        value_starts = [0, *value_ends[:-1].tolist()]
-        for ks, ke, vs, ve in zip(
-            key_starts, key_ends.tolist(), value_starts, value_ends.tolist(), strict=True
-        ):
-            self._produce(topic, keys[ks:ke], values[vs:ve], headers)
+    def _produce_records(self, topic: str, keys: list[bytes], values: list[bytes]) -> None:
+        """One record per key and value, without headers: the value says all there is."""
+        produce = self.producer.produce
+        for key, value in zip(keys, values, strict=True):
+            try:
+                produce(topic, value, key)
+            except BufferError:
+                self._produce(topic, key, value, None)
 
     def write_dead_letter(self, letter: KafkaDeadLetter) -> None:
         headers: list[tuple[str, str | bytes | None]] = [
@@ -363,14 +372,27 @@ class KafkaSink:
         topic: str,
         key: bytes | None,
         value: bytes | None,
-        headers: list[tuple[str, str | bytes | None]],
+        headers: list[tuple[str, str | bytes | None]] | None,
     ) -> None:
         while True:
             try:
-                self.producer.produce(topic, value=value, key=key, headers=headers)
+                self.producer.produce(topic, value, key, headers=headers)
                 return
             except BufferError:
-                self.producer.poll(0.05)
+                self._wait_for_room()
+
+    def _wait_for_room(self) -> None:
+        """librdkafka's queue is full (``queue.buffering.max.messages`` or ``.kbytes``): block
+        until it has delivered something (``poll`` returns once it has served delivery
+        reports, at the latest after a second), and count the time."""
+        started = time.perf_counter()
+        self.producer.poll(1.0)
+        self.waited += time.perf_counter() - started
+
+    def take_waited(self) -> float:
+        """The seconds waited for room since the last call (for the metrics)."""
+        waited, self.waited = self.waited, 0.0
+        return waited
 
     def commit(self, offsets: Mapping[Partition, int], group_metadata: object) -> None:
         """Commit the epoch: its records, and the consumer offsets after it."""

@@ -50,4 +50,5 @@ def new_sink(settings: Settings) -> KafkaSink:
         dead_letter_topic=settings.dead_letter_topic,
         version=service_version(),
         transaction_timeout_ms=settings.transaction_timeout_ms,
+        output_format=settings.output_format,
     )

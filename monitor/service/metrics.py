@@ -68,6 +68,7 @@ METRIC_NAMES: tuple[str, ...] = tuple(
         "event_field_bytes",
         "rebalances_total",
         "transactions_aborted_total",
+        "output_waits_seconds_total",
         "last_committed_epoch",
         "last_committed_epoch_timestamp_seconds",
         "build_info",
@@ -271,6 +272,13 @@ class Metrics:
             namespace=ns,
             registry=reg,
         )
+        self.output_waits = Counter(
+            "output_waits_seconds_total",
+            "Seconds the sink waited for room in the producer's queue (output faster than the "
+            "brokers take it: backpressure).",
+            namespace=ns,
+            registry=reg,
+        )
         self.last_committed_epoch = Gauge(
             "last_committed_epoch", "The last committed epoch.", namespace=ns, registry=reg
         )
@@ -342,6 +350,10 @@ class Metrics:
     def aborted(self) -> None:
         """A Kafka transaction was aborted."""
         self.transactions_aborted.inc()
+
+    def output_waited(self, seconds: float) -> None:
+        """The sink waited ``seconds`` for room in the producer's queue."""
+        self.output_waits.inc(seconds)
 
     def rebalanced(self) -> None:
         """The consumer group rebalanced (partitions assigned or revoked)."""

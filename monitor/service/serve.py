@@ -249,6 +249,7 @@ def _epoch(
     for q in out.queries:
         plus = int((q.diff > 0).sum())
         metrics.deltas(q.query, plus, len(q) - plus)
+    metrics.output_waited(sink.take_waited())
     metrics.index(
         {name: len(rel) for name, rel in processor.index.relations.items()},
         processor.index.nbytes,

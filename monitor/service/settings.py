@@ -72,6 +72,11 @@ class Settings(BaseSettings):
         "changes",
         description="changes: every +1 and -1; appearances: only +1 records (alerting)",
     )
+    output_format: Literal["records", "batches"] = Field(
+        "records",
+        description="Kafka output: records, one record per match delta; batches, one record per "
+        "query and epoch holding its deltas as JSON lines (README, Output records)",
+    )
     output_fields: Annotated[list[str] | None, NoDecode] = Field(
         None,
         description="fields of matched events copied into the output (comma list; id, src and "

@@ -16,7 +16,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from connectors.delta_json import key_pieces, object_pieces, value_pieces, vertex_ids
+from connectors.delta_json import (
+    DeltaRows,
+    key_pieces,
+    keys_and_values,
+    object_pieces,
+    value_pieces,
+    vertex_ids,
+)
 from connectors.json_rows import constant, encode_rows, integers, values
 from core.columns import Coded, Column, python_values
 
@@ -233,6 +240,8 @@ def test_records_and_keys_encode_as_one_dict_per_delta_does(
     assert split(*encode_rows(key, rows, compiled=compiled)) == keys
     lines = encode_rows([*pieces, constant(b"\n")], rows, compiled=compiled)[0].tobytes()
     assert lines == b"".join(r + b"\n" for r in records)
+    part = DeltaRows(d["columns"], d["diffs"], d["edges"], d["extra"])
+    assert keys_and_values(d["query"], d["epoch"], d["variables"], part) == (keys, records)
 
 
 def test_vertex_ids_take_numpy_integers_and_refuse_other_types() -> None:

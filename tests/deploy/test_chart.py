@@ -187,6 +187,7 @@ def test_rendered_config_is_what_the_service_reads(render: Render, tmp_path: Pat
     assert on.allowed_lateness == 10_000.0
     assert on.watermark_outliers == 2
     assert on.emit == "appearances"
+    assert on.output_format == "batches"
     assert on.output_fields == ["amount"]
 
 
@@ -600,9 +601,11 @@ def test_notes_tell_how_to_reach_metrics_and_health(helm_bin: Path, tmp_path: Pa
         assert f"localhost:8080{path}" in notes
     assert "set serviceMonitor.enabled=true" in notes
     assert "reads edges from kafka:9092" in notes
+    assert "Output format: records, one record per match delta" in notes
     on = rendered_notes(helm_bin, tmp_path / "on", "--values", str(ALL_ON))
     assert "through ServiceMonitor sgm-subgraph-monitor" in on
     assert "PrometheusRule sgm-subgraph-monitor" in on
+    assert "Output format: batches" in on and "connectors.batches.read_message" in on
 
 
 def test_replicas_above_one_work_out_of_the_box(render: Render, tmp_path: Path) -> None:

@@ -30,6 +30,7 @@ from confluent_kafka import Consumer, IsolationLevel, Message, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._listoffsets import OffsetSpec
 
+from connectors.batches import batch_info, read_message
 from monitor.query.load import load_queries
 from monitor.service.cluster.control import EpochSpec
 from monitor.service.cluster.worker import decode_epoch
@@ -196,12 +197,13 @@ def wait_resolved(w: Workers, timeout: float) -> float:
 
 
 def output_rows(w: Workers) -> list[dict[str, object]]:
-    """The whole output in offset order, read once every transaction on it is resolved."""
+    """The whole output in offset order (the deltas of a batch in its order), read once every
+    transaction on it is resolved."""
     wait_resolved(w, timeout=90)
     messages = read_all(w.bootstrap, w.output, 1)[0]
     offsets = [m.offset() or 0 for m in messages]
     assert offsets == sorted(offsets)
-    return [json.loads(m.value() or b"") for m in messages]
+    return [delta for m in messages for delta in read_message(m)]
 
 
 def check_transitions(rows: list[dict[str, object]]) -> None:
@@ -388,6 +390,37 @@ def test_a_restarted_leader_numbers_on_from_its_stored_epoch(workers: Workers) -
     specs = control_epochs(workers)  # consecutive, each starting where the last ended
     assert len(specs) > before
     check_exact(workers, records)
+
+
+def test_batches_from_workers_one_killed_and_restarted_equal_the_single_worker(
+    workers: Workers,
+) -> None:
+    """SGM_OUTPUT_FORMAT=batches: each worker publishes one record per query and epoch with the
+    deltas its seeds decided; w1 dies inside a transaction and comes back under its name. The
+    batches of every epoch, decoded, are the single worker's deltas, each binding in one of
+    them, and every record of a binding a real transition."""
+    records = stream_records(5000, seed=18)
+    produce(workers.bootstrap, workers.input, records[:1500])
+    batches = {"SGM_OUTPUT_FORMAT": "batches"}
+    workers.start("w0", **batches)
+    workers.start("w1", **batches, SGM_FAILPOINT="worker_before_commit", SGM_FAILPOINT_HIT="3")
+    workers.start("w2", **batches)
+    produce(workers.bootstrap, workers.input, records[1500:3000])
+    dying = workers.procs.pop("w1")
+    assert dying.wait(timeout=120) == -signal.SIGKILL, workers.log_text()
+    workers.start("w1", **batches)
+    produce(workers.bootstrap, workers.input, records[3000:])
+    workers.wait_consumed()
+    for name in list(workers.procs):
+        assert workers.stop(name) == 0, workers.log_text()
+    check_exact(workers, records)
+    messages = read_all(workers.bootstrap, workers.output, 1)[0]
+    per_epoch: Counter[tuple[str, int]] = Counter()
+    for m in messages:
+        info = batch_info(m.headers())
+        assert info is not None and info.count == len(read_message(m))
+        per_epoch[(info.query, info.epoch)] += 1
+    assert max(per_epoch.values()) > 1, "some epochs came from more than one worker"
 
 
 def test_unconsolidated_opt_in_is_exact_summed_per_epoch(workers: Workers) -> None:

@@ -47,6 +47,7 @@ def exercise(metrics: Metrics) -> None:
     metrics.epoch(0.02, 17)
     metrics.committed(7, 0.004, np.array([0.05, 0.2, 1.5]), 1_700_000_000.5)
     metrics.aborted()
+    metrics.output_waited(0.25)
     metrics.rebalanced()
     metrics.rebalanced()
     metrics.index({"e": 120, "transfer": 30}, 4096)
@@ -87,6 +88,7 @@ def test_values_follow_the_calls() -> None:
     assert value(metrics, ns + "end_to_end_latency_seconds_bucket", le="+Inf") == 3
     assert value(metrics, ns + "rebalances_total") == 2
     assert value(metrics, ns + "transactions_aborted_total") == 1
+    assert value(metrics, ns + "output_waits_seconds_total") == 0.25
     assert value(metrics, ns + "index_edges", relation="transfer") == 30
     assert value(metrics, ns + "index_bytes") == 4096
     assert value(metrics, ns + "last_committed_epoch") == 7

@@ -65,6 +65,16 @@ def test_bad_values_are_refused_with_the_setting_named(tmp_path: Path) -> None:
     assert done.returncode == 2 and b"batch_size" in done.stderr
     done = print_config(tmp_path, "", {"SGM_TOPIC_RELATIONS": "nonsense"})
     assert done.returncode == 2 and b"topic=relation" in done.stderr
+    done = print_config(tmp_path, "", {"SGM_OUTPUT_FORMAT": "columns"})
+    assert done.returncode == 2 and b"output_format" in done.stderr
+    assert b"'records' or 'batches'" in done.stderr
+
+
+def test_the_output_format_defaults_to_records(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SGM_OUTPUT_FORMAT", raising=False)
+    assert load_settings().output_format == "records"
+    monkeypatch.setenv("SGM_OUTPUT_FORMAT", "batches")
+    assert load_settings().output_format == "batches"
 
 
 def test_kafka_secrets_dir_is_merged_and_masked(tmp_path: Path) -> None:

@@ -348,6 +348,7 @@ class Worker:
         for q in outputs:
             plus = int((q.diff > 0).sum())
             self.metrics.deltas(q.query, plus, len(q) - plus)
+        self.metrics.output_waited(self.sink.take_waited())
         n = sum(len(q) for q in outputs)
         log.info(
             "seeds published",
