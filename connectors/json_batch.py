@@ -2,22 +2,15 @@
 
 A batch of record values (Kafka message values) is parsed by ``orjson`` inside one ``map`` (a C
 call per value, no Python frame; a value that is not JSON costs one caught exception). The
-decoded objects are then checked a column at a time: ``op``, ``relation``, ``src``, ``dst``, the
-id and each field are pulled out by one list comprehension, and the set of their types decides
-the whole column at once (all integers: one conversion to ``int64``, which also checks the
-range; all strings: one length check); only a mixed column is checked value by value, with
-numpy. Records the batch rules do not accept go through the per-record decoders
-(:func:`~connectors.formats.parse_json_record`, :func:`~connectors.events.decode_event`), which
-also write every error message; so a batch decodes to exactly what those decoders give record
-by record, in the same order (``tests/connectors/test_kafka_records.py`` holds it to the
-per-record Kafka decoding on random batches).
-
-Records of an event relation are decoded a relation at a time: when every one of them is valid
-(ids, ``src``/``dst``, one kind per field agreeing with the relation's, strings short enough,
-``ts`` a time), the kinds of new fields are learned in record order and the columns built at
-once; otherwise that relation's records go through :func:`~connectors.events.decode_event` one
-by one, in order, because a record that fails may still fix the kind of a field it has before
-the one it fails at.
+decoded objects are then checked a column at a time: ``op``, ``relation``, ``src`` and ``dst``
+are pulled out by one list comprehension each, and the set of their types decides the whole
+column at once (:mod:`connectors.batch_ids`); only a mixed column is checked value by value.
+Records the batch rules do not accept go through the per-record decoder
+(:func:`~connectors.formats.parse_json_record`), which also writes every error message; records
+of event relations are decoded by :mod:`connectors.event_batch`. So a batch decodes to exactly
+what the per-record decoders give record by record, in the same order
+(``tests/connectors/test_kafka_records.py`` holds it to the per-record Kafka decoding on random
+batches).
 
 The Kafka source and the scale-out workers decode through here
 (:func:`connectors.kafka_records.decode_messages`); the file source still decodes JSON Lines a
@@ -26,44 +19,25 @@ line at a time.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from itertools import compress, repeat
+from itertools import compress
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import orjson
 
-from connectors.events import (
-    MAX_FIELD_LENGTH,
-    RESERVED,
-    EventRecord,
-    FieldTypes,
-    decode_event,
-    event_updates,
-)
-from connectors.formats import MAX_ID_LENGTH, is_relation_name, parse_json_record
+from connectors.batch_ids import MISSING, checked_ids, narrow
+from connectors.event_batch import Identities, decode_events
+from connectors.events import FieldTypes
+from connectors.formats import is_relation_name, parse_json_record
 from core.errors import InputError
-from core.fields import absent_column, to_column
-from core.records import INT64_MAX, EventUpdates, RelationUpdates, VertexId, id_column
-from core.times import TIME_FIELD, parse_time
+from core.records import EventUpdates, RelationUpdates, VertexId, id_column
 
 #: Where a value is not JSON (or was not parsed: too large).
 INVALID: Any = object()
-_MISSING: Any = object()
-
-# Type codes of decoded JSON values (``type`` is exact: orjson makes no subclasses).
-_INT, _STR, _OTHER = range(3)
-_TYPE_CODES = {int: _INT, str: _STR}
-#: The kind of a field value of each JSON type (arrays, objects and null are not values).
-_KIND_OF_TYPE = {bool: "bool", int: "number", float: "number", str: "string"}
 _OPS = {"insert": 1, "delete": -1}
-#: :func:`core.times.parse_time`'s range: 10,000 years either side of 1970, in milliseconds.
-_TIME_LIMIT_MS = 10_000 * 365.25 * 86_400_000
-
-#: Given record rows, the identities of their events when they have no ``id`` (their positions).
-Identities = Callable[[Sequence[int]], list[str]]
 
 
 @dataclass
@@ -138,7 +112,9 @@ def decode_records(
     out.parts = _tuple_parts(names, rows[at], src, dst, diffs[at], accepted)
     if is_event.any():
         assert events is not None
-        out.events = _events(records, relations, diffs, rows, is_event, identities, events, errors)
+        out.events = decode_events(
+            records, relations, diffs, rows, is_event, identities, events, errors
+        )
     for part in out.parts.values():
         out.kept[part.seq] = True
     for events_part in out.events.values():
@@ -208,46 +184,6 @@ def _allowed(relations: list[Any]) -> npt.NDArray[np.bool_]:
     return out
 
 
-def _ids(values: list[Any]) -> tuple[npt.NDArray[np.bool_] | None, npt.NDArray[Any]]:
-    """Which values are vertex ids (strings of at most ``MAX_ID_LENGTH`` characters, integers
-    within int64; None: all of them) and the values as a column: ``int64`` when all are
-    integers, else ``object`` (as :func:`~core.records.id_column` makes them)."""
-    n = len(values)
-    kinds = set(map(type, values))
-    if kinds == {int}:
-        try:
-            return None, np.array(values, np.int64)
-        except OverflowError:
-            pass
-    elif kinds == {str} and max(map(len, values)) <= MAX_ID_LENGTH:
-        return None, _objects(values)
-    codes = np.fromiter(map(_TYPE_CODES.get, map(type, values), repeat(_OTHER)), np.int8, n)
-    items = _objects(values)
-    ok = codes == _STR
-    if ok.any():
-        ok[ok] = np.fromiter(map(len, items[ok]), np.int64, int(ok.sum())) <= MAX_ID_LENGTH
-    ints = codes == _INT
-    if ints.any():
-        ints[ints] = items[ints] <= INT64_MAX  # orjson's integers are at least INT64_MIN
-    ok |= ints
-    if ok.all():
-        return None, _narrow(items)
-    return ok, items
-
-
-def _objects(values: list[Any]) -> npt.NDArray[Any]:
-    out = np.empty(len(values), dtype=object)
-    out[:] = values
-    return out
-
-
-def _narrow(items: npt.NDArray[Any]) -> npt.NDArray[np.generic]:
-    """An ``object`` column of valid ids as ``int64`` when they are all integers."""
-    if items.dtype == object and set(map(type, items.tolist())) <= {int}:
-        return items.astype(np.int64)
-    return items
-
-
 def _fast_tuples(
     records: list[dict[str, Any]], candidate: npt.NDArray[np.bool_]
 ) -> tuple[npt.NDArray[np.bool_], npt.NDArray[Any], npt.NDArray[Any]]:
@@ -255,8 +191,8 @@ def _fast_tuples(
     rule accepts (no ``tuple``, both ids valid), and their ``src`` and ``dst`` columns."""
     at = np.flatnonzero(candidate)
     picked = records if at.shape[0] == len(records) else [records[i] for i in at.tolist()]
-    src_ok, src = _ids([r.get("src", _MISSING) for r in picked])
-    dst_ok, dst = _ids([r.get("dst", _MISSING) for r in picked])
+    src_ok, src = checked_ids([r.get("src", MISSING) for r in picked])
+    dst_ok, dst = checked_ids([r.get("dst", MISSING) for r in picked])
     with_tuple = ["tuple" in r for r in picked]
     if src_ok is None and dst_ok is None and True not in with_tuple:
         return candidate, src, dst
@@ -266,7 +202,7 @@ def _fast_tuples(
             ok &= checked
     fast = candidate.copy()
     fast[at] = ok
-    return fast, _narrow(src[ok]), _narrow(dst[ok])
+    return fast, narrow(src[ok]), narrow(dst[ok])
 
 
 Accepted = list[tuple[int, str, tuple[VertexId, ...], int]]
@@ -308,176 +244,21 @@ def _tuple_parts(
         mine = np.ones(len(names), np.bool_) if named is None else named == name
         others = [a for a in accepted if a[1] == name]
         if not others:
-            columns = [_narrow(src[mine]), _narrow(dst[mine])]
+            columns = [narrow(src[mine]), narrow(dst[mine])]
             parts[name] = RelationUpdates(columns, diffs[mine], rows[mine].astype(np.int64))
             continue
         # Both kinds: one tuple per update in stream order, columns as the per-record
         # decoding builds them (the first tuple's arity).
         at = np.concatenate([rows[mine], np.array([a[0] for a in others], np.int64)])
-        ids = [*zip(src[mine].tolist(), dst[mine].tolist(), strict=True), *(a[2] for a in others)]
+        tuples = [
+            *zip(src[mine].tolist(), dst[mine].tolist(), strict=True),
+            *(a[2] for a in others),
+        ]
         signs = [*diffs[mine].tolist(), *(a[3] for a in others)]
         order = np.argsort(at, kind="stable").tolist()
-        ordered = [ids[i] for i in order]
+        ordered = [tuples[i] for i in order]
         columns = [id_column([v[k] for v in ordered]) for k in range(len(ordered[0]))]
         parts[name] = RelationUpdates(
             columns, np.array([signs[i] for i in order], np.int8), at[order]
         )
     return parts
-
-
-def _events(
-    records: list[dict[str, Any]],
-    relations: list[Any],
-    diffs: npt.NDArray[np.int8],
-    rows: npt.NDArray[np.intp],
-    is_event: npt.NDArray[np.bool_],
-    identities: Identities,
-    types: FieldTypes,
-    errors: list[tuple[int, str]],
-) -> dict[str, EventUpdates]:
-    """The event records, a relation at a time, in order of their first event."""
-    at = np.flatnonzero(is_event)
-    names = [relations[i] for i in at.tolist()]
-    distinct = list(dict.fromkeys(names))
-    out: dict[str, EventUpdates] = {}
-    for name in distinct:
-        mine = at
-        if len(distinct) > 1:
-            mine = at[np.fromiter((x == name for x in names), np.bool_, len(names))]
-        picked = [records[i] for i in mine.tolist()]
-        found = _clean_events(name, picked, diffs[mine], rows[mine], identities, types)
-        if found is None:
-            found, failed = _events_one_by_one(
-                name, picked, diffs[mine], rows[mine], identities, types
-            )
-            errors.extend(failed)
-        if found is not None:
-            out[name] = found
-    return dict(sorted(out.items(), key=lambda item: int(item[1].seq[0])))
-
-
-def _events_one_by_one(
-    relation: str,
-    records: list[dict[str, Any]],
-    diffs: npt.NDArray[np.int8],
-    rows: npt.NDArray[np.intp],
-    identities: Identities,
-    types: FieldTypes,
-) -> tuple[EventUpdates | None, list[tuple[int, str]]]:
-    """The records of one event relation through :func:`decode_event`, in order."""
-    found: list[tuple[int, EventRecord]] = []
-    errors: list[tuple[int, str]] = []
-    for record, diff, row in zip(records, diffs.tolist(), rows.tolist(), strict=True):
-        position = "" if "id" in record else identities([row])[0]
-        try:
-            found.append((row, decode_event(record, relation, diff, position, types)))
-        except InputError as error:
-            errors.append((row, error.message))
-    if not found:
-        return None, errors
-    seq = np.arange(int(rows.max()) + 1, dtype=np.int64)
-    return event_updates(found, seq, types.types.get(relation, {})), errors
-
-
-def _clean_events(
-    relation: str,
-    records: list[dict[str, Any]],
-    diffs: npt.NDArray[np.int8],
-    rows: npt.NDArray[np.intp],
-    identities: Identities,
-    types: FieldTypes,
-) -> EventUpdates | None:
-    """The events of ``records`` (all of one event relation) decoded at once, or None when
-    one of them is not valid (then nothing is learned)."""
-    n = len(records)
-    ids = [r.get("id", _MISSING) for r in records]
-    has_id = np.array([i is not _MISSING for i in ids], np.bool_)
-    named = ids if has_id.all() else list(compress(ids, has_id.tolist()))
-    id_ok, named_ids = _ids(named)
-    if id_ok is not None:
-        return None
-    insert = diffs > 0
-    everything = bool(insert.all())
-    inserted = records if everything else list(compress(records, insert.tolist()))
-    src_ok, src = _ids([r.get("src", _MISSING) for r in inserted])
-    dst_ok, dst = _ids([r.get("dst", _MISSING) for r in inserted])
-    if src_ok is not None or dst_ok is not None:
-        return None
-    known = types.types.get(relation, {})
-    fields: list[tuple[int, int, str, str, npt.NDArray[Any]]] = []
-    for name in set().union(*inserted) - RESERVED:
-        checked = _field(name, [r.get(name) for r in inserted], known.get(name))
-        if checked is None:
-            return None
-        if checked[2] >= 0:
-            kind, column, first = checked
-            fields.append((first, list(inserted[first]).index(name), name, kind, column))
-    fields.sort(key=lambda f: f[:2])
-    learned = types.types.setdefault(relation, {})
-    for _, _, name, kind, _ in fields:
-        learned.setdefault(name, kind)
-    identity = np.empty(n, dtype=object)
-    identity[has_id] = named_ids
-    anonymous = insert & ~has_id
-    if anonymous.any():
-        identity[anonymous] = _objects(identities(rows[anonymous].tolist()))
-    columns = {}
-    for _, _, name, kind, column in fields:
-        if not everything:
-            column, inserted_column = absent_column(kind, n), column
-            column[insert] = inserted_column
-        columns[name] = column
-    if not everything:
-        src, dst = _with_deletes(src, insert), _with_deletes(dst, insert)
-    return EventUpdates(identity, diffs.astype(np.int8), rows.astype(np.int64), src, dst, columns)
-
-
-def _with_deletes(inserted: npt.NDArray[Any], insert: npt.NDArray[np.bool_]) -> Any:
-    """An id column of the inserts spread over all events, 0 for the deletes (as the
-    per-record decoder gives a delete's ``src`` and ``dst``)."""
-    column = np.zeros(insert.shape[0], dtype=object)
-    column[insert] = inserted
-    return _narrow(column)
-
-
-def _field(
-    name: str, values: list[Any], known: str | None
-) -> tuple[str, npt.NDArray[Any], int] | None:
-    """One field over the inserted events: its kind, its column (``ts`` parsed) and the first
-    event that has it (-1: none); None when a value is not valid for it."""
-    kinds = set(map(type, values))
-    absent = type(None) in kinds
-    kinds.discard(type(None))
-    if not kinds:
-        return "number", np.empty(0), -1
-    first = next(i for i, v in enumerate(values) if v is not None) if absent else 0
-    if not kinds <= _KIND_OF_TYPE.keys():
-        return None
-    if name == TIME_FIELD:
-        if kinds <= {int, float}:
-            column = np.array(values, np.float64)  # None: NaN
-            present = column[~np.isnan(column)] if absent else column
-            if not (np.isfinite(present).all() and (np.abs(present) <= _TIME_LIMIT_MS).all()):
-                return None
-        elif bool in kinds:
-            return None
-        else:
-            try:
-                parsed = [None if v is None else parse_time(v) for v in values]
-            except InputError:
-                return None
-            column = np.array(parsed, np.float64)
-        kind = "number"
-    else:
-        named = {_KIND_OF_TYPE[k] for k in kinds}
-        if len(named) != 1:
-            return None
-        kind = named.pop()
-        if kind == "string":
-            strings = [v for v in values if v is not None] if absent else values
-            if max(map(len, strings)) > MAX_FIELD_LENGTH:
-                return None
-        column = np.array(values, np.float64) if kind == "number" else to_column(kind, values)
-    if known is not None and known != kind:
-        return None
-    return kind, column, first
