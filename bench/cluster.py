@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import statistics
 import subprocess
 import sys
@@ -34,7 +33,7 @@ from typing import Any
 
 from confluent_kafka import KafkaException
 
-from bench.kafka import consumed, log_lines, produce, stamp, stream, topics
+from bench.kafka import consumed, log_lines, produce, serve_env, stamp, stream, topics
 from scripts.kafka_local import KafkaBroker
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -72,20 +71,14 @@ def start(
     """One ``serve`` worker of ``group`` on ``topic`` (under cProfile into ``profile``)."""
     log = tmp / f"{group}-{name}.log"
     env = {
-        **os.environ,
-        "SGM_BOOTSTRAP_SERVERS": bootstrap,
-        "SGM_INPUT_TOPICS": topic,
-        "SGM_OUTPUT_TOPIC": f"{topic}-out",
-        "SGM_DEAD_LETTER_TOPIC": f"{topic}-dlq",
-        "SGM_GROUP_ID": group,
-        "SGM_CONTROL_TOPIC": f"{group}-control",
-        "SGM_INSTANCE_ID": name,
-        "SGM_QUERIES": QUERY,
-        "SGM_UNDIRECTED": "true",
-        "SGM_STATE_DIR": str(tmp / group / name),
-        "SGM_BATCH_SIZE": str(BATCH),
-        "SGM_MAX_BATCH_DELAY_MS": "1000",
-        "SGM_HTTP_PORT": "0",
+        **serve_env(
+            bootstrap,
+            topic,
+            group,
+            tmp / group / name,
+            SGM_CONTROL_TOPIC=f"{group}-control",
+            SGM_INSTANCE_ID=name,
+        ),
         **env,
     }
     command = [sys.executable, "-m", "monitor", "serve"]

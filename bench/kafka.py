@@ -117,25 +117,42 @@ def consumed(bootstrap: str, group: str, topic: str) -> bool:
     return done == ends
 
 
-def serve(
-    bootstrap: str, tmp: Path, topic: str, delay_ms: int
-) -> tuple[subprocess.Popen[bytes], Path, str]:
-    group = f"bench-{uuid.uuid4().hex[:8]}"
-    log = tmp / f"{group}.log"
-    env = {
+def serve_env(
+    bootstrap: str,
+    topic: str,
+    group: str,
+    state_dir: Path,
+    *,
+    query: str = QUERY,
+    undirected: bool = True,
+    delay_ms: int = 1000,
+    **extra: str,
+) -> dict[str, str]:
+    """The environment of one benchmark ``serve`` on ``topic`` (output ``TOPIC-out``, dead
+    letters ``TOPIC-dlq``), epochs of :data:`BATCH`; ``extra`` adds or overrides settings."""
+    return {
         **os.environ,
         "SGM_BOOTSTRAP_SERVERS": bootstrap,
         "SGM_INPUT_TOPICS": topic,
         "SGM_OUTPUT_TOPIC": f"{topic}-out",
         "SGM_DEAD_LETTER_TOPIC": f"{topic}-dlq",
         "SGM_GROUP_ID": group,
-        "SGM_QUERIES": QUERY,
-        "SGM_UNDIRECTED": "true",
-        "SGM_STATE_DIR": str(tmp / group),
+        "SGM_QUERIES": query,
+        "SGM_UNDIRECTED": str(undirected).lower(),
+        "SGM_STATE_DIR": str(state_dir),
         "SGM_BATCH_SIZE": str(BATCH),
         "SGM_MAX_BATCH_DELAY_MS": str(delay_ms),
         "SGM_HTTP_PORT": "0",
+        **extra,
     }
+
+
+def serve(
+    bootstrap: str, tmp: Path, topic: str, delay_ms: int
+) -> tuple[subprocess.Popen[bytes], Path, str]:
+    group = f"bench-{uuid.uuid4().hex[:8]}"
+    log = tmp / f"{group}.log"
+    env = serve_env(bootstrap, topic, group, tmp / group, delay_ms=delay_ms)
     proc = subprocess.Popen(
         [sys.executable, "-m", "monitor", "serve"],
         cwd=ROOT,

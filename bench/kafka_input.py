@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import pstats
 import re
 import statistics
@@ -39,7 +38,7 @@ import numpy as np
 import orjson
 from confluent_kafka import Consumer, Producer
 
-from bench.kafka import log_lines, stamp, topics, wait
+from bench.kafka import log_lines, serve_env, stamp, topics, wait
 from bench.payments import QUERIES, payments
 from connectors.events import FieldTypes
 from connectors.kafka_records import decode_messages, message_columns
@@ -151,20 +150,9 @@ def serve(
     """The service's updates/s over the whole topic, and how many epochs it committed."""
     group = f"bench-{uuid.uuid4().hex[:8]}"
     log = tmp / f"{group}.log"
-    env = {
-        **os.environ,
-        "SGM_BOOTSTRAP_SERVERS": bootstrap,
-        "SGM_INPUT_TOPICS": topic,
-        "SGM_OUTPUT_TOPIC": f"{topic}-out",
-        "SGM_DEAD_LETTER_TOPIC": f"{topic}-dlq",
-        "SGM_GROUP_ID": group,
-        "SGM_QUERIES": workload.query,
-        "SGM_UNDIRECTED": str(workload.undirected).lower(),
-        "SGM_STATE_DIR": str(tmp / group),
-        "SGM_BATCH_SIZE": str(BATCH),
-        "SGM_MAX_BATCH_DELAY_MS": "1000",
-        "SGM_HTTP_PORT": "0",
-    }
+    env = serve_env(
+        bootstrap, topic, group, tmp / group, query=workload.query, undirected=workload.undirected
+    )
     python = [sys.executable]
     if profile is not None:
         python += ["-m", "cProfile", "-o", str(profile)]

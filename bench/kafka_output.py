@@ -23,10 +23,8 @@ import argparse
 import contextlib
 import cProfile
 import io
-import os
 import pstats
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -39,10 +37,10 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from confluent_kafka import KafkaException, Producer
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import Producer
 
-from bench.kafka import BATCH, QUERY, consumed, log_lines, produce, stamp, stream, topics
+from bench.kafka import BATCH, QUERY, stream, topics
+from bench.kafka_output_serve import drop_topics, serve_table
 from connectors.delta_json import EdgeColumns, chunks, keys_and_values
 from connectors.kafka import PRODUCER_DEFAULTS, KafkaSink
 from connectors.sinks import CHUNK_ROWS
@@ -208,13 +206,6 @@ def fresh_topic(bootstrap: str) -> str:
     return name
 
 
-def drop_topics(bootstrap: str, *names: str) -> None:
-    """Delete topics once measured: a run writes gigabytes, more than a disk may hold."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.delete_topics(list(names), operation_timeout=30).values():
-        future.result(timeout=60)
-
-
 def medians(
     bootstrap: str, output: list[list[Deltas]], runs: int, config: dict[str, Any]
 ) -> dict[str, float]:
@@ -322,92 +313,6 @@ def profile(bootstrap: str, output: list[list[Deltas]], top: int = 14) -> str:
     text = io.StringIO()
     pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(top)
     return text.getvalue()
-
-
-def serve_run(
-    bootstrap: str, tmp: Path, rows: list[tuple[int, int, int]], output_format: str
-) -> tuple[float, float]:
-    """``serve`` over the whole stream (produced first): updates/s and deltas/s from its first
-    assignment to its last committed epoch."""
-    topic = f"e2e-{output_format}-{uuid.uuid4().hex[:6]}"
-    topics(bootstrap, (topic, 3), (f"{topic}-out", 1), (f"{topic}-dlq", 1))
-    produce(bootstrap, topic, rows)
-    group = f"bench-{uuid.uuid4().hex[:8]}"
-    log = tmp / f"{group}.log"
-    env = {
-        **os.environ,
-        "SGM_BOOTSTRAP_SERVERS": bootstrap,
-        "SGM_INPUT_TOPICS": topic,
-        "SGM_OUTPUT_TOPIC": f"{topic}-out",
-        "SGM_DEAD_LETTER_TOPIC": f"{topic}-dlq",
-        "SGM_GROUP_ID": group,
-        "SGM_QUERIES": QUERY,
-        "SGM_UNDIRECTED": "true",
-        "SGM_STATE_DIR": str(tmp / group),
-        "SGM_BATCH_SIZE": str(BATCH),
-        "SGM_MAX_BATCH_DELAY_MS": "1000",
-        "SGM_HTTP_PORT": "0",
-        "SGM_OUTPUT_FORMAT": output_format,
-    }
-    with log.open("wb") as err:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "monitor", "serve"],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=err,
-        )
-        deadline = time.monotonic() + 600
-        while (
-            time.monotonic() < deadline
-            and proc.poll() is None
-            and not done(bootstrap, group, topic)
-        ):
-            time.sleep(0.5)
-        proc.terminate()
-        proc.wait(60)
-    lines = log_lines(log)
-    first = min(stamp(x) for x in lines if x.get("message") == "partition assigned")
-    commits = [x for x in lines if x.get("message") == "epoch committed"]
-    last = max(stamp(x) for x in commits)
-    deltas = sum(int(x.get("deltas", 0)) for x in commits)
-    drop_topics(bootstrap, topic, f"{topic}-out", f"{topic}-dlq")
-    return len(rows) / (last - first), deltas / (last - first)
-
-
-def serve_table(
-    bootstrap: str, rows: list[tuple[int, int, int]], runs: int, engine: float, deltas: int
-) -> str:
-    """``serve`` end to end in both formats, alternating, medians of ``runs``; beside them the
-    engine alone (in process, no Kafka, no state store) on the same epochs."""
-    got: dict[str, list[tuple[float, float]]] = defaultdict(list)
-    with tempfile.TemporaryDirectory() as tmp:
-        for run in range(runs):
-            for output_format in ("records", "batches")[:: 1 if run % 2 == 0 else -1]:
-                got[output_format].append(serve_run(bootstrap, Path(tmp), rows, output_format))
-                u, d = got[output_format][-1]
-                print(
-                    f"serve {output_format}: {u:,.0f} updates/s, {d:,.0f} deltas/s", file=sys.stderr
-                )
-    lines = [
-        "| end to end | updates/s | match deltas/s |",
-        "|---|---|---|",
-        f"| engine alone (in process, same epochs, {engine:.2f} s) | {len(rows) / engine:,.0f} "
-        f"| {deltas / engine:,.0f} |",
-    ]
-    for output_format, measured in got.items():
-        per_s = [statistics.median(column) for column in zip(*measured, strict=True)]
-        lines.append(
-            f"| `serve`, `SGM_OUTPUT_FORMAT={output_format}` | {per_s[0]:,.0f} | {per_s[1]:,.0f} |"
-        )
-    return "\n".join(lines) + "\n"
-
-
-def done(bootstrap: str, group: str, topic: str) -> bool:
-    try:
-        return consumed(bootstrap, group, topic)
-    except KafkaException:  # a coordinator still loading: not yet
-        return False
 
 
 @dataclass

@@ -1,0 +1,100 @@
+"""``serve`` end to end in both output formats, for :mod:`bench.kafka_output`: the whole stream
+produced first, then the service's updates/s and deltas/s from its first assignment to its last
+committed epoch, records beside batches on the same input."""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import defaultdict
+from pathlib import Path
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
+
+from bench.kafka import consumed, log_lines, produce, serve_env, stamp, topics
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def drop_topics(bootstrap: str, *names: str) -> None:
+    """Delete topics once measured: a run writes gigabytes, more than a disk may hold."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.delete_topics(list(names), operation_timeout=30).values():
+        future.result(timeout=60)
+
+
+def serve_run(
+    bootstrap: str, tmp: Path, rows: list[tuple[int, int, int]], output_format: str
+) -> tuple[float, float]:
+    """``serve`` over the whole stream (produced first): updates/s and deltas/s from its first
+    assignment to its last committed epoch."""
+    topic = f"e2e-{output_format}-{uuid.uuid4().hex[:6]}"
+    topics(bootstrap, (topic, 3), (f"{topic}-out", 1), (f"{topic}-dlq", 1))
+    produce(bootstrap, topic, rows)
+    group = f"bench-{uuid.uuid4().hex[:8]}"
+    log = tmp / f"{group}.log"
+    env = serve_env(bootstrap, topic, group, tmp / group, SGM_OUTPUT_FORMAT=output_format)
+    with log.open("wb") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "monitor", "serve"],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+        deadline = time.monotonic() + 600
+        while (
+            time.monotonic() < deadline
+            and proc.poll() is None
+            and not done(bootstrap, group, topic)
+        ):
+            time.sleep(0.5)
+        proc.terminate()
+        proc.wait(60)
+    lines = log_lines(log)
+    first = min(stamp(x) for x in lines if x.get("message") == "partition assigned")
+    commits = [x for x in lines if x.get("message") == "epoch committed"]
+    last = max(stamp(x) for x in commits)
+    deltas = sum(int(x.get("deltas", 0)) for x in commits)
+    drop_topics(bootstrap, topic, f"{topic}-out", f"{topic}-dlq")
+    return len(rows) / (last - first), deltas / (last - first)
+
+
+def serve_table(
+    bootstrap: str, rows: list[tuple[int, int, int]], runs: int, engine: float, deltas: int
+) -> str:
+    """``serve`` end to end in both formats, alternating, medians of ``runs``; beside them the
+    engine alone (in process, no Kafka, no state store) on the same epochs."""
+    got: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    with tempfile.TemporaryDirectory() as tmp:
+        for run in range(runs):
+            for output_format in ("records", "batches")[:: 1 if run % 2 == 0 else -1]:
+                got[output_format].append(serve_run(bootstrap, Path(tmp), rows, output_format))
+                u, d = got[output_format][-1]
+                print(
+                    f"serve {output_format}: {u:,.0f} updates/s, {d:,.0f} deltas/s", file=sys.stderr
+                )
+    lines = [
+        "| end to end | updates/s | match deltas/s |",
+        "|---|---|---|",
+        f"| engine alone (in process, same epochs, {engine:.2f} s) | {len(rows) / engine:,.0f} "
+        f"| {deltas / engine:,.0f} |",
+    ]
+    for output_format, measured in got.items():
+        per_s = [statistics.median(column) for column in zip(*measured, strict=True)]
+        lines.append(
+            f"| `serve`, `SGM_OUTPUT_FORMAT={output_format}` | {per_s[0]:,.0f} | {per_s[1]:,.0f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def done(bootstrap: str, group: str, topic: str) -> bool:
+    try:
+        return consumed(bootstrap, group, topic)
+    except KafkaException:  # a coordinator still loading: not yet
+        return False
