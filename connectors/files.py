@@ -22,15 +22,13 @@ from operator import itemgetter
 import numpy as np
 import numpy.typing as npt
 
+from connectors.edge_blocks import classify_edge_lines, parse_edge_block, parse_edge_lines
 from connectors.events import EventRecord, FieldTypes, event_updates, parse_json_event
 from connectors.formats import (
     DEFAULT_RELATION,
     Decoded,
-    classify_edge_lines,
     is_comment,
     is_relation_name,
-    parse_edge_block,
-    parse_edge_lines,
     parse_json_record,
     parse_text_line,
 )

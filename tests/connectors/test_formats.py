@@ -11,14 +11,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from connectors.edge_blocks import classify_edge_lines, parse_edge_block, parse_edge_lines
 from connectors.formats import (
     _check_json_record,
-    classify_edge_lines,
     decode_json_record,
     decode_text_line,
     is_relation_name,
-    parse_edge_block,
-    parse_edge_lines,
     parse_json_record,
     parse_text_line,
 )
