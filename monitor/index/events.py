@@ -388,7 +388,7 @@ class EventStore:
         time: ``id``, ``src``, ``dst``, then every field (or those in ``fields``), absent where
         an event lacks it."""
         out: dict[str, Column] = {
-            "id": self.ids.decode(self.slot[eids]),
+            "id": self.ids.column(self.slot[eids]),
             "src": decode_vertex(self.src[eids]),
             "dst": decode_vertex(self.dst[eids]),
         }

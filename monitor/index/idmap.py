@@ -25,7 +25,15 @@ import numpy.typing as npt
 from core.errors import InputError
 from monitor.index.hashtable import U64, SlotTable, mix
 from monitor.index.levels import I32, I64, gather_ranges
-from monitor.index.texts import U8, decode_rows, hash_rows, pack_strings, padded, same_rows
+from monitor.index.texts import (
+    U8,
+    decode_rows,
+    hash_rows,
+    pack_strings,
+    padded,
+    plain_ascii,
+    same_rows,
+)
 
 S = TypeVar("S", bound=np.generic)
 
@@ -230,6 +238,23 @@ class IdMap:
         starts = self._end[chosen]
         out[strings] = decode_rows(self._text, starts, self._end[chosen + 1] - starts)
         return out
+
+    def column(self, slots: npt.NDArray[np.integer]) -> npt.NDArray[np.generic]:
+        """External ids of slots as an output column (:mod:`core.columns`) without a Python
+        object per id where it can: ``int64`` when all are integers, fixed-width ASCII bytes
+        when all are strings JSON writes as they are (the common ``tx-91``), else
+        :meth:`decode`'s ``object`` array."""
+        strings = self._string_mask()[slots]
+        if not strings.any() or not strings.all():
+            return self.decode(slots)
+        assert self._end is not None
+        chosen = slots.astype(np.int64)
+        starts = self._end[chosen]
+        lengths = self._end[chosen + 1] - starts
+        rows = padded(self._text, starts, lengths)
+        if not plain_ascii(rows, lengths):
+            return self.decode(slots)
+        return rows.view(f"S{rows.shape[1]}").reshape(-1)
 
     def id_hashes(self, slots: npt.NDArray[np.integer]) -> U64:
         """The stable hash of each slot's external id, from the stored bytes and values (no

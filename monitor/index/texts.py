@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
+from core.compiled import AVAILABLE, ENABLED, njit
 from monitor.index.hashtable import U64, mix
 from monitor.index.levels import I64
 
@@ -28,17 +29,47 @@ def pack_strings(strings: list[str]) -> tuple[U8, I64]:
     return np.frombuffer(data, np.uint8), lengths
 
 
-def padded(buffer: U8, starts: I64, lengths: I64, width: int | None = None) -> U8:
+def padded(
+    buffer: U8, starts: I64, lengths: I64, width: int | None = None, *, compiled: bool = ENABLED
+) -> U8:
     """One row per string (``buffer[starts[i]: starts[i] + lengths[i]]``), zero padded to
-    ``width`` (default: the longest, rounded up to a multiple of 8)."""
+    ``width`` (default: the longest, rounded up to a multiple of 8; a longer string is cut)."""
     if width is None:
         longest = int(lengths.max()) if lengths.shape[0] else 0
         width = max(8, -(-longest // 8) * 8)
+    out = np.zeros((lengths.shape[0], width), np.uint8)
+    if compiled:  # a copy per row: 5-7x faster than the masked gather on ids of ~10 bytes
+        _copy_rows(buffer, starts, np.minimum(lengths, width), out)
+        return out
     columns = np.arange(width, dtype=np.int64)
     inside = columns < lengths[:, None]
-    out = np.zeros((lengths.shape[0], width), np.uint8)
     out[inside] = buffer[(starts[:, None] + columns)[inside]]
     return out
+
+
+if AVAILABLE:
+
+    @njit(cache=True, nogil=True)
+    def _copy_rows(buffer, starts, lengths, out):  # type: ignore[no-untyped-def]
+        """Row ``i`` of ``out`` starts with ``buffer[starts[i]: starts[i] + lengths[i]]``
+        (unsigned indices, as in :mod:`connectors.json_place`: no wraparound checks)."""
+        for i in range(starts.shape[0]):
+            first, row = np.uint64(starts[i]), out[i]
+            for j in range(np.uint64(lengths[i])):
+                row[j] = buffer[first + j]
+
+
+def plain_ascii(rows: U8, lengths: I64) -> bool:
+    """Whether every padded row holds text that JSON writes as it is between quotes: printable
+    ASCII without ``"`` or ``\\``, none empty (the padding is zeros)."""
+    if not rows.shape[0]:
+        return True
+    if not bool((lengths > 0).all()) or bool((rows >= 0x7F).any()):
+        return False
+    if bool(((rows == ord('"')) | (rows == ord("\\"))).any()):
+        return False
+    # Bytes below a space are the padding only: as many as the rows leave unused.
+    return int(np.count_nonzero(rows < 0x20)) == rows.size - int(lengths.sum())
 
 
 def hash_rows(rows: U8, lengths: I64) -> U64:

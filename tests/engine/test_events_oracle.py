@@ -309,7 +309,7 @@ def _filter(left: int, op: str, right: int) -> bool:
 
 def deltas(out: list) -> Iterator[tuple[str, tuple[tuple[int, ...], tuple[str, ...]], int]]:  # type: ignore[type-arg]
     for q in out:
-        edges = [q.edges[e]["id"].tolist() for e in q.edges]
+        edges = [python_values(q.edges[e]["id"]) for e in q.edges]
         for i, diff in enumerate(q.diff.tolist()):
             vertices = tuple(int(c[i]) for c in q.columns)
             yield q.query, (vertices, tuple(str(e[i]) for e in edges)), diff

@@ -4,13 +4,19 @@ export/restore, and strings a fixed-width array would get wrong (NULs, non-ASCII
 from __future__ import annotations
 
 import numpy as np
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from connectors.json_rows import encode_rows
+from connectors.json_rows import values as values_of
+from core.columns import python_values
+from core.compiled import AVAILABLE
 from core.errors import InputError
 from monitor.index.hashtable import SlotTable
 from monitor.index.idmap import IdMap
+from monitor.index.texts import padded
 
 ODD = ["", "\x00", "a\x00", "\x00a", "é", "日本", "\ud800", "x" * 100, "tx-1", "1", "-1"]
 ids = st.one_of(
@@ -194,3 +200,41 @@ def test_id_hashes_from_the_stored_bytes_are_the_match_id_hashes(values: list[ob
     for compiled in (None, False):  # the default (compiled where numba is in use), numpy
         direct = match_ids("q", [Hashed(idmap.id_hashes(slots))], len(values), compiled=compiled)
         assert direct.tolist() == match_ids("q", [decoded], len(values), compiled=False).tolist()
+
+
+plain = st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7E), min_size=1, max_size=20)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(ids, plain, plain), min_size=1, max_size=30), st.integers(0, 2**32))
+def test_the_output_column_of_slots_holds_the_decoded_ids(values: list[object], seed: int) -> None:
+    """The ids of a match's events go out as a column (fixed-width bytes where every id is
+    plain ASCII text, no Python string per id): as JSON it must be the decoded ids, whatever
+    the mix (integers, empty, quotes, backslashes, controls, non-ASCII, surrogates)."""
+    idmap = IdMap()
+    slots = idmap.encode(column(values), add=True)
+    picked = np.random.default_rng(seed).permutation(slots)
+    got = idmap.column(picked)
+    assert python_values(got) == idmap.decode(picked).tolist()
+    texts = [v for v in values if isinstance(v, str)]
+    simple = all(t and t.isascii() and t.isprintable() and not {'"', "\\"} & set(t) for t in texts)
+    if len(texts) == len(values) and simple:
+        assert got.dtype.kind == "S", "plain text ids are encoded without Python strings"
+    if any("\ud800" in t for t in texts):
+        return  # not JSON text (orjson, the input's decoder, refuses lone surrogates)
+    text, ends = encode_rows([values_of(got)], len(values))
+    written = np.split(text, ends[:-1])
+    assert [bytes(w) for w in written] == [orjson.dumps(v) for v in idmap.decode(picked).tolist()]
+
+
+@given(st.lists(st.binary(max_size=30), max_size=40), st.integers(0, 40))
+def test_padded_rows_compiled_and_in_numpy_are_the_same(texts: list[bytes], width: int) -> None:
+    buffer = np.frombuffer(b"".join(texts) or b"\x00", np.uint8)
+    lengths = np.array([len(t) for t in texts], np.int64)
+    starts = np.cumsum(lengths) - lengths
+    for w in (None, max(width, 1)):
+        numpy_rows = padded(buffer, starts, lengths, w, compiled=False)
+        if AVAILABLE:
+            assert (padded(buffer, starts, lengths, w, compiled=True) == numpy_rows).all()
+        cut = [t[: numpy_rows.shape[1]] for t in texts]
+        assert [bytes(r[: len(t)]) for r, t in zip(numpy_rows, cut, strict=True)] == cut
