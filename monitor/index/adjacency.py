@@ -3,7 +3,7 @@
 Three levels, as the paper's multi-version index:
 
 - *compacted*: CSR over dense keys (``offsets``, and ``targets`` sorted within each key), 4 bytes
-  per stored pair plus 8 per key;
+  per stored pair plus 4 per key (8 once the CSR holds :data:`NARROW_OFFSETS` pairs or more);
 - *committed*: a :class:`~monitor.index.levels.Level` of the changes since the last compaction,
   merged into the compacted level when it grows past ``compaction_ratio`` of it (amortized, as the
   per-vertex LSM lists of the paper);
@@ -19,9 +19,21 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from monitor.index.kernels import contains
+from monitor.index.kernels import Offsets, contains
 from monitor.index.levels import I8, I32, I64, Level, gather_ranges, merge, pack, unpack
 from monitor.plan.cut import Cut
+
+#: CSR offsets are ``int32`` below this many pairs (2**30: a binary search's ``lo + hi`` over
+#: them never overflows 32 bits).
+NARROW_OFFSETS = 1 << 30
+
+
+def csr_offsets(counts: npt.NDArray[np.integer]) -> Offsets:
+    """The CSR offsets of keys with ``counts`` values each (``keys + 1`` entries)."""
+    total = int(counts.sum()) if counts.shape[0] else 0
+    offsets = np.zeros(counts.shape[0] + 1, np.int32 if total < NARROW_OFFSETS else np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    return offsets
 
 
 class AdjacencyView:
@@ -32,14 +44,14 @@ class AdjacencyView:
 
     __slots__ = ("delta", "offsets", "targets")
 
-    def __init__(self, offsets: I64, targets: I32, delta: Level) -> None:
+    def __init__(self, offsets: Offsets, targets: I32, delta: Level) -> None:
         self.offsets = offsets
         self.targets = targets
         self.delta = delta
 
     def count(self, keys: npt.NDArray[np.integer]) -> I64:
         """Number of values of each key."""
-        counts: I64 = self.offsets[keys + 1] - self.offsets[keys]
+        counts: I64 = (self.offsets[keys + 1] - self.offsets[keys]).astype(np.int64)
         if len(self.delta):
             counts = counts + self.delta.net(keys)
         return counts
@@ -83,7 +95,7 @@ class Adjacency:
     def __init__(self, compaction_ratio: float = 0.125, compaction_min: int = 4096) -> None:
         self.compaction_ratio = compaction_ratio
         self.compaction_min = compaction_min
-        self._offsets = np.zeros(2, np.int64)
+        self._offsets: Offsets = np.zeros(2, np.int32)
         self._keys = 1
         self.targets: I32 = np.empty(0, np.int32)
         self.committed = Level.empty()
@@ -94,7 +106,7 @@ class Adjacency:
     # -- shape -------------------------------------------------------------------------------
 
     @property
-    def offsets(self) -> I64:
+    def offsets(self) -> Offsets:
         """CSR offsets of the compacted level: ``keys + 1`` entries."""
         return self._offsets[: self._keys + 1]
 
@@ -103,7 +115,7 @@ class Adjacency:
         if n <= self._keys:
             return
         if n + 1 > self._offsets.shape[0]:
-            grown = np.empty(max(n + 1, 2 * self._offsets.shape[0]), np.int64)
+            grown = np.empty(max(n + 1, 2 * self._offsets.shape[0]), self._offsets.dtype)
             grown[: self._keys + 1] = self._offsets[: self._keys + 1]
             self._offsets = grown
         self._offsets[self._keys + 1 : n + 1] = self._offsets[self._keys]
@@ -121,7 +133,7 @@ class Adjacency:
     def nbytes(self) -> int:
         """Bytes held by the compacted and committed levels."""
         return (
-            8 * (self._keys + 1)
+            self._offsets.itemsize * (self._keys + 1)
             + self.targets.nbytes
             + self.committed.pairs.nbytes
             + self.committed.diff.nbytes
@@ -164,9 +176,7 @@ class Adjacency:
             return
         current = self.pairs(Cut.OLD)
         new_keys, self.targets = unpack(current)
-        counts = np.bincount(new_keys, minlength=self._keys)
-        self._offsets = np.zeros(self._keys + 1, np.int64)
-        np.cumsum(counts, out=self._offsets[1:])
+        self._offsets = csr_offsets(np.bincount(new_keys, minlength=self._keys))
         self.committed = Level.empty()
         self.compactions += 1
 
@@ -174,9 +184,7 @@ class Adjacency:
         """Replace everything by the unique sorted packed ``pairs`` (bulk load)."""
         keys, self.targets = unpack(pairs)
         n = max(self._keys, int(keys[-1]) + 1 if keys.shape[0] else 0)
-        counts = np.bincount(keys, minlength=n)
-        self._offsets = np.zeros(n + 1, np.int64)
-        np.cumsum(counts, out=self._offsets[1:])
+        self._offsets = csr_offsets(np.bincount(keys, minlength=n))
         self._keys = n
         self.committed = Level.empty()
         self.uncommitted = Level.empty()

@@ -133,7 +133,7 @@ class EventIndex:
             for kind, name in (("pairs", selection.pairs), ("events", selection.events)):
                 rel = self.graph.relations[name]
                 for _, adjacency in rel.adjacencies():
-                    offsets = 8 * (adjacency.key_count + 1)
+                    offsets = adjacency.offsets.nbytes
                     out[f"{kind} relations: offsets"] += offsets
                     out[f"{kind} relations: values"] += adjacency.nbytes - offsets
                 keys = sum(k.nbytes for k in rel.tuple_keys if k is not None)

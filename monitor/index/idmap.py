@@ -17,7 +17,7 @@ integer), ``str`` as the same ``str``.
 from __future__ import annotations
 
 import itertools
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -43,6 +43,8 @@ MAX_IDS = 2**31 - 1
 #: string's hashes differ even where their bytes agree.
 INT_ID_TAG = np.uint64(0x6A09E667F3BCC908)
 STR_ID_TAG = np.uint64(0xBB67AE8584CAA73B)
+#: The largest text offset a ``uint32`` end holds (beyond it the ends become ``int64``).
+TEXT_OFFSET_MAX = 2**32 - 1
 #: Bytes of text hashed at once when the string table grows (bounds the padded matrix).
 REHASH_CHUNK = 1 << 18
 
@@ -56,7 +58,9 @@ class IdMap:
         self._size = 0
         self._capacity = 0
         self._value: I64 | None = None  # integer ids, by slot (with the first integer)
-        self._end: I64 | None = None  # text end offsets, by slot + 1 (with the first string)
+        #: Text end offsets by slot + 1 (with the first string): ``uint32`` while the text fits
+        #: in 4 GiB (4 bytes an id), then ``int64``.
+        self._end: npt.NDArray[np.integer[Any]] | None = None
         self._is_string: npt.NDArray[np.bool_] | None = None  # once both kinds are present
         self._text: U8 = np.empty(0, np.uint8)
         self._text_size = 0
@@ -149,16 +153,24 @@ class IdMap:
         hashes = hash_rows(rows, lengths)
         return hashes if self._hash_mask is None else hashes & self._hash_mask
 
+    def _spans(self, slots: npt.NDArray[np.integer]) -> tuple[I64, I64]:
+        """Where the text of each string slot starts, and its length in bytes."""
+        assert self._end is not None
+        at = slots.astype(np.int64)
+        starts = self._end[at].astype(np.int64)
+        return starts, self._end[at + 1].astype(np.int64) - starts
+
     def _rows(self, slots: I32, width: int) -> tuple[U8, I64]:
         """The padded text rows of string ``slots`` and their lengths."""
         assert self._end is not None
-        starts = self._end[slots]
-        lengths = self._end[slots.astype(np.int64) + 1] - starts
+        starts, lengths = self._spans(slots)
         return padded(self._text, starts, np.minimum(lengths, width), width), lengths
 
     def _append_text(self, rows: U8, lengths: I64, slots: I32) -> None:
         assert self._end is not None
         total = int(lengths.sum())
+        if self._text_size + total > TEXT_OFFSET_MAX and self._end.dtype != np.int64:
+            self._end = self._end.astype(np.int64)
         if self._text_size + total > self._text.shape[0]:  # an eighth more: amortized copies
             capacity = max(self._text_size + total, self._text.shape[0] * 9 // 8, 1 << 16)
             self._text = _resized(self._text, capacity, 0)
@@ -184,7 +196,7 @@ class IdMap:
         if self._is_string is None and start and had_strings != strings:  # now both kinds
             self._is_string = np.full(self._capacity, had_strings, np.bool_)
         if strings and self._end is None:
-            self._end = np.zeros(self._capacity + 1, np.int64)
+            self._end = np.zeros(self._capacity + 1, np.uint32)
         if not strings and self._value is None:
             self._value = np.zeros(self._capacity, np.int64)
         new = np.arange(start, start + n, dtype=np.int32)
@@ -208,8 +220,7 @@ class IdMap:
         hashes = np.empty(slots.shape[0], np.uint64)
         for lo in range(0, slots.shape[0], REHASH_CHUNK):
             chunk = slots[lo : lo + REHASH_CHUNK]
-            starts = self._end[chunk]
-            lengths = self._end[chunk.astype(np.int64) + 1] - starts
+            starts, lengths = self._spans(chunk)
             hashes[lo : lo + REHASH_CHUNK] = self._hash(
                 padded(self._text, starts, lengths), lengths
             )
@@ -235,8 +246,7 @@ class IdMap:
             out[~strings] = self._value[slots[~strings]].astype(object)
         assert self._end is not None
         chosen = slots[strings].astype(np.int64)
-        starts = self._end[chosen]
-        out[strings] = decode_rows(self._text, starts, self._end[chosen + 1] - starts)
+        out[strings] = decode_rows(self._text, *self._spans(chosen))
         return out
 
     def column(self, slots: npt.NDArray[np.integer]) -> npt.NDArray[np.generic]:
@@ -249,8 +259,7 @@ class IdMap:
             return self.decode(slots)
         assert self._end is not None
         chosen = slots.astype(np.int64)
-        starts = self._end[chosen]
-        lengths = self._end[chosen + 1] - starts
+        starts, lengths = self._spans(chosen)
         rows = padded(self._text, starts, lengths)
         if not plain_ascii(rows, lengths):
             return self.decode(slots)
@@ -270,8 +279,7 @@ class IdMap:
         if strings.any():
             assert self._end is not None
             chosen = slots[strings].astype(np.int64)
-            starts = self._end[chosen]
-            lengths = self._end[chosen + 1] - starts
+            starts, lengths = self._spans(chosen)
             out[strings] = hash_rows(padded(self._text, starts, lengths), lengths) ^ STR_ID_TAG
         return out
 
@@ -303,9 +311,9 @@ class IdMap:
         lengths = np.empty(0, "<u4")
         if self._end is not None and slots.shape[0]:  # string texts follow each other by slot
             at = slots[kinds]
-            starts, ends = self._end[at], self._end[at + 1]
-            lengths = (ends - starts).astype("<u4")
-            texts = _gathered(self._text, starts, ends)
+            starts, spans = self._spans(at)
+            lengths = spans.astype("<u4")
+            texts = _gathered(self._text, starts, starts + spans)
         head = np.uint32(slots.shape[0]).astype("<u4").tobytes()
         return b"".join(
             [head, kinds.astype(np.uint8).tobytes(), ints.tobytes(), lengths.tobytes(), texts]

@@ -19,6 +19,7 @@ machine pays the compilation (about a second).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -26,13 +27,16 @@ import numpy.typing as npt
 from core.compiled import AVAILABLE, ENABLED, njit
 from monitor.index.levels import I8, I32, I64, VALUE_BITS, pack
 
+Offsets = npt.NDArray[np.signedinteger[Any]]
+"""CSR offsets: ``int32`` while they fit (half the bytes per key), else ``int64``."""
+
 Contains = Callable[
-    [I64, I32, I64, I8, npt.NDArray[np.integer], npt.NDArray[np.integer]], npt.NDArray[np.bool_]
+    [Offsets, I32, I64, I8, npt.NDArray[np.integer], npt.NDArray[np.integer]], npt.NDArray[np.bool_]
 ]
 
 
 def numpy_contains(
-    offsets: I64,
+    offsets: Offsets,
     targets: I32,
     level_pairs: I64,
     level_diff: I8,
@@ -50,7 +54,7 @@ def numpy_contains(
 
 
 def segment_contains(
-    offsets: I64, targets: I32, keys: npt.NDArray[np.integer], values: npt.NDArray[np.integer]
+    offsets: Offsets, targets: I32, keys: npt.NDArray[np.integer], values: npt.NDArray[np.integer]
 ) -> npt.NDArray[np.bool_]:
     """Whether each value is in its key's sorted CSR segment: all binary searches at once.
 
@@ -58,8 +62,8 @@ def segment_contains(
     decreasing powers of two while the target there is still ``<= value``; after
     ``log2(longest segment)`` whole-array steps it rests on the last target ``<= value``.
     """
-    lo = offsets[keys]
-    end = offsets[keys + 1]
+    lo = offsets[keys].astype(np.int64)
+    end = offsets[keys + 1].astype(np.int64)
     if not lo.shape[0]:
         return np.zeros(0, np.bool_)
     values = values.astype(np.int32, copy=False)
@@ -139,8 +143,9 @@ def warm() -> None:
     if _warm:
         return
     _warm = True
-    offsets, targets = np.zeros(2, np.int64), np.zeros(0, np.int32)
+    targets = np.zeros(0, np.int32)
     level_pairs, level_diff = np.zeros(0, np.int64), np.zeros(0, np.int8)
     values = np.zeros(1, np.int32)
-    for keys in (np.zeros(1, np.int32), np.zeros(1, np.int64)):
-        contains(offsets, targets, level_pairs, level_diff, keys, values)
+    for offsets in (np.zeros(2, np.int32), np.zeros(2, np.int64)):  # narrow and wide CSRs
+        for keys in (np.zeros(1, np.int32), np.zeros(1, np.int64)):
+            contains(offsets, targets, level_pairs, level_diff, keys, values)

@@ -14,6 +14,7 @@ from connectors.json_rows import values as values_of
 from core.columns import python_values
 from core.compiled import AVAILABLE
 from core.errors import InputError
+from monitor.index import idmap as idmap_module
 from monitor.index.hashtable import SlotTable
 from monitor.index.idmap import IdMap
 from monitor.index.texts import padded
@@ -238,3 +239,25 @@ def test_padded_rows_compiled_and_in_numpy_are_the_same(texts: list[bytes], widt
             assert (padded(buffer, starts, lengths, w, compiled=True) == numpy_rows).all()
         cut = [t[: numpy_rows.shape[1]] for t in texts]
         assert [bytes(r[: len(t)]) for r, t in zip(numpy_rows, cut, strict=True)] == cut
+
+
+def test_text_ends_grow_from_four_bytes_to_eight_past_the_largest_offset(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Ends are ``uint32`` (4 bytes an id) until the text passes what they hold, then
+    ``int64``; the ids before and after read back the same (lowered threshold: no 4 GiB)."""
+    monkeypatch.setattr(idmap_module, "TEXT_OFFSET_MAX", 100)
+    idmap = IdMap()
+    first = [f"id-{i}" for i in range(20)]  # 4-5 bytes each: under 100
+    later = [f"id-{i}" for i in range(20, 60)]
+    idmap.encode(column(first))
+    assert idmap._end is not None and idmap._end.dtype == np.uint32
+    idmap.encode(column(later))
+    assert idmap._end.dtype == np.int64
+    slots = idmap.encode(column(first + later), add=False)
+    assert slots.tolist() == list(range(60))
+    assert idmap.decode(slots).tolist() == first + later
+    assert python_values(idmap.column(slots)) == first + later
+    restored = IdMap()
+    restored.restore(idmap.export())
+    assert restored.decode(slots).tolist() == first + later

@@ -11,8 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from monitor.index import kernels
+from monitor.index import adjacency, kernels
 from monitor.index.levels import pack
+from monitor.plan.cut import Cut
 
 
 @st.composite
@@ -25,7 +26,8 @@ def cases(draw: st.DrawFn) -> tuple[np.ndarray, ...]:  # type: ignore[type-arg]
     }
     pairs = np.array(sorted(pack(np.array([k]), np.array([v]))[0] for k, v in stored), np.int64)
     csr_keys, csr_values = pairs >> 32, (pairs & 0xFFFFFFFF).astype(np.int32)
-    offsets = np.zeros(keys + 1, np.int64)
+    narrow = draw(st.booleans())  # the CSR's offsets are int32 below 2**30 pairs
+    offsets = np.zeros(keys + 1, np.int32 if narrow else np.int64)
     np.cumsum(np.bincount(csr_keys, minlength=keys), out=offsets[1:])
     removed = draw(st.sets(st.sampled_from(sorted(stored)), max_size=4)) if stored else set()
     added = draw(st.sets(st.tuples(st.integers(0, keys - 1), value), max_size=4)) - stored
@@ -59,3 +61,19 @@ def test_both_kernels_answer_as_the_set_of_current_pairs(case: tuple[np.ndarray,
 def test_the_compiled_kernel_is_in_use() -> None:
     pytest.importorskip("numba")
     assert kernels.KERNELS == "numba", "set SGM_NUMBA=1 (or unset) to test the compiled kernel"
+
+
+def test_offsets_are_narrow_below_the_limit_and_wide_from_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """4 bytes a key while the CSR is small enough; 8 from the limit on, answers unchanged."""
+    monkeypatch.setattr(adjacency, "NARROW_OFFSETS", 6)
+    pairs = np.sort(pack(np.array([0, 0, 1, 2, 2, 2]), np.array([1, 5, 3, 0, 4, 7])))
+    for extra, dtype in ((0, np.int32), (1, np.int64)):
+        adj = adjacency.Adjacency()
+        adj.load(pairs[: 5 + extra])
+        assert adj.offsets.dtype == dtype
+        view = adj.view(Cut.OLD)
+        assert view.count(np.array([0, 1, 2])).tolist() == [2, 1, 2 + extra]
+        keys, values = np.array([0, 0, 2, 2]), np.array([5, 4, 4, 7])
+        assert view.contains(keys, values).tolist() == [True, False, True, bool(extra)]
