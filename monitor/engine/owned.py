@@ -22,6 +22,11 @@ one it changed is present only in ``NEW`` (diff ``+1``) or only in ``OLD`` (``-1
 epoch's table of changed tuples (:class:`ChangedTuples`, one sorted array per relation, built
 once per epoch) answers everything: which tuples changed, how, and whose change it was.
 
+A projection (the pairs atom beside an events atom, :mod:`monitor.plan.cut`) seeds no delta
+query, and its presence at a version follows from its events atom's: the rule runs over the
+other atoms. (With it, the first contributing atom could be a pair whose change a *different*
+event of the pair decided, on another worker, and the binding would be lost.)
+
 The rule needs the query's head to name every body variable (a projection sums over hidden
 variables, so a binding is not one join row); the settings refuse it otherwise.
 """
@@ -37,6 +42,7 @@ import numpy.typing as npt
 from monitor.engine.extend import IndexReader, last_key
 from monitor.index.graph import Change
 from monitor.index.levels import I8, I32, I64, pack
+from monitor.plan.planner import projections
 from monitor.query.ast import Query
 
 
@@ -130,8 +136,9 @@ def decide(query: Query, bindings: Sequence[I32], changed: ChangedTuples) -> tup
     if n == 0:
         return [b[:0] for b in bindings], np.empty(0, np.int64)
     position = {v: i for i, v in enumerate(query.head)}
+    projected = projections(query)
     diffs, owned = [], []
-    for atom in query.atoms:
+    for atom in (a for i, a in enumerate(query.atoms) if i not in projected):
         d, o = changed.lookup(atom.relation, [bindings[position[v]] for v in atom.variables])
         diffs.append(d)
         owned.append(o)

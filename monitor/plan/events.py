@@ -11,9 +11,10 @@ The first is an ordinary binary relation (the pairs with a selected event): it c
 proposes and intersects to bind ``a`` and ``b``. The second binds ``t`` to each selected event
 of the bound pair once both are bound (its only index is by pair). An atom without ``as``
 reads the pairs only, ``transfer(a, b)``: set semantics, present while one event is. Since
-``events`` implies ``pairs``, the rewritten join has exactly the original matches, and its
-delta queries, seeded by changed events and changed pairs with the usual cuts, sum to the
-original's change.
+``events`` implies ``pairs``, the rewritten join has exactly the original matches. The pairs
+atom beside an events atom is its *projection* (:mod:`monitor.plan.cut`): it reads the events
+atom's cut and seeds nothing, so the delta queries are seeded by changed events (and by the
+changed pairs of atoms without ``as``) and sum to the original's change.
 
 Predicates across edge variables become join filters (:class:`~monitor.plan.plan.FieldFilter`),
 placed by the planner at the first stage where both variables are bound. ``distinct`` becomes

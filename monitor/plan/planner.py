@@ -8,7 +8,8 @@ from :func:`~monitor.plan.cut.cut_of` only.
 
 from __future__ import annotations
 
-from itertools import combinations
+from collections.abc import Callable
+from itertools import combinations, pairwise
 
 from core.errors import PlanError
 from core.fields import base_relation
@@ -26,8 +27,20 @@ from monitor.query.ast import Atom, FieldRef, Query
 
 
 def delta_queries(query: Query) -> tuple[DeltaQuery, ...]:
-    """One delta query per atom of ``query``, in atom order."""
-    return tuple(build(query, i, delta=True) for i in range(len(query.atoms)))
+    """One delta query per atom of ``query`` that is not a projection (:mod:`monitor.plan.cut`),
+    in atom order."""
+    projected = projections(query)
+    return tuple(build(query, i, delta=True) for i in range(len(query.atoms)) if i not in projected)
+
+
+def projections(query: Query) -> dict[int, int]:
+    """Each projection atom's index -> the index of the events atom it is the pairs of:
+    ``R{S}(a, b)`` followed by ``R{S}#events(a, b, t)``."""
+    return {
+        i: i + 1
+        for i, (atom, events) in enumerate(pairwise(query.atoms))
+        if events.relation == f"{atom.relation}#events" and events.variables[:-1] == atom.variables
+    }
 
 
 def static_plan(query: Query) -> DeltaQuery:
@@ -74,7 +87,14 @@ def build(query: Query, seed: int, *, delta: bool) -> DeltaQuery:
     column = {var: i for i, var in enumerate(order)}
     seed_cut = seed if delta else None
     seed_atom = query.atoms[seed]
+    projected = projections(query)
     used = {seed}
+    if delta:  # the seed's own pairs hold wherever its changed events do
+        used.update(i for i, events in projected.items() if events == seed)
+
+    def cut(i: int) -> Cut:
+        return cut_of(i, seed_cut, projected.get(i))
+
     comparisons = _comparisons(query, column)
     placed: set[Comparison] = set()
     joins = _field_filters(query, column)
@@ -99,7 +119,7 @@ def build(query: Query, seed: int, *, delta: bool) -> DeltaQuery:
                         i,
                         atom.relation,
                         tuple(column[v] for v in atom.variables),
-                        cut_of(i, seed_cut),
+                        cut(i),
                     )
                 )
                 used.add(i)
@@ -110,7 +130,7 @@ def build(query: Query, seed: int, *, delta: bool) -> DeltaQuery:
     first_checks = checks_until(width)
     first_comparisons = comparisons_until(width)
     first_joins = joins_until(width)
-    first_guards = _guards(query, order, width, used, column, seed_cut)
+    first_guards = _guards(query, order, width, used, column, cut)
     stages = []
     for var in order[width:]:
         extenders = []
@@ -123,7 +143,7 @@ def build(query: Query, seed: int, *, delta: bool) -> DeltaQuery:
                 or len(atom.variables) - len(others) != 1
             ):
                 continue
-            extenders.append(_extender(i, atom, var, column, cut_of(i, seed_cut)))
+            extenders.append(_extender(i, atom, var, column, cut(i)))
             used.add(i)
         stages.append(
             Stage(
@@ -134,7 +154,7 @@ def build(query: Query, seed: int, *, delta: bool) -> DeltaQuery:
                 joins_until(column[var] + 1),
             )
         )
-    rule = _rule(query, seed, delta, comparisons)
+    rule = _rule(query, seed, delta, cut)
     return DeltaQuery(
         query.name,
         rule,
@@ -183,7 +203,7 @@ def _guards(
     width: int,
     used: set[int],
     column: dict[str, int],
-    seed_cut: int | None,
+    cut: Callable[[int], Cut],
 ) -> tuple[Extender, ...]:
     """The seed's guards: atoms of arity >= 3 whose variables but one the seed binds, and whose
     free variable a later stage than the first binds (the first stage counts it anyway)."""
@@ -193,7 +213,7 @@ def _guards(
         if i in used or len(atom.variables) < 3 or len(free) != 1 or free[0] == order[width]:
             continue
         if atom.variables.count(free[0]) == 1:
-            out.append(_extender(i, atom, free[0], column, cut_of(i, seed_cut)))
+            out.append(_extender(i, atom, free[0], column, cut(i)))
     return tuple(out)
 
 
@@ -220,14 +240,18 @@ def _comparisons(query: Query, column: dict[str, int]) -> list[Comparison]:
     return list(found.values())
 
 
-def _rule(query: Query, seed: int, delta: bool, comparisons: list[Comparison]) -> str:
-    """``dQ/de#2 := e'(a, b), de(b, c), e(a, c)``: primes read NEW, ``d`` is the seed's change."""
+def _rule(query: Query, seed: int, delta: bool, cut: Callable[[int], Cut]) -> str:
+    """``dQ/de#2 := e'(a, b), de(b, c), e(a, c)``: primes read NEW, ``d`` is the seed's change
+    (the seed's projection, which the delta query leaves out, is not written)."""
+    own = {i for i, events in projections(query).items() if events == seed} if delta else set()
     parts = []
     for i, atom in enumerate(query.atoms):
         args = ", ".join(atom.variables)
+        if i in own:
+            continue
         if delta and i == seed:
             parts.append(f"d{atom.relation}({args})")
-        elif not delta or cut_of(i, seed) is Cut.NEW:
+        elif not delta or cut(i) is Cut.NEW:
             parts.append(f"{atom.relation}'({args})")
         else:
             parts.append(f"{atom.relation}({args})")

@@ -11,7 +11,7 @@ from core.errors import PlanError
 from monitor.plan.cut import Cut, cut_of
 from monitor.plan.events import event_relations, rewrite
 from monitor.plan.plan import DeltaQuery
-from monitor.plan.planner import attribute_order, delta_queries, static_plan
+from monitor.plan.planner import attribute_order, delta_queries, projections, static_plan
 from monitor.query.ast import Atom, Query
 from monitor.query.builtins import BUILTIN_QUERIES, builtin
 from monitor.query.load import load_queries
@@ -93,20 +93,25 @@ def atoms_used(plan: DeltaQuery) -> list[int]:
 
 @pytest.mark.parametrize("name", sorted(QUERIES))
 def test_every_plan_uses_each_atom_once_with_its_cut(name: str) -> None:
+    """Every atom but the projections seeds one plan; a plan reads every atom once (but the
+    seed's own projection) with the cut of :func:`cut_of`."""
     query = rewrite(QUERIES[name], EVENTS).internal
-    for seed, plan in enumerate(delta_queries(query)):
+    projected = projections(query)
+    seeds = [i for i in range(len(query.atoms)) if i not in projected]
+    for seed, plan in zip(seeds, delta_queries(query), strict=True):
         assert plan.seed.atom == seed and plan.seed.delta
-        assert sorted(atoms_used(plan)) == list(range(len(query.atoms)))
+        own = {i for i, events in projected.items() if events == seed}
+        assert sorted(atoms_used(plan)) == sorted(set(range(len(query.atoms))) - own)
         assert plan.order[: len(set(query.atoms[seed].variables))] == tuple(
             dict.fromkeys(query.atoms[seed].variables)
         )
         for stage in plan.stages:
             assert stage.extenders, f"stage {stage.variable} has nothing to propose"
             for e in stage.extenders:
-                assert e.cut is cut_of(e.atom, seed)
+                assert e.cut is cut_of(e.atom, seed, projected.get(e.atom))
                 assert all(k < plan.order.index(stage.variable) for k in e.key)
             for c in stage.checks:
-                assert c.cut is cut_of(c.atom, seed)
+                assert c.cut is cut_of(c.atom, seed, projected.get(c.atom))
         assert sorted(plan.order) == sorted(query.head)
         assert [plan.order[c] for c in plan.output] == list(query.head)
 
@@ -124,14 +129,18 @@ def test_guards_are_later_extenders_whose_key_the_seed_binds(name: str) -> None:
 
 
 def test_a_changed_pair_is_guarded_by_its_events_before_the_epoch() -> None:
-    """dQ/dpairs reads the seed pair's events under OLD: a pair that appears had none, so it
-    seeds nothing and is dropped before the first stage extends it."""
-    internal = rewrite(QUERIES["big_ring"], EVENTS).internal
+    """A set-semantics pair atom seeds its own delta query, which reads the seed pair's
+    events under OLD where they come after it: a pair that appears had none, so it seeds
+    nothing and is dropped before the first stage extends it."""
+    query = parse_queries(
+        "q(a, b, c) := transfer(a, b), transfer(a, b) as t, transfer(b, c), transfer(c, a)."
+    )[0]
+    internal = rewrite(query, {"transfer"}).internal
     first = delta_queries(internal)[0]
-    assert [(g.relation, g.cut) for g in first.guards] == [
-        ("transfer{amount >= 1000, channel != 'cash'}#events", Cut.OLD)
-    ]
-    assert not delta_queries(internal)[1].guards  # seeded by the events themselves
+    assert first.seed.atom == 0
+    assert [(g.relation, g.cut) for g in first.guards] == [("transfer#events", Cut.OLD)]
+    events = next(p for p in delta_queries(internal) if p.seed.relation == "transfer#events")
+    assert not events.guards  # seeded by the events themselves
 
 
 @pytest.mark.parametrize("name", sorted(QUERIES))
@@ -169,3 +178,35 @@ def test_a_variable_unreachable_from_the_seed_is_a_plan_error() -> None:
     query = Query("q", ("a", "b", "c"), (Atom("e", ("a", "b")), Atom("e", ("c", "c"))))
     with pytest.raises(PlanError, match="c is not connected"):
         delta_queries(query)
+
+
+def test_projections_read_their_events_cut_and_seed_nothing() -> None:
+    """``R{S}(a, b)`` beside ``R{S}#events(a, b, t)`` is the pairs of those events at every
+    version: it reads the events atom's cut, seeds no delta query, and the events atom's own
+    delta query leaves it out. A set-semantics atom (no ``as``) keeps its delta query."""
+    internal = rewrite(QUERIES["big_ring"], EVENTS).internal
+    assert projections(internal) == {0: 1, 2: 3, 4: 5}
+    plans = delta_queries(internal)
+    assert [p.seed.atom for p in plans] == [1, 3, 5]
+    for plan in plans:
+        own = plan.seed.atom - 1
+        reads = {e.atom: e.cut for s in plan.stages for e in s.extenders}
+        reads.update({c.atom: c.cut for c in plan.checks})
+        reads.update({c.atom: c.cut for s in plan.stages for c in s.checks})
+        assert own not in reads, plan.describe()
+        for pairs, events in projections(internal).items():
+            if pairs in reads and events in reads:
+                assert reads[pairs] == reads[events], plan.describe()
+    mixed = parse_queries(
+        "q(a, b, c) := transfer(a, b) as t, transfer(b, c), transfer(c, a) as u."
+    )[0]
+    internal = rewrite(mixed, EVENTS).internal
+    assert [a.relation for a in internal.atoms] == [
+        "transfer",
+        "transfer#events",
+        "transfer",
+        "transfer",
+        "transfer#events",
+    ]
+    assert projections(internal) == {0: 1, 3: 4}
+    assert [p.seed.atom for p in delta_queries(internal)] == [1, 2, 4]
