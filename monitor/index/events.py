@@ -63,18 +63,29 @@ class StringPool:
         return sum(len(s) + 60 for s in self.strings)
 
 
+def code_dtype(codes: int) -> type[np.signedinteger[Any]]:
+    """The narrowest integer type holding string codes ``-2 .. codes - 1`` (a field's few
+    distinct values take a byte an event: ``channel``, ``country``, ``status``)."""
+    if codes <= np.iinfo(np.int8).max:
+        return np.int8
+    if codes <= np.iinfo(np.int16).max:
+        return np.int16
+    return np.int32
+
+
 class FieldColumn:
-    """One field's values by eid, of one kind."""
+    """One field's values by eid, of one kind (string codes as narrow as the pool allows)."""
 
     def __init__(self, kind: str, pool: StringPool | None = None) -> None:
         self.kind = kind
-        self.values: npt.NDArray[Any] = np.empty(0, DTYPES[kind])
         self.pool = pool if pool is not None else StringPool()
+        dtype = code_dtype(len(self.pool.strings)) if kind == "string" else DTYPES[kind]
+        self.values: npt.NDArray[Any] = np.empty(0, dtype)
 
     def grow(self, capacity: int) -> None:
         old = self.values.shape[0]
         if capacity > old:
-            values = np.full(capacity, ABSENT[self.kind], DTYPES[self.kind])
+            values = np.full(capacity, ABSENT[self.kind], self.values.dtype)
             values[:old] = self.values
             self.values = values
 
@@ -98,6 +109,9 @@ class FieldColumn:
             unique, inverse = np.unique(column[present].astype(str), return_inverse=True)
             interned = np.array([self.pool.intern(s) for s in unique.tolist()], np.int32)
             codes[present] = interned[inverse.reshape(-1)]
+        wide = code_dtype(len(self.pool.strings))
+        if np.dtype(wide).itemsize > self.values.dtype.itemsize:
+            self.values = self.values.astype(wide)
         self.values[eids] = codes
 
     def values_of(self, eids: I32) -> Column:
