@@ -1,0 +1,205 @@
+"""Tuple records of one relation with different lengths in one poll, against the per-record
+decoding (``kafka_reference.py``).
+
+A relation has one arity; a tuple of another length is a dead letter (reason ``relation 'r' has
+2 ids per tuple, got 3``, category ``invalid_record``) and the rest of the poll is decoded as
+usual. The batch decoder used to build a relation's columns from its first tuple's length:
+a longer tuple was cut to it, a shorter one raised IndexError, which stopped ``serve`` on the
+same poll at every restart. Records that are not tuples of the right kind (``tuple`` not an
+array, events without ``src``, ids of the wrong type) are mixed in: they stay the per-record
+decoder's dead letters.
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import orjson
+import pytest
+from confluent_kafka import Message
+
+from connectors.events import FieldTypes
+from connectors.kafka_records import Polled, decode_messages, message_columns
+from tests.connectors.kafka_reference import reference_poll
+from tests.connectors.test_kafka_records import DEFAULT, TOPIC_RELATIONS, FakeMessage, same_batch
+
+BUG = pytest.mark.xfail(
+    strict=True, reason="mixed arities: the batch decoder cuts longer tuples, fails on shorter"
+)
+
+
+def messages(records: list[dict[str, Any] | bytes]) -> list[Message]:
+    """The records as messages of topic ``t1`` (relation ``e`` by default), partition 0."""
+    values = [r if isinstance(r, bytes) else orjson.dumps(r) for r in records]
+    return cast(
+        list[Message],
+        [
+            FakeMessage("t1", 0, offset, v, (1, 1_700_000_000_000))
+            for offset, v in enumerate(values)
+        ],
+    )
+
+
+def decoded(records: list[dict[str, Any] | bytes], events: dict[str, Any] | None = None) -> Polled:
+    """The poll of ``records``, held to the per-record decoding of the same records."""
+    batch = messages(records)
+    ref_types = None if events is None else FieldTypes.of(events)
+    expected = reference_poll(batch, 0, DEFAULT, TOPIC_RELATIONS, ref_types)
+    types = None if events is None else FieldTypes.of(events)
+    polled = decode_messages(message_columns(batch), 0, DEFAULT, TOPIC_RELATIONS, types)
+    same_batch(expected.batch, polled.batch)
+    assert polled.dead_letters == expected.dead_letters
+    assert (polled.next_offsets, polled.records) == (expected.next_offsets, expected.records)
+    return polled
+
+
+def tuples(polled: Polled) -> dict[str, list[tuple[Any, ...]]]:
+    """Each relation's tuples, in stream order."""
+    return {
+        name: list(zip(*(c.tolist() for c in part.columns), strict=True))
+        for name, part in polled.batch.parts.items()
+    }
+
+
+def letters(polled: Polled) -> list[tuple[int, str, str]]:
+    return [(d.offset, d.category, d.reason) for d in polled.dead_letters]
+
+
+@BUG
+def test_a_longer_tuple_after_the_first_is_a_dead_letter_not_cut() -> None:
+    polled = decoded(
+        [
+            {"op": "insert", "relation": "edge", "tuple": [1, 2]},
+            {"op": "insert", "relation": "edge", "tuple": [1, 2, 3]},
+            {"op": "delete", "relation": "edge", "tuple": [4, 5]},
+        ]
+    )
+    assert tuples(polled) == {"edge": [(1, 2), (4, 5)]}
+    assert polled.batch.parts["edge"].diff.tolist() == [1, -1]
+    assert polled.batch.parts["edge"].seq.tolist() == [0, 1]
+    assert letters(polled) == [(1, "invalid_record", "relation 'edge' has 2 ids per tuple, got 3")]
+
+
+@BUG
+def test_a_shorter_tuple_after_the_first_is_a_dead_letter_not_a_crash() -> None:
+    polled = decoded(
+        [
+            {"relation": "edge", "tuple": ["a", "b", "c"]},
+            {"relation": "edge", "tuple": ["a", "b"]},
+            {"relation": "edge", "tuple": ["d"]},
+            {"relation": "edge", "tuple": ["d", "e", "f"]},
+        ]
+    )
+    assert tuples(polled) == {"edge": [("a", "b", "c"), ("d", "e", "f")]}
+    assert letters(polled) == [
+        (1, "invalid_record", "relation 'edge' has 3 ids per tuple, got 2"),
+        (2, "invalid_record", "relation 'edge' has 3 ids per tuple, got 1"),
+    ]
+
+
+@BUG
+def test_the_first_tuple_decides_when_it_is_the_odd_one() -> None:
+    """Without a known arity the first tuple of the relation fixes it, as in a file."""
+    polled = decoded(
+        [
+            {"relation": "edge", "tuple": [1, 2, 3]},
+            {"relation": "edge", "tuple": [1, 2]},
+            {"relation": "edge", "tuple": [3, 4]},
+        ]
+    )
+    assert tuples(polled) == {"edge": [(1, 2, 3)]}
+    assert [offset for offset, _, _ in letters(polled)] == [1, 2]
+
+
+@BUG
+def test_edge_records_and_tuples_of_one_relation() -> None:
+    """``src``/``dst`` records are tuples of two: taken on the fast path, checked all the same."""
+    polled = decoded(
+        [
+            {"src": 1, "dst": 2},
+            {"tuple": [7]},
+            {"tuple": [1, 2, 3]},
+            {"tuple": [5, "x"]},
+            {"op": "delete", "src": 1, "dst": 2},
+        ]
+    )
+    assert tuples(polled) == {"e": [(1, 2), (5, "x"), (1, 2)]}
+    assert [offset for offset, _, _ in letters(polled)] == [1, 2]
+    polled = decoded([{"tuple": [1, 2, 3]}, {"src": 1, "dst": 2}, {"tuple": [4, 5, 6]}])
+    assert tuples(polled) == {"e": [(1, 2, 3), (4, 5, 6)]}
+    assert letters(polled) == [(1, "invalid_record", "relation 'e' has 3 ids per tuple, got 2")]
+
+
+@BUG
+def test_each_relation_has_its_own_arity() -> None:
+    polled = decoded(
+        [
+            {"relation": "a", "tuple": [1]},
+            {"relation": "b", "tuple": [1, 2, 3]},
+            {"relation": "a", "tuple": [1, 2]},
+            {"relation": "b", "tuple": [1, 2]},
+            {"relation": "a", "tuple": [2]},
+            {"relation": "b", "tuple": [4, 5, 6]},
+            {"relation": "c", "src": 1, "dst": 2},
+        ]
+    )
+    assert tuples(polled) == {"a": [(1,), (2,)], "b": [(1, 2, 3), (4, 5, 6)], "c": [(1, 2)]}
+    assert [offset for offset, _, _ in letters(polled)] == [2, 3]
+
+
+@BUG
+def test_tuples_that_are_not_arrays_of_ids_among_mixed_lengths() -> None:
+    """Every other kind of bad ``tuple`` keeps its own reason; they fix no arity."""
+    polled = decoded(
+        [
+            {"tuple": 5},
+            {"tuple": "ab"},
+            {"tuple": None},
+            {"tuple": {"a": 1}},
+            {"tuple": []},
+            {"tuple": [[1], 2]},
+            {"tuple": [1, 2], "src": 1},
+            {"tuple": [1, 2, 3]},
+            {"tuple": [1, 2]},
+            {"tuple": [True, 2, 3]},
+            {"tuple": [4, 5, 6]},
+        ]
+    )
+    assert tuples(polled) == {"e": [(1, 2, 3), (4, 5, 6)]}
+    reasons = [reason for _, _, reason in letters(polled)]
+    assert reasons[:7] == [
+        "tuple must be a non-empty array of ids, got the integer 5",
+        "tuple must be a non-empty array of ids, got the string 'ab'",
+        "tuple must be a non-empty array of ids, got null",
+        "tuple must be a non-empty array of ids, got an object",
+        "tuple must be a non-empty array of ids, got an empty array",
+        "tuple[0] must be a JSON string or an integer within int64, got an array",
+        "give either 'tuple' or 'src' and 'dst', not both",
+    ]
+    assert reasons[7:] == [
+        "relation 'e' has 3 ids per tuple, got 2",
+        "tuple[0] must be a JSON string or an integer within int64, got the boolean true",
+    ]
+
+
+def test_events_with_missing_or_odd_ends_among_tuples() -> None:
+    """Events carry ``src`` and ``dst`` (no arity); ends missing or of the wrong type, mixed
+    within the poll and with tuple records of other lengths, are the per-record dead letters."""
+    polled = decoded(
+        [
+            {"relation": "transfer", "src": 1, "dst": 2, "id": "a", "amount": 5},
+            {"relation": "transfer", "dst": 2, "id": "b"},
+            {"relation": "transfer", "src": "x", "dst": [1], "id": "c"},
+            {"relation": "transfer", "src": True, "dst": 2},
+            {"relation": "transfer", "tuple": [1, 2], "id": "d"},
+            {"relation": "transfer", "src": "p", "dst": "q", "id": "e", "amount": 1.5},
+            {"op": "delete", "relation": "transfer", "id": "a"},
+            {"tuple": [1, 2, 3]},
+            {"relation": "f", "src": 1, "dst": 2},
+            {"relation": "transfer", "src": 2**64 - 1, "dst": 2, "id": "f"},
+        ],
+        events={"transfer": {}},
+    )
+    assert polled.batch.events["transfer"].ids.tolist() == ["a", "e", "a"]
+    assert tuples(polled) == {"e": [(1, 2, 3)], "f": [(1, 2)]}
+    assert [offset for offset, _, _ in letters(polled)] == [1, 2, 3, 4, 9]
