@@ -65,7 +65,6 @@ def letters(polled: Polled) -> list[tuple[int, str, str]]:
     return [(d.offset, d.category, d.reason) for d in polled.dead_letters]
 
 
-@BUG
 def test_a_longer_tuple_after_the_first_is_a_dead_letter_not_cut() -> None:
     polled = decoded(
         [
@@ -80,7 +79,6 @@ def test_a_longer_tuple_after_the_first_is_a_dead_letter_not_cut() -> None:
     assert letters(polled) == [(1, "invalid_record", "relation 'edge' has 2 ids per tuple, got 3")]
 
 
-@BUG
 def test_a_shorter_tuple_after_the_first_is_a_dead_letter_not_a_crash() -> None:
     polled = decoded(
         [
@@ -97,7 +95,6 @@ def test_a_shorter_tuple_after_the_first_is_a_dead_letter_not_a_crash() -> None:
     ]
 
 
-@BUG
 def test_the_first_tuple_decides_when_it_is_the_odd_one() -> None:
     """Without a known arity the first tuple of the relation fixes it, as in a file."""
     polled = decoded(
@@ -111,7 +108,6 @@ def test_the_first_tuple_decides_when_it_is_the_odd_one() -> None:
     assert [offset for offset, _, _ in letters(polled)] == [1, 2]
 
 
-@BUG
 def test_edge_records_and_tuples_of_one_relation() -> None:
     """``src``/``dst`` records are tuples of two: taken on the fast path, checked all the same."""
     polled = decoded(
@@ -130,7 +126,6 @@ def test_edge_records_and_tuples_of_one_relation() -> None:
     assert letters(polled) == [(1, "invalid_record", "relation 'e' has 3 ids per tuple, got 2")]
 
 
-@BUG
 def test_each_relation_has_its_own_arity() -> None:
     polled = decoded(
         [
@@ -147,7 +142,6 @@ def test_each_relation_has_its_own_arity() -> None:
     assert [offset for offset, _, _ in letters(polled)] == [2, 3]
 
 
-@BUG
 def test_tuples_that_are_not_arrays_of_ids_among_mixed_lengths() -> None:
     """Every other kind of bad ``tuple`` keeps its own reason; they fix no arity."""
     polled = decoded(
