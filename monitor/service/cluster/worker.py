@@ -205,7 +205,9 @@ class Worker:
         until every partition is done, then commit the epoch to the index and the store."""
         started = time.perf_counter()
         messages = self.reader.read_epoch(spec, self.health)
-        data = decode_epoch(messages, self.settings, self.processor.field_types)
+        data = decode_epoch(
+            messages, self.settings, self.processor.field_types, self.processor.arities
+        )
         read = time.perf_counter()
         vertices = len(self.processor.index.dictionary)
         staged = self.processor.stage(data.batch)
