@@ -12,6 +12,10 @@ what the per-record decoders give record by record, in the same order
 (``tests/connectors/test_kafka_records.py`` holds it to the per-record Kafka decoding on random
 batches).
 
+A relation has one arity: the one the caller knows (the queries', the index's), else its first
+tuple's, learned for the batches after. A tuple of another length is a bad record, as in a
+file (the lengths are checked at once, one message per relation and wrong length).
+
 The Kafka source and the scale-out workers decode through here
 (:func:`connectors.kafka_records.decode_messages`); the file source still decodes JSON Lines a
 line at a time.
@@ -21,7 +25,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from itertools import compress
+from itertools import compress, repeat
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -72,6 +77,7 @@ def decode_records(
     defaults: Sequence[str] | str,
     identities: Identities,
     events: FieldTypes | None,
+    arities: dict[str, int],
     max_bytes: int,
 ) -> DecodedRecords:
     """Decode ``values``; ``defaults[i]`` is the relation of record ``i`` if it names none (a
@@ -79,6 +85,8 @@ def decode_records(
 
     A value longer than ``max_bytes`` is an error and is not parsed. Records of the ``events``
     relations are events, the others tuple updates; ``events`` learns the kinds of new fields.
+    A tuple whose length is not its relation's arity in ``arities`` is an error; ``arities``
+    learns the first tuple's length of a relation it does not hold.
     """
     n = len(values)
     if isinstance(defaults, str):
@@ -109,6 +117,10 @@ def decode_records(
     out = DecodedRecords(np.zeros(n, np.bool_))
     at = np.flatnonzero(fast)
     names = [relations[i] for i in at.tolist()]
+    keep, accepted = _of_arity(names, rows[at], accepted, arities, errors)
+    if keep is not None:
+        at, src, dst = at[keep], src[keep], dst[keep]
+        names = list(compress(names, keep.tolist()))
     out.parts = _tuple_parts(names, rows[at], src, dst, diffs[at], accepted)
     if is_event.any():
         assert events is not None
@@ -224,6 +236,50 @@ def _per_record(
     return accepted
 
 
+def _of_arity(
+    names: list[str],
+    rows: npt.NDArray[np.intp],
+    accepted: Accepted,
+    arities: dict[str, int],
+    errors: list[tuple[int, str]],
+) -> tuple[npt.NDArray[np.bool_] | None, Accepted]:
+    """The tuple updates whose length is their relation's arity: which of the batch rules'
+    ``src``/``dst`` ones (relation ``names``, record ``rows``; None: all of them), and the
+    ``accepted`` ones. A relation's arity is ``arities``', else its first tuple's (learned
+    there); the other tuples' messages go into ``errors``."""
+    if not accepted and all(arities.setdefault(name, 2) == 2 for name in set(names)):
+        return None, accepted
+    every = [*names, *map(itemgetter(1), accepted)]
+    at = np.concatenate([rows, np.fromiter(map(itemgetter(0), accepted), np.intp, len(accepted))])
+    lengths = np.concatenate(
+        [
+            np.full(len(names), 2, np.intp),
+            np.fromiter(map(len, map(itemgetter(2), accepted)), np.intp, len(accepted)),
+        ]
+    )
+    relations = list(dict.fromkeys(every))
+    code_of = {name: code for code, name in enumerate(relations)}
+    codes = np.fromiter(map(code_of.__getitem__, every), np.intp, len(every))
+    order = np.argsort(at, kind="stable")
+    _, first = np.unique(codes[order], return_index=True)  # every code, in code order
+    arity = np.array(
+        [
+            arities.setdefault(name, length)
+            for name, length in zip(relations, lengths[order][first].tolist(), strict=True)
+        ],
+        np.intp,
+    )
+    wrong = lengths != arity[codes]
+    if not wrong.any():
+        return None, accepted
+    for code, length in np.unique(np.stack([codes[wrong], lengths[wrong]], 1), axis=0).tolist():
+        name = relations[code]
+        message = f"relation {name!r} has {arities[name]} ids per tuple, got {length}"
+        found = at[wrong & (codes == code) & (lengths == length)]
+        errors.extend(zip(found.tolist(), repeat(message)))
+    return ~wrong[: len(names)], list(compress(accepted, (~wrong[len(names) :]).tolist()))
+
+
 def _tuple_parts(
     names: list[str],
     rows: npt.NDArray[np.intp],
@@ -247,8 +303,8 @@ def _tuple_parts(
             columns = [narrow(src[mine]), narrow(dst[mine])]
             parts[name] = RelationUpdates(columns, diffs[mine], rows[mine].astype(np.int64))
             continue
-        # Both kinds: one tuple per update in stream order, columns as the per-record
-        # decoding builds them (the first tuple's arity).
+        # Both kinds: one tuple per update in stream order (all of the relation's arity),
+        # columns as the per-record decoding builds them.
         at = np.concatenate([rows[mine], np.array([a[0] for a in others], np.int64)])
         tuples = [
             *zip(src[mine].tolist(), dst[mine].tolist(), strict=True),

@@ -65,6 +65,7 @@ class KafkaSource:
         on_revoke: Callable[[list[Partition]], None] | None = None,
         on_stats: Callable[[str], object] | None = None,
         events: FieldTypes | None = None,
+        arities: dict[str, int] | None = None,
     ) -> None:
         settings: dict[str, object] = {
             "enable.auto.commit": False,
@@ -83,6 +84,9 @@ class KafkaSource:
         self.topic_relations = dict(topic_relations)
         #: The event relations and their field types: JSON records of these are events.
         self.events = events
+        #: Each tuple relation's arity: given (the queries'), else its first tuple's, learned
+        #: here; a tuple of another length is a dead letter.
+        self.arities = {} if arities is None else arities
         self._on_assign = on_assign
         self._on_revoke = on_revoke
         self._seq = 0
@@ -177,7 +181,12 @@ class KafkaSource:
 
     def _decode(self, records: Records, decoded: int) -> Polled:
         return decode_messages(
-            records, self._seq + decoded, self.default_relation, self.topic_relations, self.events
+            records,
+            self._seq + decoded,
+            self.default_relation,
+            self.topic_relations,
+            self.events,
+            self.arities,
         )
 
     def _give_back(self, taken: Sequence[Records]) -> None:

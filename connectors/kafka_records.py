@@ -204,10 +204,13 @@ def decode_messages(
     default_relation: str,
     topic_relations: Mapping[str, str],
     events: FieldTypes | None = None,
+    arities: dict[str, int] | None = None,
 ) -> Polled:
     """Decode consumed records as one batch (:mod:`connectors.json_batch`), numbered from
     ``first_seq`` in record order; records of the ``events`` relations as events. A record
-    that cannot be decoded becomes a dead letter."""
+    that cannot be decoded becomes a dead letter, and so does a tuple whose length is not its
+    relation's arity: the one in ``arities``, else the first tuple's (learned there; None:
+    learned for this batch only)."""
     if not len(records):
         return Polled(UpdateBatch(first_seq=first_seq))
     relation_of = {t: topic_relations.get(t, default_relation) for t in set(records.topics)}
@@ -219,7 +222,8 @@ def decode_messages(
     defaults: str | list[str] = next(iter(relation_of.values()))
     if len(set(relation_of.values())) > 1:
         defaults = list(map(relation_of.__getitem__, records.topics))
-    decoded = decode_records(records.values, defaults, identities, events, MAX_RECORD_BYTES)
+    known = {} if arities is None else arities
+    decoded = decode_records(records.values, defaults, identities, events, known, MAX_RECORD_BYTES)
     seq_of_row = np.cumsum(decoded.kept, dtype=np.int64) + (first_seq - 1)
     parts = {
         relation: RelationUpdates(part.columns, part.diff, seq_of_row[part.seq])

@@ -152,6 +152,11 @@ class EpochProcessor:
         for query in self.internal:
             for relation, arity in query.relations.items():
                 self.index.relation(relation, arity)
+        #: Each relation's arity, for the Kafka sources (a tuple of another length is a dead
+        #: letter; they learn the first tuple's length of a relation they do not find here):
+        #: the index's relations, kept up to date on restore and commit.
+        self.arities: dict[str, int] = {}
+        self._note_arities()
         self.evaluator = DeltaEvaluator(self.internal, settings.max_prefixes)
         #: The event relations and their field types, for the sources (None: no events).
         self.field_types = _field_types(self.queries, self.events.relations)
@@ -172,6 +177,7 @@ class EpochProcessor:
                 f"new state directory"
             )
         store.load(self.index)
+        self._note_arities()
         self.events.rebuild()
         self.clock.restore(meta.position.get("clock"))
         for relation, events in self.index.event_stores.items():
@@ -354,6 +360,11 @@ class EpochProcessor:
         self.clock.commit()
         self.events.commit()
         self.events.compact(self.settings.event_compaction_min)
+        self._note_arities()
+
+    def _note_arities(self) -> None:
+        """:attr:`arities` updated in place (the sources hold it) with the index's relations."""
+        self.arities.update((name, r.arity) for name, r in self.index.relations.items())
 
     def abort(self) -> None:
         """Forget the staged epoch (its output was not committed); its number is reused."""

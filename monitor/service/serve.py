@@ -20,7 +20,6 @@ from collections.abc import Mapping
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from connectors.events import FieldTypes
 from connectors.kafka import KafkaSink, KafkaSource
 from connectors.kafka_records import Partition, Polled, partition_key
 from core.errors import ConfigError
@@ -128,7 +127,7 @@ def _connect(
         try:
             _refuse_second_instance(settings)
             sink = new_sink(settings)
-            source = _open_source(settings, positions, metrics, health, processor.field_types)
+            source = _open_source(settings, positions, metrics, health, processor)
             health.set_broker_reachable(True)
             return source, sink
         except KafkaException as error:
@@ -147,7 +146,7 @@ def _open_source(
     positions: Positions,
     metrics: Metrics,
     health: Health,
-    events: FieldTypes | None,
+    processor: EpochProcessor,
 ) -> KafkaSource:
     holder: list[KafkaSource] = []
 
@@ -162,7 +161,8 @@ def _open_source(
         on_assign=on_assign,
         on_revoke=lambda parts: revoked(parts, metrics, health),
         on_stats=metrics.observe_librdkafka_stats,
-        events=events,
+        events=processor.field_types,
+        arities=processor.arities,
     )
     holder.append(source)
     return source

@@ -1,7 +1,13 @@
 """The per-record Kafka decoding the product used before issue #14, kept as the oracle of the
 batch decoder (``test_kafka_records.py``): one ``take_message`` call per message, a dict and an
 :class:`~core.records.Update` per record, event sources and times in dicts. Not used by the
-product."""
+product.
+
+A relation has one arity: the one given in ``arities`` (the queries' and the index's), else
+its first tuple's, which ``arities`` learns; a tuple of another length is a dead letter (as the
+file source makes it one). Before, both decoders built a relation's columns from its first
+tuple's length: a longer tuple was cut, a shorter one raised IndexError (a crash loop of
+``serve``)."""
 
 from __future__ import annotations
 
@@ -36,9 +42,6 @@ class ReferencePolled:
     events: list[tuple[int, EventRecord]] = field(default_factory=list)
     times: dict[str, list[float]] = field(default_factory=dict)
     sources: dict[int, tuple[str, int, int, bytes, bool]] = field(default_factory=dict)
-    #: The tuple lengths of each relation's updates (more than one: the batch truncates the
-    #: longer ones to the first one's length, or raises IndexError on a shorter one).
-    arities: dict[str, set[int]] = field(default_factory=dict)
 
     def refused(self, first_seq: int, late: Mapping[str, Any]) -> list[KafkaDeadLetter]:
         out = []
@@ -66,8 +69,10 @@ def take_message(
     topic_relations: Mapping[str, str],
     events: FieldTypes | None = None,
     found: list[tuple[int, EventRecord]] | None = None,
+    arities: dict[str, int] | None = None,
 ) -> None:
     found = polled.events if found is None else found
+    arities = {} if arities is None else arities
     topic, partition, offset = message.topic(), message.partition(), message.offset()
     assert topic is not None and partition is not None and offset is not None
     polled.records += 1
@@ -97,6 +102,11 @@ def take_message(
                     polled.times.setdefault(f"{topic}:{partition}", []).append(ts)
                 return
         update = decode_json_record(value, default_relation=relation, position=position)
+        arity = arities.setdefault(update.relation, len(update.values))
+        if len(update.values) != arity:
+            raise InputError(
+                f"relation {update.relation!r} has {arity} ids per tuple, got {len(update.values)}"
+            )
     except InputError as error:
         if len(value) > MAX_RECORD_BYTES:
             category = "too_large"
@@ -119,16 +129,19 @@ def reference_poll(
     default_relation: str,
     topic_relations: Mapping[str, str],
     events: FieldTypes | None,
+    arities: dict[str, int] | None = None,
 ) -> ReferencePolled:
-    """What ``KafkaSource.poll`` made of these messages, record by record."""
+    """What ``KafkaSource.poll`` made of these messages, record by record (``arities``: the
+    relations' arities, learning the first tuple's of the others)."""
     updates: list[Update] = []
     polled = ReferencePolled(UpdateBatch())
+    arities = {} if arities is None else arities
     for message in messages:
-        take_message(message, updates, polled, default_relation, topic_relations, events)
+        take_message(
+            message, updates, polled, default_relation, topic_relations, events, None, arities
+        )
         key = (message.topic(), message.partition())
         polled.next_offsets[key] = message.offset() + 1  # type: ignore[index, operator]
-    for update in updates:
-        polled.arities.setdefault(update.relation, set()).add(len(update.values))
     polled.batch = updates_batch(updates, polled.events, first_seq, events)
     polled.batch.times = {k: np.asarray(v, np.float64) for k, v in polled.times.items()}
     return polled
@@ -139,27 +152,32 @@ def reference_epoch(
     default_relation: str,
     topic_relations: Mapping[str, str],
     events: FieldTypes | None,
-) -> tuple[UpdateBatch, list[int], dict[Partition, ReferencePolled], dict[str, set[int]]]:
-    """What the scale-out worker's ``decode_epoch`` made of an epoch's messages, and the
-    tuple lengths of each relation's updates (see :attr:`ReferencePolled.arities`)."""
+    arities: dict[str, int] | None = None,
+) -> tuple[UpdateBatch, list[int], dict[Partition, ReferencePolled]]:
+    """What the scale-out worker's ``decode_epoch`` made of an epoch's messages."""
     updates: list[Update] = []
     found: list[tuple[int, EventRecord]] = []
     bounds = []
     polled: dict[Partition, ReferencePolled] = {}
-    arities: dict[str, set[int]] = {}
+    arities = {} if arities is None else arities
     for p in sorted(messages):
         bounds.append(len(updates) + len(found))
         polled[p] = ReferencePolled(UpdateBatch())
         for message in messages[p]:
             take_message(
-                message, updates, polled[p], default_relation, topic_relations, events, found
+                message,
+                updates,
+                polled[p],
+                default_relation,
+                topic_relations,
+                events,
+                found,
+                arities,
             )
-    for update in updates:
-        arities.setdefault(update.relation, set()).add(len(update.values))
     batch = updates_batch(updates, found, 0, events)
     batch.times = {
         key: np.asarray(times, np.float64)
         for part in polled.values()
         for key, times in part.times.items()
     }
-    return batch, bounds, polled, arities
+    return batch, bounds, polled

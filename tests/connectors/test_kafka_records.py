@@ -1,15 +1,17 @@
 """Batch decoding of Kafka records against the per-record decoding it replaced.
 
 Random batches of records from several topics and partitions (edge records, tuples of any
-arity, events with ids, fields and times, deletes by id, malformed JSON, wrong types, unknown
-and invalid relations, missing fields, oversized values) are decoded by
+arity, a relation's tuples of several lengths, events with ids, fields and times, deletes by id,
+malformed JSON, wrong types, unknown and invalid relations, missing fields, oversized values),
+with some relations' arities known beforehand, are decoded by
 :func:`~connectors.kafka_records.decode_messages` (whole, and in two chunks merged as a poll
 merges them) and by the scale-out worker's ``decode_epoch``; the results must be exactly what
 the old per-record ``take_message`` made of them (``kafka_reference.py``): the same updates with
 the same sequence numbers and column types, the same events and fields, the same dead letters,
 positions, counts, timestamps, event times, late-event dead letters, and the same field kinds
-learned. Messages are fakes with ``confluent_kafka.Message``'s accessors: this is a unit test
-of decoding; the Kafka integration tests run against a real broker.
+and arities learned; neither may raise. Messages are fakes with ``confluent_kafka.Message``'s
+accessors: this is a unit test of decoding; the Kafka integration tests run against a real
+broker.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import numpy as np
 import orjson
 import pytest
 from confluent_kafka import KafkaError, KafkaException, Message
-from hypothesis import assume, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from connectors.events import FieldTypes
@@ -107,7 +109,10 @@ ANY_TIMES = st.one_of(
 @st.composite
 def record(draw: st.DrawFn, mode: str) -> bytes:
     """One record value: valid records of every kind (``clean``), records whose fields may be
-    wrong (``fields``), or anything."""
+    wrong (``fields``), tuples and edges of a few relations with valid ids and tuples of any
+    length (``arities``), or anything."""
+    if mode == "arities":
+        return draw(mixed_arity())
     clean = mode == "clean"
     ids = ANY_IDS if mode == "anything" else VALID_IDS
     kind = draw(st.sampled_from(["edge", "event", "event", "delete", "tuple", "raw"]))
@@ -178,10 +183,29 @@ def record(draw: st.DrawFn, mode: str) -> bytes:
 
 
 @st.composite
+def mixed_arity(draw: st.DrawFn) -> bytes:
+    """A valid tuple or edge record of a relation among a few, its tuple of one to four ids,
+    or now and then a ``tuple`` that is not an array of ids."""
+    pairs: dict[str, Any] = {}
+    if draw(st.integers(0, 3)):
+        pairs["relation"] = draw(st.sampled_from(["e", "f", "r3", "transfer"]))
+    if draw(st.booleans()):
+        pairs["op"] = draw(st.sampled_from(["insert", "delete"]))
+    shape = draw(st.sampled_from(["tuple", "tuple", "tuple", "edge", "odd"]))
+    if shape == "edge":
+        pairs["src"], pairs["dst"] = draw(VALID_IDS), draw(VALID_IDS)
+    elif shape == "tuple":
+        pairs["tuple"] = draw(st.lists(VALID_IDS, min_size=1, max_size=4))
+    else:
+        pairs["tuple"] = draw(st.sampled_from([[], 5, "ab", None, {"a": 1}, [[1], 2], [True]]))
+    return orjson.dumps(pairs)
+
+
+@st.composite
 def messages(draw: st.DrawFn) -> list[FakeMessage]:
     """Records of topics ``t1`` (default relation ``e``) and ``t2`` (``transfer``) over two
     partitions each, offsets increasing per partition."""
-    mode = draw(st.sampled_from(["clean", "fields", "anything"]))
+    mode = draw(st.sampled_from(["clean", "fields", "arities", "anything"]))
     values = draw(st.lists(record(mode), max_size=40))
     next_offset: dict[tuple[str, int], int] = {}
     out = []
@@ -207,6 +231,10 @@ TYPES = st.sampled_from(
 
 def field_types(spec: Mapping[str, Mapping[str, str]] | None) -> FieldTypes | None:
     return None if spec is None else FieldTypes.of(spec)
+
+
+#: The arities known before decoding (the queries' and the index's).
+KNOWN = st.sampled_from([{}, {"e": 2}, {"e": 2, "r3": 3}, {"e": 3, "f": 1}, {"r3": 2}])
 
 
 # Comparisons -----------------------------------------------------------------------------------
@@ -268,50 +296,38 @@ def learned(types: FieldTypes | None) -> list[tuple[str, list[tuple[str, str]]]]
     return None if types is None else [(r, list(f.items())) for r, f in types.types.items()]
 
 
-def run(decode: Any) -> tuple[str, Any]:
-    """The result of ``decode()``, or the type of what it raised."""
-    try:
-        return "ok", decode()
-    except Exception as error:  # both sides must fail alike
-        return "raised", type(error)
-
-
 # Tests -----------------------------------------------------------------------------------------
 
 
 @settings(max_examples=400, deadline=None)
-@given(messages(), TYPES, st.integers(0, 1000), st.data())
+@given(messages(), TYPES, KNOWN, st.integers(0, 1000), st.data())
 def test_batch_decoding_is_the_per_record_decoding(
-    batch: list[FakeMessage], spec: Any, first_seq: int, data: st.DataObject
+    batch: list[FakeMessage], spec: Any, known: dict[str, int], first_seq: int, data: st.DataObject
 ) -> None:
     """One batch, and the same records in two chunks merged, against the per-record decoder."""
     types_ref = field_types(spec)
-    expected = run(
-        lambda: reference_poll(
-            cast(list[Message], batch), first_seq, DEFAULT, TOPIC_RELATIONS, types_ref
-        )
+    arities_ref = dict(known)
+    expected = reference_poll(
+        cast(list[Message], batch), first_seq, DEFAULT, TOPIC_RELATIONS, types_ref, arities_ref
     )
     types = field_types(spec)
+    arities = dict(known)
     records = message_columns(cast(list[Message], batch))
-    got = run(lambda: decode_messages(records, first_seq, DEFAULT, TOPIC_RELATIONS, types))
-    assert got[0] == expected[0], (expected, got)
-    if expected[0] == "raised":
-        assert got[1] is expected[1]
-        return
-    same_poll(expected[1], got[1], data.draw)
+    got = decode_messages(records, first_seq, DEFAULT, TOPIC_RELATIONS, types, arities)
+    same_poll(expected, got, data.draw)
     assert learned(types) == learned(types_ref)
+    assert arities == arities_ref
 
-    # Decoded in two chunks, a relation's tuples of different lengths would be cut or fail
-    # otherwise than in one batch (both are the per-record decoding's bug, kept as it was).
-    assume(all(len(lengths) == 1 for lengths in expected[1].arities.values()))
     cut = data.draw(st.integers(0, len(batch)))
     types = field_types(spec)
+    arities = dict(known)  # as the source holds them from chunk to chunk
     head = decode_messages(
         message_columns(cast(list[Message], batch[:cut])),
         first_seq,
         DEFAULT,
         TOPIC_RELATIONS,
         types,
+        arities,
     )
     tail = decode_messages(
         message_columns(cast(list[Message], batch[cut:])),
@@ -319,15 +335,17 @@ def test_batch_decoding_is_the_per_record_decoding(
         DEFAULT,
         TOPIC_RELATIONS,
         types,
+        arities,
     )
-    same_poll(expected[1], merge_polled([head, tail], first_seq), data.draw)
+    same_poll(expected, merge_polled([head, tail], first_seq), data.draw)
     assert learned(types) == learned(types_ref)
+    assert arities == arities_ref
 
 
 @settings(max_examples=200, deadline=None)
-@given(messages(), TYPES, st.data())
+@given(messages(), TYPES, KNOWN, st.data())
 def test_epoch_decoding_is_the_per_record_decoding(
-    batch: list[FakeMessage], spec: Any, data: st.DataObject
+    batch: list[FakeMessage], spec: Any, known: dict[str, int], data: st.DataObject
 ) -> None:
     """The scale-out worker's epoch, partition by partition, against the per-record decoder."""
     by_partition: dict[tuple[str, int], list[Message]] = {}
@@ -336,21 +354,20 @@ def test_epoch_decoding_is_the_per_record_decoding(
             cast(Message, message)
         )
     types_ref = field_types(spec)
-    expected = run(lambda: reference_epoch(by_partition, DEFAULT, TOPIC_RELATIONS, types_ref))
-    # Decoded partition by partition, a relation's tuples of different lengths would be cut
-    # or fail otherwise than in one batch (the per-record decoding's bug, kept as it was).
-    assume(expected[0] == "ok" and all(len(a) == 1 for a in expected[1][3].values()))
+    arities_ref = dict(known)
+    reference_batch, bounds, polled = reference_epoch(
+        by_partition, DEFAULT, TOPIC_RELATIONS, types_ref, arities_ref
+    )
     types = field_types(spec)
+    arities = dict(known)
     config = Settings(default_relation=DEFAULT, topic_relations=TOPIC_RELATIONS)
-    got = run(lambda: decode_epoch(by_partition, config, types))
-    assert got[0] == "ok", got
-    reference_batch, bounds, polled, _ = expected[1]
-    same_batch(reference_batch, got[1].batch)
-    assert got[1].bounds.tolist() == bounds
-    assert list(got[1].polled) == list(polled)
+    got = decode_epoch(by_partition, config, types, arities)
+    same_batch(reference_batch, got.batch)
+    assert got.bounds.tolist() == bounds
+    assert list(got.polled) == list(polled)
     window = late(data.draw, reference_batch)
     for p, part in polled.items():
-        mine = got[1].polled[p]
+        mine = got.polled[p]
         assert mine.dead_letters == part.dead_letters
         assert (mine.per_topic, mine.timestamps, mine.records) == (
             part.per_topic,
@@ -359,6 +376,7 @@ def test_epoch_decoding_is_the_per_record_decoding(
         )
         assert mine.refused(window) == part.refused(0, window)
     assert learned(types) == learned(types_ref)
+    assert arities == arities_ref
 
 
 def test_message_columns_skip_partition_ends_and_raise_other_errors() -> None:

@@ -89,10 +89,13 @@ def decode_epoch(
     messages: Mapping[Partition, list[Message]],
     settings: Settings,
     events: FieldTypes | None = None,
+    arities: dict[str, int] | None = None,
 ) -> EpochInput:
     """The epoch's records in the fixed order, partition by partition, each partition's
     decoded as one batch (records of the ``events`` relations as events, numbered in the
-    same order)."""
+    same order; a relation's tuples of other lengths than its arity in ``arities``, or
+    learned there from its first tuple, are dead letters)."""
+    arities = {} if arities is None else arities
     partitions = sorted(messages)
     bounds = np.zeros(len(partitions), np.int64)
     polled: dict[Partition, Polled] = {}
@@ -105,6 +108,7 @@ def decode_epoch(
             settings.default_relation,
             settings.topic_relations,
             events,
+            arities,
         )
         count += polled[p].batch.count
     batch = UpdateBatch.concat([part.batch for part in polled.values()])
@@ -201,7 +205,9 @@ class Worker:
         until every partition is done, then commit the epoch to the index and the store."""
         started = time.perf_counter()
         messages = self.reader.read_epoch(spec, self.health)
-        data = decode_epoch(messages, self.settings, self.processor.field_types)
+        data = decode_epoch(
+            messages, self.settings, self.processor.field_types, self.processor.arities
+        )
         read = time.perf_counter()
         vertices = len(self.processor.index.dictionary)
         staged = self.processor.stage(data.batch)
