@@ -33,7 +33,7 @@ from typing import Any
 
 from confluent_kafka import KafkaException
 
-from bench.kafka import consumed, log_lines, produce, serve_env, stamp, stream, topics
+from bench.kafka_serve import consumed, log_lines, produce, serve_env, stamp, stream, topics
 from scripts.kafka_local import KafkaBroker
 
 ROOT = Path(__file__).resolve().parents[1]
