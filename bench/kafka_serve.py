@@ -27,6 +27,8 @@ ROOT = Path(__file__).resolve().parents[1]
 DATASET = ROOT.parent / "shared" / "datasets" / "ego-facebook.txt.gz"
 QUERY = "tri(a, b, c) := e(a, b), e(b, c), e(a, c), a < b, b < c."
 BATCH = 10_000
+#: The service's histogram of record timestamp to committed output.
+LATENCY = "subgraph_monitor_end_to_end_latency_seconds"
 
 
 def stream() -> list[tuple[int, int, int]]:
@@ -226,13 +228,17 @@ def metrics(log: Path) -> str:
     return text
 
 
-def quantiles(metrics: str, name: str) -> tuple[float, float]:
-    """p50 and p99 of the Prometheus histogram ``name`` (linear within a bucket)."""
-    buckets = []
-    for line in metrics.splitlines():
-        if line.startswith(f"{name}_bucket"):
-            le = line.split('le="')[1].split('"')[0]
-            buckets.append((float("inf") if le == "+Inf" else float(le), float(line.split()[-1])))
+def quantiles(metrics: str | list[str], name: str = LATENCY) -> tuple[float, float]:
+    """p50 and p99 of the Prometheus histogram ``name`` (linear within a bucket); of several
+    services' ``metrics``, of their histograms summed."""
+    summed: dict[float, float] = {}
+    for text in [metrics] if isinstance(metrics, str) else metrics:
+        for line in text.splitlines():
+            if line.startswith(f"{name}_bucket"):
+                le = line.split('le="')[1].split('"')[0]
+                bound = float("inf") if le == "+Inf" else float(le)
+                summed[bound] = summed.get(bound, 0.0) + float(line.split()[-1])
+    buckets = sorted(summed.items())
     total = buckets[-1][1] if buckets else 0.0
 
     def q(p: float) -> float:
