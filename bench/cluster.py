@@ -2,18 +2,18 @@
 
 A local broker (``scripts/kafka_local``); 1, 2 and 3 ``serve`` workers in one group
 (``SGM_CONTROL_TOPIC``) on a new 6-partition topic, symmetry-broken triangles, epochs of 10,000
-updates; once every worker holds partitions of the topic, ego-Facebook's edges (inserts, then
-10% deletes, JSON records keyed by edge) are produced to it, as fast as the client goes (the
-workers would otherwise start on a full topic, and a worker that joins takes a few seconds, in
-which the first one does most of a stream this short). Throughput is the records of the epochs
-after the first over the time from the first epoch's commit to the last one's, as one worker
-logged them (the one that committed the most epochs: worker 0 unless it joined late); memory is
-each
-worker's peak resident set (``VmHWM``). On this machine the workers share 2 cores with the
-broker, so the figures say what the protocol costs and splits, not what a cluster of machines
-would reach: see bench/NOTES.md. The last column is the barrier's own delay: the median over the
-epochs of how long after an epoch's last seed transaction committed the other workers committed
-the epoch (which includes writing it to their index and state).
+updates; once every worker holds partitions of the topic and one of them leads, ego-Facebook's
+edges (inserts, then 10% deletes, JSON records keyed by edge) are produced to it as fast as the
+client goes (the workers would otherwise start on a full topic, and a worker that joins takes a
+few seconds, in which the first one does most of a stream this short). Throughput is the
+records of the epochs after the first over the time from the first epoch's commit to the last
+one's, as one worker logged them (the one that committed the most epochs: worker 0 unless it
+joined late); memory is each worker's peak resident set (``VmHWM``). On this machine the
+workers share 2 cores with the broker, so the figures say what the protocol costs and splits,
+not what a cluster of machines would reach: see bench/NOTES.md. The last column is the
+barrier's own delay: the median over the epochs of how long after an epoch's last seed
+transaction committed the other workers committed the epoch (which includes writing it to
+their index and state).
 
 ``--runs 1,3`` measures only those worker counts (consolidated); ``--profile DIR`` runs worker 0
 of each run under cProfile and writes ``DIR/workers-N.prof`` (read it with ``pstats``);
@@ -56,6 +56,9 @@ OUT = Path(__file__).resolve().parent / "cluster.md"
 QUERY = "tri(a, b, c) := e(a, b), e(b, c), e(a, c), a < b, b < c."
 BATCH = 10_000
 REBUILT = "state rebuilt from the changelog"
+#: A worker's log lines that change its partitions, and that start and end its leading.
+ASSIGNMENT = ("partitions assigned", "partitions revoked")
+LEADING = ("leading: publishing the epochs", "no longer leading")
 PARTITIONS = 6
 
 
@@ -172,19 +175,19 @@ def run(
 
 
 def joined(logs: list[Path], topic: str, partitions: int) -> bool:
-    """Whether every worker holds partitions of ``topic`` and together they hold all of them
-    (each worker's last assignment, not revoked since)."""
+    """Whether every worker holds partitions of ``topic``, together all of them (each worker's
+    last assignment, not revoked since), and one of them leads (publishes the epochs)."""
     held: list[set[str]] = []
+    leading = False
     for log in logs:
-        changes = [
-            x
-            for x in log_lines(log)
-            if x.get("message") in ("partitions assigned", "partitions revoked")
-        ]
+        lines = log_lines(log)
+        changes = [x for x in lines if x.get("message") in ASSIGNMENT]
         last = changes[-1] if changes else {}
-        mine = last.get("partitions", []) if last.get("message") == "partitions assigned" else []
+        mine = last.get("partitions", []) if last.get("message") == ASSIGNMENT[0] else []
         held.append({p for p in mine if p.rsplit(":", 1)[0] == topic})
-    return all(held) and len(set().union(*held)) == partitions
+        leads = [x["message"] for x in lines if x.get("message") in LEADING]
+        leading = leading or (bool(leads) and leads[-1] == LEADING[0])
+    return leading and all(held) and len(set().union(*held)) == partitions
 
 
 def measure(
