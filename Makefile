@@ -42,7 +42,7 @@ unit: $(DEV)
 tools:
 	scripts/deploy-tools ensure
 
-## bench: the benchmark harness (about 30 minutes); writes BENCHMARKS.md
+## bench: the benchmark harness (about 40 minutes, bench.kafka 11-12 of them); writes BENCHMARKS.md
 bench: $(DEV)
 	$(BIN)/python -m bench.persistence
 	$(BIN)/python -m bench.kafka

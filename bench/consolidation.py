@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.kafka import stream
+from bench.kafka_serve import stream
 from core.records import RelationUpdates, UpdateBatch
 from monitor.engine.owned import ChangedTuples
 from monitor.query.parser import parse_queries

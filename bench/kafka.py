@@ -1,295 +1,332 @@
-"""End-to-end figures through Kafka: ``python -m bench.kafka`` writes ``bench/kafka.md``.
+"""The Kafka path side by side (issue #14): ``python -m bench.kafka`` writes ``bench/kafka.md``.
 
-A local broker (``scripts/kafka_local``) is started; ego-Facebook's edges (inserts, then 10%
-deletes, as JSON records keyed by edge over 3 partitions) go through ``subgraph-monitor serve``
-with symmetry-broken triangles.
+One run against one local broker (``scripts/kafka_local``). Each workload's records are produced
+once to an input topic; on them, in each of ``--repeat`` rounds:
 
-- *throughput*: the whole stream is produced first; the service's rate is the records over the
-  time from its first assignment to its last committed epoch (from its JSON logs). Beside it,
-  in the same run, the engine alone on the same updates in the same epoch size (in-process
-  ``EpochProcessor``): the ratio is the cost of Kafka I/O, transactions and the state store.
-- *latency*: records are produced at a steady rate while the service runs with a short epoch
-  delay; p50/p99 of record timestamp to committed output are read from the service's
-  ``end_to_end_latency_seconds`` histogram.
+- the *file job*: ``subgraph-monitor run`` on the same records as a JSON Lines file (its own
+  summary line, :func:`bench.kafka_input.file_job`);
+- ``serve`` with ``SGM_OUTPUT_FORMAT=records`` and ``=batches`` (their order alternating from
+  round to round), each in a new group so that it reads the topic from its start: updates/s and
+  match deltas/s over the time from its first partition assignment to its last committed epoch;
+- the client's ceilings (:mod:`bench.kafka_ceilings`): a bare consumer reading the input topic,
+  and bare ``produce()`` of the records that ``serve`` wrote in the ``records`` format;
+- for the triangle workload, scale-out: 1-3 workers in one group (:func:`bench.cluster.measure`)
+  in both formats, on a new topic of the same records produced once every worker holds
+  partitions of it (their rates leave the first epoch out).
+
+The tables have the medians over the rounds, and the medians of each round's ratios: ``serve``'s
+updates/s to the consumer ceiling and to the file job, its match deltas/s to the producer
+ceiling. Then a latency run per workload and format, and per worker count of the scale-out
+(:func:`latency`, :func:`scale_out`): records produced at a steady rate while the service runs
+with epochs closing after 200 ms; p50 and p99 of record timestamp to committed output from the
+service's ``end_to_end_latency_seconds`` histogram (the workers' summed).
+
+Workloads: *triangle*, ego-Facebook's edges (:func:`bench.kafka_serve.stream`) with symmetry-broken
+triangles on the scale-out's 6-partition topic; *events*, the payments stream of
+:mod:`bench.kafka_input` (``big_ring``, a selective fraud query: few match deltas per update) on
+3 partitions. ``--quick`` is a smoke run on small inputs.
 """
 
 from __future__ import annotations
 
 import argparse
-import gzip
-import json
-import os
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
-import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
-from confluent_kafka.cimpl import NewTopic
-
-from core.records import RelationUpdates, UpdateBatch
-from monitor.query.parser import parse_queries
-from monitor.service.epochs import EpochProcessor
-from monitor.service.settings import Settings
+from bench import cluster
+from bench.kafka_ceilings import Ceiling, consumer_ceiling, producer_ceiling
+from bench.kafka_input import Workload, file_job, ring_records
+from bench.kafka_report import Figures, report
+from bench.kafka_serve import (
+    QUERY,
+    drop_topics,
+    edge_records,
+    log_lines,
+    metrics,
+    produce_records,
+    quantiles,
+    serve,
+    stream,
+    throughput,
+    topics,
+    wait,
+)
+from bench.machine import machine_info
+from bench.payments import QUERIES
 from scripts.kafka_local import KafkaBroker
 
-ROOT = Path(__file__).resolve().parents[1]
 OUT = Path(__file__).resolve().parent / "kafka.md"
-DATASET = ROOT.parent / "shared" / "datasets" / "ego-facebook.txt.gz"
-QUERY = "tri(a, b, c) := e(a, b), e(b, c), e(a, c), a < b, b < c."
-BATCH = 10_000
+FORMATS = ("records", "batches")
 
 
-def stream() -> list[tuple[int, int, int]]:
-    with gzip.open(DATASET, "rt") as f:
-        edges = np.loadtxt(f, dtype=np.int64, comments="#").reshape(-1, 2)
-    edges = edges[edges[:, 0] < edges[:, 1]]
-    rng = np.random.default_rng(1)
-    edges = edges[rng.permutation(edges.shape[0])]
-    deletes = edges[rng.choice(edges.shape[0], edges.shape[0] // 10, replace=False)]
-    rows = [(int(u), int(v), 1) for u, v in edges] + [(int(u), int(v), -1) for u, v in deletes]
-    return rows
+@dataclass(frozen=True)
+class Input:
+    """One workload's records and the topic they are read from."""
+
+    name: str
+    #: What the records are, for the report.
+    what: str
+    workload: Workload
+    records: list[tuple[bytes, bytes]]
+    partitions: int
 
 
-def topics(bootstrap: str, *names: tuple[str, int]) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics(
-        [NewTopic(n, num_partitions=p, replication_factor=1) for n, p in names]
-    )
-    for future in futures.values():
-        future.result(timeout=60)
+def facebook_records(n: int, seed: int) -> list[tuple[bytes, bytes]]:
+    """The first ``n`` records of ego-Facebook's stream (all of them if ``n`` is 0; the stream
+    has its own seed)."""
+    rows = stream()
+    return edge_records(rows[:n] if n else rows)
 
 
-def produce(bootstrap: str, topic: str, rows: list[tuple[int, int, int]], rate: float = 0) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
-    started = time.monotonic()
-    for i, (u, v, diff) in enumerate(rows):
-        value = json.dumps({"op": "insert" if diff > 0 else "delete", "src": u, "dst": v})
-        while True:
-            try:
-                producer.produce(topic, value=value.encode(), key=f"{u}:{v}".encode())
-                break
-            except BufferError:
-                producer.poll(0.05)
-        if rate and i % 100 == 0:
-            ahead = i / rate - (time.monotonic() - started)
-            if ahead > 0:
-                time.sleep(ahead)
-            producer.poll(0)
-    producer.flush(60)
+def inputs(triangle_rows: int, events: int) -> list[Input]:
+    """The two workloads: the first ``triangle_rows`` of ego-Facebook's stream (all if 0), and
+    ``events`` payments with their deletes."""
+    triangle = Workload(QUERY, True, facebook_records)
+    ring = Workload(QUERIES["big_ring"], False, ring_records)
+    edges = triangle.records(triangle_rows, 1)
+    transfers = ring.records(events, 1)
+    return [
+        Input(
+            "triangle",
+            f"ego-Facebook's edges as {len(edges):,} JSON records (inserts, then 10% deletes"
+            f"{'; the first records only' if triangle_rows else ''}), symmetry-broken "
+            "triangles, undirected",
+            triangle,
+            edges,
+            cluster.PARTITIONS,
+        ),
+        Input(
+            "events",
+            f"{events:,} payments as {len(transfers):,} event records with 5% deletes by id "
+            "(`bench.kafka_input`'s `big_ring` stream), the selective `big_ring` fraud query",
+            ring,
+            transfers,
+            3,
+        ),
+    ]
 
 
-#: Errors that mean "ask again": the group's coordinator is moving or loading, or a request
-#: timed out (``consumer.committed`` raised NOT_COORDINATOR once while a service started).
-_TRANSIENT = {
-    KafkaError.NOT_COORDINATOR,
-    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
-    KafkaError.COORDINATOR_NOT_AVAILABLE,
-    KafkaError.REQUEST_TIMED_OUT,
-    KafkaError._TIMED_OUT,
-    KafkaError._TRANSPORT,
-    KafkaError._WAIT_COORD,
-}
+class Progress:
+    """Lines on stderr, each with the seconds since the run started."""
+
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+
+    def __call__(self, text: str) -> None:
+        print(f"[{time.monotonic() - self.started:6.0f} s] {text}", file=sys.stderr, flush=True)
 
 
-def consumed(bootstrap: str, group: str, topic: str) -> bool:
-    """Whether ``group`` has committed the end of every partition of ``topic`` (False while
-    the broker answers with a transient error)."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
-    try:
-        meta = consumer.list_topics(topic, timeout=10).topics[topic]
-        parts = [TopicPartition(topic, p) for p in meta.partitions]
-        ends = [consumer.get_watermark_offsets(p, timeout=10)[1] for p in parts]
-        done = [tp.offset for tp in consumer.committed(parts, timeout=10)]
-    except KafkaException as exc:
-        error = exc.args[0] if exc.args else None
-        if isinstance(error, KafkaError) and (error.retriable() or error.code() in _TRANSIENT):
-            return False
-        raise
-    finally:
-        consumer.close()
-    return done == ends
+PROGRESS = Progress()
 
 
-def serve_env(
-    bootstrap: str,
-    topic: str,
-    group: str,
-    state_dir: Path,
-    *,
-    query: str = QUERY,
-    undirected: bool = True,
-    delay_ms: int = 1000,
-    **extra: str,
-) -> dict[str, str]:
-    """The environment of one benchmark ``serve`` on ``topic`` (output ``TOPIC-out``, dead
-    letters ``TOPIC-dlq``), epochs of :data:`BATCH`; ``extra`` adds or overrides settings."""
-    return {
-        **os.environ,
-        "SGM_BOOTSTRAP_SERVERS": bootstrap,
-        "SGM_INPUT_TOPICS": topic,
-        "SGM_OUTPUT_TOPIC": f"{topic}-out",
-        "SGM_DEAD_LETTER_TOPIC": f"{topic}-dlq",
-        "SGM_GROUP_ID": group,
-        "SGM_QUERIES": query,
-        "SGM_UNDIRECTED": str(undirected).lower(),
-        "SGM_STATE_DIR": str(state_dir),
-        "SGM_BATCH_SIZE": str(BATCH),
-        "SGM_MAX_BATCH_DELAY_MS": str(delay_ms),
-        "SGM_HTTP_PORT": "0",
-        **extra,
-    }
-
-
-def serve(
-    bootstrap: str, tmp: Path, topic: str, delay_ms: int
+def start(
+    bootstrap: str, tmp: Path, topic: str, source: Input, output_format: str, **settings: Any
 ) -> tuple[subprocess.Popen[bytes], Path, str]:
-    group = f"bench-{uuid.uuid4().hex[:8]}"
-    log = tmp / f"{group}.log"
-    env = serve_env(bootstrap, topic, group, tmp / group, delay_ms=delay_ms)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "monitor", "serve"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=log.open("wb"),
-    )
-    return proc, log, group
-
-
-def wait(bootstrap: str, group: str, topic: str, proc: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline and proc.poll() is None:
-        if consumed(bootstrap, group, topic):
-            return
-        time.sleep(0.5)
-    raise RuntimeError(f"serve did not consume {topic}")
-
-
-def log_lines(log: Path) -> list[dict[str, Any]]:
-    out = []
-    for line in log.read_text(errors="replace").splitlines():
-        if line.startswith("{"):
-            out.append(json.loads(line))
-    return out
-
-
-def stamp(line: dict[str, Any]) -> float:
-    return time.mktime(time.strptime(line["timestamp"][:19], "%Y-%m-%dT%H:%M:%S")) + float(
-        "0." + line["timestamp"][20:23]
+    """:func:`bench.kafka_serve.serve` of ``source``'s query in ``output_format``."""
+    return serve(
+        bootstrap,
+        tmp,
+        topic,
+        query=source.workload.query,
+        undirected=source.workload.undirected,
+        SGM_OUTPUT_FORMAT=output_format,
+        **settings,
     )
 
 
-def quantiles(metrics: str, name: str) -> tuple[float, float]:
-    buckets = []
-    for line in metrics.splitlines():
-        if line.startswith(f"{name}_bucket"):
-            le = line.split('le="')[1].split('"')[0]
-            buckets.append((float("inf") if le == "+Inf" else float(le), float(line.split()[-1])))
-    total = buckets[-1][1] if buckets else 0.0
+def serve_once(
+    bootstrap: str, tmp: Path, source: Input, topic: str, output_format: str
+) -> tuple[float, float, list[int], str]:
+    """``serve`` over the whole input topic: updates/s, match deltas/s, the deltas of each
+    epoch and the output topic (to be dropped by the caller)."""
+    out = f"{topic}-{output_format}-{time.monotonic_ns() % 10**9}"
+    topics(bootstrap, (out, 1), (f"{out}-dlq", 1))
+    proc, log, group = start(
+        bootstrap,
+        tmp,
+        topic,
+        source,
+        output_format,
+        SGM_OUTPUT_TOPIC=out,
+        SGM_DEAD_LETTER_TOPIC=f"{out}-dlq",
+    )
+    try:
+        wait(bootstrap, group, topic, proc)
+    finally:
+        stop(proc)
+    lines = log_lines(log)
+    shutil.rmtree(tmp / group, ignore_errors=True)
+    updates, deltas, _ = throughput(lines)
+    per_epoch = [int(x["deltas"]) for x in lines if x.get("message") == "epoch committed"]
+    return updates, deltas, per_epoch, out
 
-    def q(p: float) -> float:
-        target = p * total
-        previous_le, previous_count = 0.0, 0.0
-        for le, count in buckets:
-            if count >= target:
-                if le == float("inf"):
-                    return previous_le
-                span = count - previous_count
-                return previous_le + (le - previous_le) * (
-                    (target - previous_count) / span if span else 0
-                )
-            previous_le, previous_count = le, count
-        return float("nan")
 
-    return q(0.5), q(0.99)
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    proc.wait(60)
 
 
-def engine_only(rows: list[tuple[int, int, int]]) -> float:
-    processor = EpochProcessor(parse_queries(QUERY), Settings(undirected=True, batch_size=BATCH))
-    data = np.asarray(rows, dtype=np.int64)
-    started = time.perf_counter()
-    for lo in range(0, data.shape[0], BATCH):
-        part = data[lo : lo + BATCH]
-        seq = np.arange(lo, lo + part.shape[0], dtype=np.int64)
-        batch = UpdateBatch(
-            {
-                "e": RelationUpdates(
-                    [part[:, 0].copy(), part[:, 1].copy()], part[:, 2].astype(np.int8), seq
-                )
-            },
-            lo,
-            part.shape[0],
+def round_of(
+    bootstrap: str, tmp: Path, source: Input, topic: str, path: Path, k: int, workers: list[int]
+) -> dict[str, float]:
+    """One round on ``source``: the file job, the consumer ceiling, ``serve`` in both formats
+    (order by ``k``), the producer ceiling and, with ``workers``, scale-out in both formats."""
+    say = PROGRESS
+    got: dict[str, float] = {}
+    got["file"], got["file deltas"] = file_job(path, source.workload)
+    say(f"{source.name} {k + 1}: file job {got['file']:,.0f} updates/s")
+    consumer = consumer_ceiling(bootstrap, topic, len(source.records))
+    got["consumer"], got["consumer bytes"] = consumer.rate, consumer.record_bytes
+    say(f"{source.name} {k + 1}: bare consumer {consumer.rate:,.0f} records/s")
+    for output_format in FORMATS[:: 1 if k % 2 == 0 else -1]:
+        updates, deltas, per_epoch, out = serve_once(bootstrap, tmp, source, topic, output_format)
+        got[output_format], got[f"{output_format} deltas"] = updates, deltas
+        say(
+            f"{source.name} {k + 1}: serve {output_format} {updates:,.0f} updates/s, "
+            f"{deltas:,.0f} deltas/s"
         )
-        processor.process(batch)
-        processor.commit()
-    return float(data.shape[0] / (time.perf_counter() - started))
+        if output_format == "records":
+            producer: Ceiling = producer_ceiling(bootstrap, out, per_epoch)
+            got["producer"], got["producer bytes"] = producer.rate, producer.record_bytes
+            say(f"{source.name} {k + 1}: bare producer {producer.rate:,.0f} records/s")
+        drop_topics(bootstrap, out, f"{out}-dlq")
+    for n in workers:
+        for output_format in FORMATS[:: 1 if k % 2 == 0 else -1]:
+            r = scale_out(bootstrap, tmp, source, n, output_format)
+            got[f"{n} {output_format}"] = r["rate"]
+            got[f"{n} {output_format} deltas"] = r["deltas_rate"]
+            say(
+                f"{source.name} {k + 1}: {n} worker(s), {output_format}: {r['rate']:,.0f} "
+                f"updates/s, {r['deltas_rate']:,.0f} deltas/s"
+            )
+    return got
+
+
+def scale_out(
+    bootstrap: str,
+    tmp: Path,
+    source: Input,
+    workers: int,
+    output_format: str,
+    rate: float = 0,
+    seconds: float = 0,
+) -> dict[str, float]:
+    """:func:`bench.cluster.measure` of ``workers`` on a new topic fed ``source``'s records (as
+    fast as the client goes, or ``rate`` a second for ``seconds`` with epochs closing after
+    200 ms), dropped once measured."""
+    topic = f"{source.name}-w{workers}-{output_format}-{time.monotonic_ns() % 10**9}"
+    topics(bootstrap, (topic, source.partitions), (f"{topic}-out", 1), (f"{topic}-dlq", 1))
+    env = {"SGM_OUTPUT_FORMAT": output_format}
+    records = source.records
+    if rate:
+        env["SGM_MAX_BATCH_DELAY_MS"] = "200"
+        records = records[: int(rate * seconds)]
+    measured = cluster.measure(bootstrap, tmp, topic, workers, records, env=env, rate=rate)
+    drop_topics(bootstrap, topic, f"{topic}-out", f"{topic}-dlq")
+    return measured
+
+
+def latency(
+    bootstrap: str, tmp: Path, source: Input, output_format: str, rate: float, seconds: float
+) -> tuple[float, float]:
+    """p50 and p99 of produce -> committed output: ``serve`` (epochs closing after 200 ms) on a
+    new topic, once assigned its partitions, fed ``rate`` records/s for ``seconds``."""
+    topic = f"{source.name}-steady-{output_format}"
+    topics(bootstrap, (topic, source.partitions), (f"{topic}-out", 1), (f"{topic}-dlq", 1))
+    proc, log, group = start(bootstrap, tmp, topic, source, output_format, delay_ms=200)
+    try:
+        deadline = time.monotonic() + 120
+        while not any(x.get("message") == "partition assigned" for x in log_lines(log)):
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise RuntimeError(f"serve was not assigned {topic}")
+            time.sleep(0.2)
+        produce_records(bootstrap, topic, source.records[: int(rate * seconds)], rate)
+        wait(bootstrap, group, topic, proc)
+        text = metrics(log)
+    finally:
+        stop(proc)
+    drop_topics(bootstrap, topic, f"{topic}-out", f"{topic}-dlq")
+    return quantiles(text)
+
+
+def measure_all(args: argparse.Namespace, sources: list[Input], tmp: Path) -> list[Figures]:
+    """Every round of every workload, then the latency runs, against one broker."""
+    broker = KafkaBroker(tmp / "broker")
+    broker.start()
+    PROGRESS(f"broker up at {broker.bootstrap}")
+    figures = []
+    try:
+        for source in sources:
+            topic = f"{source.name}-in"
+            topics(broker.bootstrap, (topic, source.partitions))
+            produce_records(broker.bootstrap, topic, source.records)
+            path = tmp / f"{source.name}.jsonl"
+            path.write_bytes(b"".join(value + b"\n" for _, value in source.records))
+            PROGRESS(f"{source.name}: {len(source.records):,} records produced and written")
+            workers = args.workers if source.name == "triangle" else []
+            rounds = [
+                round_of(broker.bootstrap, tmp, source, topic, path, k, workers)
+                for k in range(args.repeat)
+            ]
+            steady = {}
+            for output_format in FORMATS:
+                steady[output_format] = latency(
+                    broker.bootstrap, tmp, source, output_format, args.rate, args.seconds
+                )
+                for n in workers:
+                    r = scale_out(
+                        broker.bootstrap, tmp, source, n, output_format, args.rate, args.seconds
+                    )
+                    steady[f"{n} {output_format}"] = (r["p50_s"], r["p99_s"])
+            for key, (p50, p99) in steady.items():
+                PROGRESS(
+                    f"{source.name}: latency, {key}: p50 {p50 * 1000:,.0f} ms, "
+                    f"p99 {p99 * 1000:,.0f} ms"
+                )
+            figures.append(
+                Figures(source.name, source.what, source.partitions, rounds, steady, workers)
+            )
+    finally:
+        broker.close()
+    return figures
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=OUT)
-    parser.add_argument("--rate", type=float, default=5000.0, help="records/s in the latency run")
-    parser.add_argument("--seconds", type=float, default=20.0, help="length of the latency run")
-    args = parser.parse_args()
-    rows = stream()
-    engine = engine_only(rows)
-    print(f"engine alone: {engine:,.0f} updates/s", file=sys.stderr)
-    with tempfile.TemporaryDirectory() as tmp_name:
-        tmp = Path(tmp_name)
-        broker = KafkaBroker(tmp / "broker")
-        broker.start()
-        try:
-            bootstrap = broker.bootstrap
-            topics(
-                bootstrap,
-                ("through", 3),
-                ("through-out", 1),
-                ("through-dlq", 1),
-                ("steady", 3),
-                ("steady-out", 1),
-                ("steady-dlq", 1),
-            )
-            produce(bootstrap, "through", rows)
-            proc, log, group = serve(bootstrap, tmp, "through", 1000)
-            wait(bootstrap, group, "through", proc)
-            proc.terminate()
-            proc.wait(60)
-            lines = log_lines(log)
-            first = min(stamp(x) for x in lines if x.get("message") == "partition assigned")
-            last = max(stamp(x) for x in lines if x.get("message") == "epoch committed")
-            through = len(rows) / (last - first)
-            print(f"through Kafka: {through:,.0f} updates/s", file=sys.stderr)
-            steady = rows[: int(args.rate * args.seconds)]
-            proc, log, group = serve(bootstrap, tmp, "steady", 200)
-            time.sleep(3.0)
-            produce(bootstrap, "steady", steady, rate=args.rate)
-            wait(bootstrap, group, "steady", proc)
-            port = next(x["port"] for x in log_lines(log) if "port" in x)
-            metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()
-            proc.terminate()
-            proc.wait(60)
-            p50, p99 = quantiles(metrics, "subgraph_monitor_end_to_end_latency_seconds")
-        finally:
-            broker.close()
-    text = (
-        "Generated by `python -m bench.kafka`: a local single-node broker, ego-Facebook as "
-        f"{len(rows):,} JSON records (inserts, then 10% deletes) over 3 partitions, "
-        f"symmetry-broken triangles, epochs of {BATCH:,} updates.\n\n"
-        "| measure | figure |\n|---|---|\n"
-        f"| engine alone, updates/s (same updates, same epochs, in process) | {engine:,.0f} |\n"
-        f"| through Kafka, updates/s (consume, evaluate, produce, transaction, state store) | "
-        f"{through:,.0f} |\n"
-        f"| ratio (Kafka I/O overhead) | {engine / through:.2f}x |\n"
-        f"| produce -> committed output latency, p50 / p99 at {args.rate:,.0f} records/s, "
-        f"epochs closing after 200 ms | {p50 * 1000:,.0f} ms / {p99 * 1000:,.0f} ms |\n"
+    parser.add_argument("--rate", type=float, help="records/s in the latency runs [5,000]")
+    parser.add_argument("--seconds", type=float, help="length of the latency runs [20]")
+    parser.add_argument("--repeat", type=int, help="rounds of every measure [3]")
+    parser.add_argument("--events", type=int, help="payments of the events workload [300,000]")
+    parser.add_argument(
+        "--workers", help="scale-out worker counts on the triangle workload [1,2,3]; 0: none"
     )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a smoke run: 40,000 ego-Facebook records, 30,000 payments, one round, "
+        "scale-out with 1 and 3 workers, latency at 2,000 records/s for 3 s",
+    )
+    args = parser.parse_args()
+    quick = {"rate": 2000.0, "seconds": 3.0, "repeat": 1, "events": 30_000, "workers": "1,3"}
+    full = {"rate": 5000.0, "seconds": 20.0, "repeat": 3, "events": 300_000, "workers": "1,2,3"}
+    for key, value in (quick if args.quick else full).items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    args.workers = [int(n) for n in args.workers.split(",") if int(n) > 0]
+    load = machine_info()["load average at the end (1/5/15 min)"]
+    sources = inputs(40_000 if args.quick else 0, args.events)
+    PROGRESS(f"load average at the start {load}; workloads ready")
+    with tempfile.TemporaryDirectory() as tmp_name:
+        figures = measure_all(args, sources, Path(tmp_name))
+    minutes = (time.monotonic() - PROGRESS.started) / 60
+    text = report(figures, args, load, minutes)
     args.out.write_text(text)
     print(text)
     return 0

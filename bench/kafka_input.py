@@ -36,9 +36,9 @@ from pathlib import Path
 
 import numpy as np
 import orjson
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer
 
-from bench.kafka import log_lines, serve_env, stamp, topics, wait
+from bench.kafka_serve import log_lines, produce_records, serve_env, throughput, topics, wait
 from bench.payments import QUERIES, payments
 from connectors.events import FieldTypes
 from connectors.kafka_records import decode_messages, message_columns
@@ -132,18 +132,6 @@ def file_job(path: Path, workload: Workload) -> tuple[float, float]:
     return float(found[2].replace(",", "")), float(found[3].replace(",", ""))
 
 
-def produce(bootstrap: str, topic: str, records: list[tuple[bytes, bytes]]) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
-    for key, value in records:
-        while True:
-            try:
-                producer.produce(topic, value=value, key=key)
-                break
-            except BufferError:
-                producer.poll(0.05)
-    producer.flush(120)
-
-
 def serve(
     bootstrap: str, tmp: Path, topic: str, workload: Workload, profile: Path | None = None
 ) -> tuple[float, int]:
@@ -168,12 +156,8 @@ def serve(
     finally:
         proc.terminate()
         proc.wait(120)
-    lines = log_lines(log)
-    commits = [x for x in lines if x.get("message") == "epoch committed"]
-    first = min(stamp(x) for x in lines if x.get("message") == "partition assigned")
-    last = max(stamp(x) for x in commits)
-    records = sum(int(x["updates"]) for x in commits)
-    return records / (last - first), len(commits)
+    updates, _, epochs = throughput(log_lines(log))
+    return updates, epochs
 
 
 def consumer_alone(bootstrap: str, topic: str, count: int) -> tuple[float, float]:
@@ -258,7 +242,7 @@ def main() -> int:
                 *[(f"{n}-{s}", 1) for n in names for s in ("out", "dlq")],
             )
             for name in names:
-                produce(bootstrap, name, records)
+                produce_records(bootstrap, name, records)
             for i in range(args.repeat):
                 rate, deltas = file_job(path, workload)
                 file_rates.append(rate)

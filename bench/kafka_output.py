@@ -39,8 +39,8 @@ import numpy as np
 import numpy.typing as npt
 from confluent_kafka import Producer
 
-from bench.kafka import BATCH, QUERY, stream, topics
-from bench.kafka_output_serve import drop_topics, serve_table
+from bench.kafka_output_serve import serve_table
+from bench.kafka_serve import BATCH, QUERY, drop_topics, stream, topics
 from connectors.delta_json import EdgeColumns, chunks, keys_and_values
 from connectors.kafka import PRODUCER_DEFAULTS, KafkaSink
 from connectors.sinks import CHUNK_ROWS

@@ -14,18 +14,18 @@ from collections import defaultdict
 from pathlib import Path
 
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient
 
-from bench.kafka import consumed, log_lines, produce, serve_env, stamp, topics
+from bench.kafka_serve import (
+    consumed,
+    drop_topics,
+    log_lines,
+    produce,
+    serve_env,
+    throughput,
+    topics,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def drop_topics(bootstrap: str, *names: str) -> None:
-    """Delete topics once measured: a run writes gigabytes, more than a disk may hold."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.delete_topics(list(names), operation_timeout=30).values():
-        future.result(timeout=60)
 
 
 def serve_run(
@@ -56,13 +56,9 @@ def serve_run(
             time.sleep(0.5)
         proc.terminate()
         proc.wait(60)
-    lines = log_lines(log)
-    first = min(stamp(x) for x in lines if x.get("message") == "partition assigned")
-    commits = [x for x in lines if x.get("message") == "epoch committed"]
-    last = max(stamp(x) for x in commits)
-    deltas = sum(int(x.get("deltas", 0)) for x in commits)
+    updates, deltas, _ = throughput(log_lines(log))
     drop_topics(bootstrap, topic, f"{topic}-out", f"{topic}-dlq")
-    return len(rows) / (last - first), deltas / (last - first)
+    return updates, deltas
 
 
 def serve_table(
