@@ -13,6 +13,7 @@ index as one epoch without emitting anything; then the stream goes on from the c
 
 from __future__ import annotations
 
+import gc
 import logging
 import time
 from collections.abc import Mapping
@@ -67,10 +68,25 @@ def serve(settings: Settings) -> int:
     )
     try:
         with stop_on_signals():
+            tune_collector()
             return _run(settings, queries, store, metrics, health)
     finally:
         store.close()
         http.stop()
+
+
+#: The cyclic garbage collector's thresholds in the service (Python's: 700, 10, 10).
+COLLECTOR_THRESHOLDS = (100_000, 50, 100)
+
+
+def tune_collector() -> None:
+    """Collect cycles after 100,000 allocations, not 700. Every consumed message is a tracked
+    object, as are the tuples and dicts decoding makes, so with Python's thresholds a poll of
+    10,000 records starts dozens of collections, each walking the young objects: 2.7 µs per
+    message against 0.45 in the file job (bench/NOTES.md). The service makes little cyclic
+    garbage (what it frees, reference counting frees), so collecting it less often costs
+    memory only in what cycles wait for the next collection."""
+    gc.set_threshold(*COLLECTOR_THRESHOLDS)
 
 
 def _run(
