@@ -37,6 +37,7 @@ import numpy as np
 from bench.flink_sql import missing, run_flink
 from bench.timed_report import SAMPLES, report
 from bench.timed_stream import TimedStream, batch, csv_lines, json_lines, timed_payments
+from core.columns import python_values
 from monitor.query.parser import parse_queries
 from monitor.service.epochs import EpochOutput, EpochProcessor
 from monitor.service.settings import Settings
@@ -126,7 +127,7 @@ def _planted_among(
     edges: dict[str, dict[str, Any]], up: np.ndarray[Any, Any], firsts: set[str]
 ) -> set[tuple[str, ...]]:
     """The appearing matches whose first event starts a planted pattern, as id tuples."""
-    ids = [e["id"] for e in edges.values()]
+    ids = [np.asarray(python_values(e["id"]), dtype=object) for e in edges.values()]
     rows = up & np.fromiter((i in firsts for i in ids[0]), np.bool_, ids[0].shape[0])
     return set(zip(*(column[rows].tolist() for column in ids), strict=True))
 
