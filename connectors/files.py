@@ -10,13 +10,17 @@ Updates are numbered from 0 in stream order; the batches a source yields follow 
 every batch starts at the previous ``first_seq + count``. A line that cannot be decoded becomes
 a :class:`DeadLetter` at ``path:line`` (1-based) and the stream goes on, or, in strict mode, ends
 the stream with an :class:`InputError` after every update before it has been yielded.
+
+A relation has one arity: the one the caller knows (the queries', a restored index's), else its
+first line's. A line of another length cannot be decoded (``relation 'e' has 2 ids per tuple,
+got 3``; for an arity learned from the input, ``(since path:line)`` says where).
 """
 
 from __future__ import annotations
 
 import os
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from operator import itemgetter
 
 import numpy as np
@@ -64,8 +68,10 @@ class EdgeFileSource:
 
     ``on_dead_letter`` is called with every line that cannot be decoded, as the block holding it
     is decoded (before that block's updates are yielded); positions read ``path:line``, with
-    ``<stdin>`` for stdin. Lines of one relation must all have its first line's number of ids.
-    ``format`` holds the detected format once reading has begun.
+    ``<stdin>`` for stdin. A line whose number of ids is not its relation's arity is such a
+    line: the arity is the one in ``arities`` (the queries' and the index's, read when reading
+    begins, never changed here), else the relation's first line's. ``format`` holds the
+    detected format once reading has begun.
 
     Progress counters, updated as each block is decoded (so they may run ahead of the batches the
     caller has consumed): ``lines_read``, ``updates_read``, ``dead_letters``, ``bytes_read``
@@ -86,6 +92,7 @@ class EdgeFileSource:
         start: Checkpoint | None = None,
         skip_to: int = 0,
         events: FieldTypes | None = None,
+        arities: Mapping[str, int] | None = None,
     ) -> None:
         if format not in FORMATS:
             raise ConfigError(f"format must be one of {', '.join(FORMATS)}; got {format!r}")
@@ -108,6 +115,8 @@ class EdgeFileSource:
         self.skip_to = skip_to
         #: The event relations and their field types: JSON records of these are events.
         self.events = events
+        #: The relations' arities known before the input is read (the queries', the index's).
+        self.arities: Mapping[str, int] = {} if arities is None else arities
         if start is not None:
             self.format = start.format
         self.total_bytes: int | None = None
@@ -120,6 +129,7 @@ class EdgeFileSource:
         self.updates_read = 0
         self.dead_letters = 0
         self.bytes_read = 0
+        #: Each relation's arity and where the input fixed it ("": known before).
         self._arity: dict[str, tuple[int, str]] = {}
 
     def batches(self, max_updates: int) -> Iterator[UpdateBatch]:
@@ -140,7 +150,7 @@ class EdgeFileSource:
         if self.start is not None:
             self.lines_read, self.updates_read = self.start.line, self.start.seq
             offset = self.start.offset
-        self._arity = {}
+        self._arity = {name: (arity, "") for name, arity in self.arities.items()}
         pending: deque[UpdateBatch] = deque()
         pending_count = 0
         failure: InputError | None = None
@@ -345,14 +355,15 @@ class EdgeFileSource:
         return [UpdateBatch(parts, first_seq, count, None, event_parts)], failure
 
     def _check_arity(self, relation: str, arity: int, line: int) -> None:
-        """Raise when ``relation`` was seen before with another number of ids."""
+        """Raise when ``relation`` has another arity (known, or its first line's, learned
+        here at ``line``)."""
         known = self._arity.get(relation)
         if known is None:
             self._arity[relation] = (arity, f"{self.name}:{line}")
         elif known[0] != arity:
+            since = f" (since {known[1]})" if known[1] else ""
             raise InputError(
-                f"relation {relation!r} has {known[0]} ids per tuple (since {known[1]}), "
-                f"got {arity}"
+                f"relation {relation!r} has {known[0]} ids per tuple{since}, got {arity}"
             )
 
     def _note_arity(self, relation: str, arity: int, line: int) -> None:

@@ -171,13 +171,17 @@ class UpdateBatch:
 
     @classmethod
     def from_updates(cls, updates: Sequence[Update], first_seq: int = 0) -> UpdateBatch:
-        """Columnar batch of ``updates``, numbered from ``first_seq`` in the given order."""
+        """Columnar batch of ``updates``, numbered from ``first_seq`` in the given order.
+
+        Raises ValueError if a relation's tuples have different lengths (the sources make the
+        tuples of other lengths than a relation's arity dead letters before)."""
         grouped: dict[str, list[int]] = {}
         for i, update in enumerate(updates):
             grouped.setdefault(update.relation, []).append(i)
+        lengths = np.fromiter((len(u.values) for u in updates), np.intp, len(updates))
         parts: dict[str, RelationUpdates] = {}
         for relation, indices in grouped.items():
-            arity = len(updates[indices[0]].values)
+            arity = _one_arity(relation, np.unique(lengths[indices]).tolist())
             columns = [id_column([updates[i].values[k] for i in indices]) for k in range(arity)]
             diff = np.fromiter(
                 (updates[i].diff for i in indices), dtype=np.int8, count=len(indices)
@@ -206,7 +210,9 @@ class UpdateBatch:
 
     @classmethod
     def concat(cls, batches: Sequence[UpdateBatch]) -> UpdateBatch:
-        """Consecutive runs joined into one (they must follow each other in the stream)."""
+        """Consecutive runs joined into one (they must follow each other in the stream).
+
+        Raises ValueError if a relation has another arity in one run than in another."""
         batches = [b for b in batches if b.count]
         if not batches:
             return cls()
@@ -216,7 +222,7 @@ class UpdateBatch:
                 merged.setdefault(relation, []).append(part)
         parts: dict[str, RelationUpdates] = {}
         for relation, pieces in merged.items():
-            arity = pieces[0].arity
+            arity = _one_arity(relation, sorted({p.arity for p in pieces}))
             columns = [concat_ids([p.columns[k] for p in pieces]) for k in range(arity)]
             parts[relation] = RelationUpdates(
                 columns,
@@ -235,6 +241,18 @@ class UpdateBatch:
         times = {key: np.concatenate(found) for key, found in seen.items()}
         count = sum(b.count for b in batches)
         return cls(parts, batches[0].first_seq, count, batches[-1].resume, merged_events, times)
+
+
+def _one_arity(relation: str, lengths: list[int]) -> int:
+    """The arity of ``relation`` whose tuples have the sorted distinct ``lengths``: their one
+    length, else a ValueError naming them."""
+    if len(lengths) != 1:
+        found = ", ".join(map(str, lengths[:-1])) + f" and {lengths[-1]}"
+        raise ValueError(
+            f"relation {relation!r} has tuples of {found} ids in one batch; a relation has one "
+            "arity (a source makes a tuple of another length a dead letter before batching)"
+        )
+    return lengths[0]
 
 
 def split_events(

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any, NoReturn
 
 import click
@@ -99,6 +99,7 @@ def _source(
     strict: bool,
     quiet: bool,
     events: FieldTypes | None = None,
+    arities: Mapping[str, int] | None = None,
     start: Checkpoint | None = None,
     skip_to: int = 0,
 ) -> EdgeFileSource:
@@ -111,6 +112,7 @@ def _source(
         start=start,
         skip_to=skip_to,
         events=events,
+        arities=arities,
     )
 
 
@@ -242,7 +244,9 @@ def _run_job(
     started = time.perf_counter()
 
     def open_source(path: str, start: Checkpoint | None, skip_to: int) -> EdgeFileSource:
-        return _source(path, settings, fmt, strict, quiet, types, start, skip_to)
+        # The processor's arities are its index's, restored or preloaded before reading.
+        arities = processor.arities
+        return _source(path, settings, fmt, strict, quiet, types, arities, start, skip_to)
 
     job = FileJob(
         edges=edges,
@@ -290,7 +294,15 @@ def count(
         )
         queries = _queries(query_specs)
         processor = EpochProcessor(queries, settings)
-        source = _source(edges, settings, fmt, strict, quiet=False, events=processor.field_types)
+        source = _source(
+            edges,
+            settings,
+            fmt,
+            strict,
+            quiet=False,
+            events=processor.field_types,
+            arities=processor.arities,
+        )
         for batch in _batches(source, 1 << 20):
             processor.preload(batch)
         for name, matches in processor.counts().items():

@@ -152,9 +152,9 @@ class EpochProcessor:
         for query in self.internal:
             for relation, arity in query.relations.items():
                 self.index.relation(relation, arity)
-        #: Each relation's arity, for the Kafka sources (a tuple of another length is a dead
-        #: letter; they learn the first tuple's length of a relation they do not find here):
-        #: the index's relations, kept up to date on restore and commit.
+        #: Each relation's arity, for the sources (a tuple of another length is a dead letter;
+        #: they learn the first tuple's length of a relation they do not find here): the
+        #: index's relations, kept up to date on restore and commit.
         self.arities: dict[str, int] = {}
         self._note_arities()
         self.evaluator = DeltaEvaluator(self.internal, settings.max_prefixes)

@@ -33,7 +33,9 @@ from monitor.service.stop import Stop, stop_on_signals
 
 log = logging.getLogger(__name__)
 
-#: Opens the input: ``(path, checkpoint to start at, updates to skip to)``.
+#: Opens the input: ``(path, checkpoint to start at, updates to skip to)``; the source reads the
+#: relations' arities from the processor's :attr:`~EpochProcessor.arities` (the queries', and
+#: the index's once restored or preloaded).
 SourceOpener = Callable[[str, Checkpoint | None, int], EdgeFileSource]
 
 

@@ -74,11 +74,14 @@ def check_consecutive(batches: list[UpdateBatch], max_updates: int) -> None:
         expected_seq += batch.count
 
 
-def reference(path: str, lines: list[bytes], json: bool = False) -> tuple[list[Row], list[str]]:
-    """Decode line by line with the public per-line decoders; dead-letter positions."""
+def reference(
+    path: str, lines: list[bytes], json: bool = False, arities: dict[str, int] | None = None
+) -> tuple[list[Row], list[str]]:
+    """Decode line by line with the public per-line decoders; dead-letter positions. A
+    relation's arity is the one in ``arities``, else its first tuple's."""
     out: list[Row] = []
     dead: list[str] = []
-    arity: dict[str, int] = {}
+    arity: dict[str, int] = dict(arities or {})
     for number, line in enumerate(lines, start=1):
         position = f"{path}:{number}"
         try:
@@ -280,6 +283,103 @@ def test_json_dead_letters_have_line_positions(tmp_path: Path) -> None:
     ]
 
 
+# Arities known before reading (the queries', the index's) -------------------------------------
+
+ODD_FIRST = b"e(1, 2, 3)\nflagged(4, 5)\n1 2\n+ flagged(4)\n2 3\n- 1 2\n"
+ODD_FIRST_JSON = b"\n".join(
+    orjson.dumps(r)
+    for r in [
+        {"relation": "e", "tuple": [1, 2, 3]},
+        {"relation": "flagged", "tuple": [4, 5]},
+        {"src": 1, "dst": 2},
+        {"relation": "flagged", "tuple": [4]},
+        {"relation": "e", "tuple": [2, 3]},
+        {"op": "delete", "src": 1, "dst": 2},
+    ]
+)
+
+
+@pytest.mark.parametrize("content", [ODD_FIRST, ODD_FIRST_JSON], ids=["text", "json"])
+@pytest.mark.parametrize("fast_path", [True, False])
+@pytest.mark.parametrize("block_size", [1, 16, 1 << 20])
+def test_a_known_arity_wins_over_an_odd_first_line(
+    tmp_path: Path, content: bytes, fast_path: bool, block_size: int
+) -> None:
+    """The odd first lines are the bad ones; the lines after them are read as without them."""
+    path = write(tmp_path, content)
+    known = {"e": 2, "flagged": 1}
+    letters: list[DeadLetter] = []
+    source = EdgeFileSource(
+        path,
+        arities=known,
+        fast_path=fast_path,
+        block_size=block_size,
+        on_dead_letter=letters.append,
+    )
+    assert rows(source.batches(2)) == [
+        ("e", (1, 2), 1, 0),
+        ("flagged", (4,), 1, 1),
+        ("e", (2, 3), 1, 2),
+        ("e", (1, 2), -1, 3),
+    ]
+    assert [(d.position, d.reason) for d in letters] == [
+        (f"{path}:1", "relation 'e' has 2 ids per tuple, got 3"),
+        (f"{path}:2", "relation 'flagged' has 1 ids per tuple, got 2"),
+    ]
+    assert (source.dead_letters, source.lines_read, source.updates_read) == (2, 6, 4)
+    assert known == {"e": 2, "flagged": 1}
+
+
+def test_without_known_arities_the_first_line_decides(tmp_path: Path) -> None:
+    path = write(tmp_path, ODD_FIRST)
+    letters: list[DeadLetter] = []
+    got = rows(EdgeFileSource(path, on_dead_letter=letters.append).batches(10))
+    assert got == [("e", (1, 2, 3), 1, 0), ("flagged", (4, 5), 1, 1)]
+    assert [d.reason for d in letters] == [
+        f"relation 'e' has 3 ids per tuple (since {path}:1), got 2",
+        f"relation 'flagged' has 2 ids per tuple (since {path}:2), got 1",
+        f"relation 'e' has 3 ids per tuple (since {path}:1), got 2",
+        f"relation 'e' has 3 ids per tuple (since {path}:1), got 2",
+    ]
+
+
+def test_strict_mode_stops_at_an_odd_first_line(tmp_path: Path) -> None:
+    path = write(tmp_path, ODD_FIRST)
+    with pytest.raises(InputError) as caught:
+        list(EdgeFileSource(path, strict=True, arities={"e": 2}).batches(10))
+    assert str(caught.value) == f"{path}:1: relation 'e' has 2 ids per tuple, got 3"
+
+
+@pytest.mark.parametrize("fast_path", [True, False])
+@pytest.mark.parametrize("content", [b"1 2\n3 4\n", b"1 2\ne(5, 6, 7)\n3 4\n# c\n"])
+def test_src_dst_lines_of_a_default_relation_known_with_three_ids(
+    tmp_path: Path, fast_path: bool, content: bytes
+) -> None:
+    """No ``src dst`` line takes the vectorized path into a relation of another arity."""
+    path = write(tmp_path, content)
+    letters: list[DeadLetter] = []
+    source = EdgeFileSource(
+        path, arities={"e": 3}, fast_path=fast_path, on_dead_letter=letters.append
+    )
+    got = rows(source.batches(10))
+    assert got == ([("e", (5, 6, 7), 1, 0)] if b"e(" in content else [])
+    assert [d.reason for d in letters] == ["relation 'e' has 3 ids per tuple, got 2"] * 2
+    assert [d.raw for d in letters] == [b"1 2", b"3 4"]
+
+
+def test_a_relation_not_known_still_learns_its_first_line(tmp_path: Path) -> None:
+    path = write(tmp_path, BAD)
+    letters: list[DeadLetter] = []
+    source = EdgeFileSource(path, arities={"e": 2}, on_dead_letter=letters.append)
+    assert [(r[0], r[1]) for r in rows(source.batches(10))] == [
+        ("e", (1, 2)),
+        ("e", (3, 4)),
+        ("r", (1, 2)),
+        ("e", (5, 6)),
+    ]
+    assert letters[1].reason == f"relation 'r' has 2 ids per tuple (since {path}:4), got 3"
+
+
 # JSON files and format detection ---------------------------------------------------------------
 
 JSONL = b"\n".join(
@@ -479,6 +579,11 @@ text_lines = st.one_of(
 )
 
 
+#: Arities known before reading: the relations of ``text_lines`` and ``json_lines``, and one
+#: neither has.
+KNOWN = st.dictionaries(st.sampled_from(["e", "t", "r", "f", "q", "z"]), st.integers(1, 3))
+
+
 @settings(max_examples=300, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     lines=st.lists(text_lines, max_size=60),
@@ -486,6 +591,7 @@ text_lines = st.one_of(
     final_newline=st.booleans(),
     block_size=st.sampled_from([1, 5, 16, 64, 1 << 20]),
     max_updates=st.sampled_from([1, 3, 10, 1000]),
+    known=KNOWN,
 )
 def test_fast_path_equals_slow_path_equals_reference(
     tmp_path: Path,
@@ -494,16 +600,21 @@ def test_fast_path_equals_slow_path_equals_reference(
     final_newline: bool,
     block_size: int,
     max_updates: int,
+    known: dict[str, int],
 ) -> None:
     newline = "\r\n" if crlf else "\n"
     content = (newline.join(lines) + (newline if final_newline and lines else "")).encode()
     path = write(tmp_path, content, "mixed.txt")
-    expected, expected_dead = reference(path, [line.encode() for line in lines])
+    expected, expected_dead = reference(path, [line.encode() for line in lines], arities=known)
     outcomes = []
     for fast_path in (True, False):
         letters: list[DeadLetter] = []
         source = EdgeFileSource(
-            path, fast_path=fast_path, block_size=block_size, on_dead_letter=letters.append
+            path,
+            fast_path=fast_path,
+            block_size=block_size,
+            on_dead_letter=letters.append,
+            arities=known,
         )
         batches = list(source.batches(max_updates))
         check_consecutive(batches, max_updates)
@@ -518,3 +629,46 @@ def test_fast_path_equals_slow_path_equals_reference(
     for a, b in zip(*outcomes, strict=True):
         assert (a.first_seq, a.count) == (b.first_seq, b.count)
         assert typed(rows([a])) == typed(rows([b]))
+
+
+json_relations = st.sampled_from(["e", "r", "f"])
+json_ops = st.sampled_from(["insert", "delete"])
+json_lines = st.one_of(
+    st.fixed_dictionaries(
+        {"src": st.integers(0, 9), "dst": st.integers(0, 9)},
+        optional={"relation": json_relations, "op": json_ops},
+    ).map(orjson.dumps),
+    st.fixed_dictionaries(
+        {"tuple": st.lists(st.integers(0, 9) | st.sampled_from(["a", "b"]), max_size=3)},
+        optional={"relation": json_relations, "op": json_ops},
+    ).map(orjson.dumps),
+    st.sampled_from([b"", b"# comment", b"{", b"[1, 2]", b'{"src": 1}']),
+)
+
+
+@settings(max_examples=200, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    lines=st.lists(json_lines, max_size=40),
+    block_size=st.sampled_from([1, 16, 1 << 20]),
+    max_updates=st.sampled_from([1, 3, 1000]),
+    known=KNOWN,
+)
+def test_json_lines_equal_the_reference(
+    tmp_path: Path, lines: list[bytes], block_size: int, max_updates: int, known: dict[str, int]
+) -> None:
+    path = write(tmp_path, b"\n".join(lines) + b"\n", "mixed.jsonl")
+    expected, expected_dead = reference(path, lines, json=True, arities=known)
+    letters: list[DeadLetter] = []
+    given_arities = dict(known)
+    source = EdgeFileSource(
+        path,
+        format="json",
+        block_size=block_size,
+        on_dead_letter=letters.append,
+        arities=known,
+    )
+    batches = list(source.batches(max_updates))
+    check_consecutive(batches, max_updates)
+    assert typed(rows(batches)) == typed(expected)
+    assert [d.position for d in letters] == expected_dead
+    assert known == given_arities

@@ -1,6 +1,7 @@
-"""The relations' arities the processor gives the Kafka sources: the queries' from the start,
-the stored relations' after a restore, a new relation's once an epoch holding it is committed;
-always the same dict, which the sources hold and learn into."""
+"""The relations' arities the processor gives its sources: the queries' from the start, the
+stored relations' after a restore, a new relation's once an epoch holding it is committed;
+always the same dict, which the Kafka sources hold and learn into (a file source reads it as
+it begins reading)."""
 
 from __future__ import annotations
 

@@ -31,6 +31,11 @@ VERTEX = st.sampled_from(["0", "1", "2", "x"])
 LINE = st.one_of(
     st.tuples(st.sampled_from(["+", "+", "-"]), VERTEX, VERTEX).map(" ".join),
     st.tuples(st.sampled_from(["+", "-"]), VERTEX).map(lambda t: f"{t[0]} tag({t[1]})"),
+    # Tuples of other lengths than the queries' (bad lines), and of a relation no query reads,
+    # whose arity is its first line's: a restarted source reads it from the restored index.
+    st.tuples(st.sampled_from(["tag", "e", "seen"]), st.lists(VERTEX, min_size=1, max_size=3)).map(
+        lambda t: f"{t[0]}({', '.join(t[1])})"
+    ),
 )
 
 
@@ -46,7 +51,9 @@ class StoppingSource(EdgeFileSource):
 
 def run_once(stream: Path, state: Path, output: Path, batch: int, limit: int | None) -> None:
     def open_source(path: str, start: Checkpoint | None, skip_to: int) -> EdgeFileSource:
-        source = StoppingSource(path, start=start, skip_to=skip_to, block_size=32)
+        source = StoppingSource(
+            path, start=start, skip_to=skip_to, block_size=32, arities=processor.arities
+        )
         source.limit = limit
         return source
 
@@ -88,6 +95,11 @@ def stored(state: Path) -> tuple[list[object], dict[str, set[tuple[object, ...]]
     lines=["+ 0 1", "+ 1 2", "- 0 1", "+ 0 2", "+ tag(1)", "+ 2 0", "- 1 2", "+ 0 1"] * 3,
     batch=2,
     stops=[1, 1, 2, 1],
+)
+@example(  # the restart is past seen's first line; its first line after it has 3 ids
+    lines=["seen(0, 1)", "+ 0 1", "tag(0, 1)", "+ 1 2", "- 0 1", "seen(2, x, 1)", "seen(1, 2)"],
+    batch=2,
+    stops=[2],
 )
 @given(
     lines=st.lists(LINE, min_size=8, max_size=70),
