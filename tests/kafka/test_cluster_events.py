@@ -12,6 +12,7 @@ from collections import Counter, defaultdict
 
 import pytest
 
+from core.columns import python_values
 from monitor.query.load import load_queries
 from monitor.service.cluster.worker import decode_epoch
 from monitor.service.epochs import EpochProcessor
@@ -66,7 +67,7 @@ def single_worker(
         processor.commit()
         deltas: set[tuple[Binding, int]] = set()
         for q in epoch.queries:
-            ids = [q.edges[e]["id"].tolist() for e in names[q.query]]
+            ids = [python_values(q.edges[e]["id"]) for e in names[q.query]]
             vertices = [c.tolist() for c in q.columns]
             for i, diff in enumerate(q.diff.tolist()):
                 events = tuple(str(column[i]) for column in ids)
