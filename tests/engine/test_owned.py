@@ -10,6 +10,9 @@ is right only in total, and the test shows that such splits do occur.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
+from functools import partial
+from typing import Any
 
 import numpy as np
 from hypothesis import given, settings
@@ -62,6 +65,40 @@ def outputs(processor: EpochProcessor, out: list) -> Counter[tuple[str, tuple[ob
     return found
 
 
+def share(
+    processor: EpochProcessor,
+    staged: Any,
+    owners: np.ndarray,
+    w: int,  # type: ignore[type-arg]
+) -> tuple[dict[str, Any], ChangedTuples]:
+    """Worker ``w``'s share of the staged epoch (the updates ``owners`` gives it), and the
+    epoch's table of changed tuples as it sees it."""
+    mine = {
+        name: change.take(owners[change.seq] == w)
+        for name, change in staged.changes.items()
+        if change.seq is not None
+    }
+    changed = ChangedTuples.of(processor.index, staged.changes, lambda s: owners[s] == w)
+    return mine, changed
+
+
+def published(
+    processor: EpochProcessor,
+    staged: Any,
+    owners: np.ndarray,  # type: ignore[type-arg]
+    workers: int,
+    read: Callable[[list[Any]], Counter[Any]],
+) -> Counter[Any]:
+    """What the workers publish together, each binding by one worker at most."""
+    union: Counter[Any] = Counter()
+    for w in range(workers):
+        mine, changed = share(processor, staged, owners, w)
+        for key, diff in read(processor.evaluate_decided(mine, changed)).items():
+            assert key not in union, f"{key} published by two workers"
+            union[key] = diff
+    return union
+
+
 @settings(max_examples=150, deadline=None)
 @given(before=updates, epoch=updates, workers=st.integers(2, 4), seed=st.integers(0, 2**16))
 def test_workers_together_publish_the_single_workers_deltas_once(
@@ -79,21 +116,10 @@ def test_workers_together_publish_the_single_workers_deltas_once(
 
     rng = np.random.default_rng(seed)
     owner_of_update = rng.integers(0, workers, len(epoch))  # the "partition" of each update
-    union: Counter[tuple[str, tuple[object, ...]]] = Counter()
+    union = published(processor, staged, owner_of_update, workers, partial(outputs, processor))
     summed: Counter[tuple[str, tuple[object, ...]]] = Counter()
     for w in range(workers):
-        mine = {
-            name: change.take(owner_of_update[change.seq] == w)
-            for name, change in staged.changes.items()
-            if change.seq is not None
-        }
-        changed = ChangedTuples.of(
-            processor.index, staged.changes, lambda s, w=w: owner_of_update[s] == w
-        )
-        decided = outputs(processor, processor.evaluate_decided(mine, changed))
-        for key, diff in decided.items():
-            assert key not in union, f"{key} published by two workers"
-            union[key] = diff
+        mine, _ = share(processor, staged, owner_of_update, w)
         summed.update(outputs(processor, processor.evaluate(mine)))
     assert union == expected
     assert {k: v for k, v in summed.items() if v} == expected  # per-worker sums: right in total
@@ -124,20 +150,7 @@ def test_workers_together_publish_the_single_workers_event_deltas_once(
 
     rng = np.random.default_rng(seed)
     owner_of_update = rng.integers(0, workers, len(before) + len(epoch))
-    union: Counter[tuple[object, ...]] = Counter()
-    for w in range(workers):
-        mine = {
-            name: change.take(owner_of_update[change.seq] == w)
-            for name, change in staged.changes.items()
-            if change.seq is not None
-        }
-        changed = ChangedTuples.of(
-            processor.index, staged.changes, lambda s, w=w: owner_of_update[s] == w
-        )
-        for key, diff in event_outputs(processor.evaluate_decided(mine, changed)).items():
-            assert key not in union, f"{key} published by two workers"
-            union[key] = diff
-    assert union == expected
+    assert published(processor, staged, owner_of_update, workers, event_outputs) == expected
 
 
 def event_outputs(out: list) -> Counter[tuple[object, ...]]:  # type: ignore[type-arg]
@@ -166,15 +179,5 @@ def test_a_pair_whose_events_are_deleted_on_two_workers_retracts_both_matches() 
         staged = processor.stage(event_batch([("delete", 0), ("delete", 1)], 2))
         expected = event_outputs(processor.evaluate(staged.changes))
         assert sorted(expected.values()) == [-1, -1]
-        union: Counter[tuple[object, ...]] = Counter()
-        for w in (0, 1):
-            mine = {
-                name: change.take(owners[change.seq] == w)
-                for name, change in staged.changes.items()
-                if change.seq is not None
-            }
-            changed = ChangedTuples.of(
-                processor.index, staged.changes, lambda s, w=w, owners=owners: owners[s] == w
-            )
-            union.update(event_outputs(processor.evaluate_decided(mine, changed)))
+        union = published(processor, staged, owners, 2, event_outputs)
         assert union == expected, f"owners {split}"
