@@ -5,27 +5,21 @@ committed epoch, records beside batches on the same input."""
 from __future__ import annotations
 
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 import uuid
 from collections import defaultdict
 from pathlib import Path
 
-from confluent_kafka import KafkaException
-
 from bench.kafka_serve import (
-    consumed,
     drop_topics,
     log_lines,
     produce,
-    serve_env,
+    serve,
     throughput,
     topics,
+    wait,
 )
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def serve_run(
@@ -36,24 +30,10 @@ def serve_run(
     topic = f"e2e-{output_format}-{uuid.uuid4().hex[:6]}"
     topics(bootstrap, (topic, 3), (f"{topic}-out", 1), (f"{topic}-dlq", 1))
     produce(bootstrap, topic, rows)
-    group = f"bench-{uuid.uuid4().hex[:8]}"
-    log = tmp / f"{group}.log"
-    env = serve_env(bootstrap, topic, group, tmp / group, SGM_OUTPUT_FORMAT=output_format)
-    with log.open("wb") as err:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "monitor", "serve"],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=err,
-        )
-        deadline = time.monotonic() + 600
-        while (
-            time.monotonic() < deadline
-            and proc.poll() is None
-            and not done(bootstrap, group, topic)
-        ):
-            time.sleep(0.5)
+    proc, log, group = serve(bootstrap, tmp, topic, SGM_OUTPUT_FORMAT=output_format)
+    try:
+        wait(bootstrap, group, topic, proc)
+    finally:
         proc.terminate()
         proc.wait(60)
     updates, deltas, _ = throughput(log_lines(log))
@@ -87,10 +67,3 @@ def serve_table(
             f"| `serve`, `SGM_OUTPUT_FORMAT={output_format}` | {per_s[0]:,.0f} | {per_s[1]:,.0f} |"
         )
     return "\n".join(lines) + "\n"
-
-
-def done(bootstrap: str, group: str, topic: str) -> bool:
-    try:
-        return consumed(bootstrap, group, topic)
-    except KafkaException:  # a coordinator still loading: not yet
-        return False
