@@ -7,16 +7,24 @@ end[s + 1]]``), an integer id as its ``int64`` value; each kind is found through
 its own :class:`~monitor.index.hashtable.SlotTable`, which stores slots only: a probe compares
 the bytes (or the value) themselves, so ids whose hashes collide stay different ids.
 
+While every string id is *numbered* with one prefix (``tx-91``: :mod:`monitor.index.numbered`)
+the strings are kept as their numbers (``uint32``, ``int64`` past 2**32), not as text; the
+first string that is not turns them all into text, once. While, besides, the numbers grow with
+the slots (ids given out by a counter, in order: transaction ids, file positions) and there is
+no integer id, a string is found by a binary search over the numbers and no table is kept; the
+first id out of order builds the table, once.
+
 Arrays a store does not need are not allocated: ids that are all strings keep no values and no
-kinds, ids that are all integers no text. Per string id: its bytes, an 8-byte end offset and
-about 6 bytes of table; per integer id: 8 bytes of value and about 6 of table. Decoding gives
-back exactly what was encoded: ``int`` as ``int`` (``int64`` arrays when every id decoded is an
-integer), ``str`` as the same ``str``.
+kinds, ids that are all integers no text. Per string id: its bytes, a 4-byte end offset and
+about 7 bytes of table (numbered: 4 bytes, and the table only out of order); per integer id: 8
+bytes of value and about 7 of table. Decoding gives back exactly what was encoded: ``int`` as
+``int`` (``int64`` arrays when every id decoded is an integer), ``str`` as the same ``str``.
 """
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import numpy as np
@@ -25,6 +33,7 @@ import numpy.typing as npt
 from core.errors import InputError
 from monitor.index.hashtable import U64, SlotTable, mix
 from monitor.index.levels import I32, I64, gather_ranges
+from monitor.index.numbered import digit_counts, format_rows, numbers_of, parse
 from monitor.index.texts import (
     U8,
     decode_rows,
@@ -64,6 +73,13 @@ class IdMap:
         self._is_string: npt.NDArray[np.bool_] | None = None  # once both kinds are present
         self._text: U8 = np.empty(0, np.uint8)
         self._text_size = 0
+        #: Whether every string id so far is numbered (with ``_prefix``; then ``_number`` holds
+        #: their numbers by slot, and there is no text).
+        self._numbered = True
+        self._prefix: bytes | None = None
+        self._number: npt.NDArray[np.integer[Any]] | None = None
+        #: Whether string ids are found by binary search over ``_number`` (no table yet).
+        self._sorted = True
         self._ints = SlotTable()
         self._strings = SlotTable()
 
@@ -76,7 +92,12 @@ class IdMap:
 
     def breakdown(self) -> dict[str, int]:
         """Bytes held, by component (arrays at their capacity)."""
-        arrays = {"text": self._text, "text ends": self._end, "int values": self._value}
+        arrays = {
+            "text": self._text,
+            "text ends": self._end,
+            "numbers": self._number,
+            "int values": self._value,
+        }
         out = {name: int(a.nbytes) for name, a in arrays.items() if a is not None}
         out["kinds"] = 0 if self._is_string is None else int(self._is_string.nbytes)
         out["hash tables"] = self._ints.nbytes + self._strings.nbytes
@@ -124,6 +145,13 @@ class IdMap:
         starts = np.zeros(lengths.shape[0], np.int64)
         np.cumsum(lengths[:-1], out=starts[1:])
         rows = padded(buffer, starts, lengths)
+        if self._numbered:
+            parsed = parse(rows, lengths, self._prefix)
+            if parsed is not None:
+                return self._encode_numbered(parsed[0], parsed[1], rows, lengths, add)
+            if not add:  # only the numbered strings among them can be known
+                return self._find_numbered(rows, lengths)
+            self._to_text()
         hashes = self._hash(rows, lengths)
         # Unique strings of the batch: by hash, then checked byte for byte (exact if not).
         _, first, inverse = np.unique(hashes, return_index=True, return_inverse=True)
@@ -148,6 +176,97 @@ class IdMap:
             slots[missing] = new
             self._strings.add(hashes[missing], new, lambda: self._string_entries(int(new[0])))
         return slots[inverse]
+
+    def _encode_numbered(
+        self, prefix: bytes, numbers: I64, rows: U8, lengths: I64, add: bool
+    ) -> I32:
+        """:meth:`_encode_strings` of strings numbered with the map's prefix (``prefix``)."""
+        unique, first, inverse = np.unique(numbers, return_index=True, return_inverse=True)
+        slots = self._find_numbers(unique, lambda: self._hash(rows[first], lengths[first]))
+        missing = _in_order(np.flatnonzero(slots < 0), first)
+        if missing.shape[0] and add:
+            self._prefix = prefix
+            at = first[missing]
+            slots[missing] = self._add_numbered(unique[missing], rows[at], lengths[at])
+        return slots[inverse.reshape(-1)]
+
+    def _find_numbers(self, numbers: I64, hashes: Callable[[], U64]) -> I32:
+        """Slots of numbered strings by their numbers (``hashes``: their strings' hashes)."""
+        if self._number is None:
+            return np.full(numbers.shape[0], -1, np.int32)
+        known = self._number
+        if self._sorted:  # the numbers of slots 0 .. size - 1, ascending
+            # Needles of the numbers' own type (no copy of the numbers); larger ones are absent.
+            fits = numbers <= np.iinfo(known.dtype).max
+            at = np.searchsorted(
+                known[: self._size], np.where(fits, numbers, 0).astype(known.dtype)
+            )
+            hit = fits & (at < self._size)
+            hit[hit] = known[at[hit]] == numbers[hit]
+            return np.where(hit, at, -1).astype(np.int32)
+        return self._strings.find(hashes(), lambda rows, s: known[s] == numbers[rows])
+
+    def _find_numbered(self, rows: U8, lengths: I64) -> I32:
+        """Slots of strings (-1: unknown) while every known string is numbered."""
+        slots = np.full(rows.shape[0], -1, np.int32)
+        if self._prefix is not None:
+            ok, numbers = numbers_of(rows, lengths, self._prefix)
+            at = np.flatnonzero(ok)
+            slots[at] = self._find_numbers(numbers[at], lambda: self._hash(rows[at], lengths[at]))
+        return slots
+
+    def _add_numbered(self, numbers: I64, rows: U8, lengths: I64) -> I32:
+        """Append unique numbered strings (the map's prefix), unknown so far, in order."""
+        last = self._number[self._size - 1] if self._number is not None and self._size else -1
+        if self._sorted and not (numbers[0] > last and bool((numbers[1:] > numbers[:-1]).all())):
+            self._build_string_table()  # out of order
+        new = self._grow(numbers.shape[0], strings=True)
+        assert self._number is not None
+        if int(numbers.max()) > np.iinfo(self._number.dtype).max:
+            self._number = self._number.astype(np.int64)
+        self._number[new] = numbers
+        if not self._sorted:
+            hashes = self._hash(rows, lengths)
+            self._strings.add(hashes, new, lambda: self._string_entries(int(new[0])))
+        return new
+
+    def _build_string_table(self) -> None:
+        """Leave the binary search: the table of every string id so far."""
+        self._sorted = False
+        hashes, slots = self._string_entries(self._size)
+        self._strings = SlotTable()
+        self._strings.add(hashes, slots, lambda: (np.empty(0, np.uint64), np.empty(0, np.int32)))
+
+    def _to_text(self) -> None:
+        """Keep the numbered strings as text from now on (the first string that is not)."""
+        if self._sorted:
+            self._build_string_table()
+        self._numbered = False
+        if self._number is not None:
+            self._end = np.zeros(self._capacity + 1, np.uint32)
+            strings = self._string_mask()
+            sizes = np.zeros(self._size, np.int64)
+            assert self._prefix is not None
+            sizes[strings] = len(self._prefix) + digit_counts(
+                self._number[: self._size][strings].astype(np.int64)
+            )
+            ends = np.cumsum(sizes)
+            total = int(ends[-1]) if self._size else 0
+            if total > TEXT_OFFSET_MAX:
+                self._end = self._end.astype(np.int64)
+            self._end[1 : self._size + 1] = ends
+            self._end[self._size + 1 :] = total
+            self._text = np.zeros(max(total * 9 // 8, 1 << 16), np.uint8)
+            slots = np.flatnonzero(strings)
+            for lo in range(0, slots.shape[0], REHASH_CHUNK):
+                chunk = slots[lo : lo + REHASH_CHUNK]
+                rows, lengths = format_rows(self._prefix, self._number[chunk].astype(np.int64))
+                inside = np.arange(rows.shape[1]) < lengths[:, None]
+                start = int(self._end[chunk[0]])
+                self._text[start : start + int(lengths.sum())] = rows[inside]
+            self._text_size = total
+        self._number = None
+        self._prefix = None
 
     def _hash(self, rows: U8, lengths: I64) -> U64:
         hashes = hash_rows(rows, lengths)
@@ -190,12 +309,18 @@ class IdMap:
                 self._value = _resized(self._value, self._capacity, 0)
             if self._end is not None:
                 self._end = _resized(self._end, self._capacity + 1, self._text_size)
+            if self._number is not None:
+                self._number = _resized(self._number, self._capacity, 0)
             if self._is_string is not None:
                 self._is_string = _resized(self._is_string, self._capacity, False)
-        had_strings = self._end is not None
+        if not strings and self._sorted:  # the binary search needs string ids only
+            self._build_string_table()
+        had_strings = self._has_strings
         if self._is_string is None and start and had_strings != strings:  # now both kinds
             self._is_string = np.full(self._capacity, had_strings, np.bool_)
-        if strings and self._end is None:
+        if strings and self._numbered and self._number is None:
+            self._number = np.zeros(self._capacity, np.uint32)
+        if strings and not self._numbered and self._end is None:
             self._end = np.zeros(self._capacity + 1, np.uint32)
         if not strings and self._value is None:
             self._value = np.zeros(self._capacity, np.int64)
@@ -207,6 +332,10 @@ class IdMap:
         self._size += n
         return new
 
+    @property
+    def _has_strings(self) -> bool:
+        return self._end is not None or self._number is not None
+
     def _int_entries(self, below: int) -> tuple[U64, I32]:
         """Hashes and slots of the integer ids of slots ``< below`` (those in the table)."""
         slots = np.flatnonzero(~self._string_mask()[:below]).astype(np.int32)
@@ -216,21 +345,26 @@ class IdMap:
     def _string_entries(self, below: int) -> tuple[U64, I32]:
         """Hashes and slots of the string ids of slots ``< below`` (those in the table)."""
         slots = np.flatnonzero(self._string_mask()[:below]).astype(np.int32)
-        assert self._end is not None
         hashes = np.empty(slots.shape[0], np.uint64)
         for lo in range(0, slots.shape[0], REHASH_CHUNK):
-            chunk = slots[lo : lo + REHASH_CHUNK]
-            starts, lengths = self._spans(chunk)
             hashes[lo : lo + REHASH_CHUNK] = self._hash(
-                padded(self._text, starts, lengths), lengths
+                *self._string_rows(slots[lo : lo + REHASH_CHUNK])
             )
         return hashes, slots
+
+    def _string_rows(self, slots: npt.NDArray[np.integer]) -> tuple[U8, I64]:
+        """The padded rows of string ``slots`` (as text or numbered) and their lengths."""
+        if self._number is not None:
+            assert self._prefix is not None
+            return format_rows(self._prefix, self._number[slots].astype(np.int64))
+        starts, lengths = self._spans(slots)
+        return padded(self._text, starts, lengths), lengths
 
     def _string_mask(self) -> npt.NDArray[np.bool_]:
         """Which slots hold strings."""
         if self._is_string is not None:
             return self._is_string[: self._size]
-        return np.full(self._size, self._end is not None, np.bool_)
+        return np.full(self._size, self._has_strings, np.bool_)
 
     # -- decode ------------------------------------------------------------------------------
 
@@ -244,9 +378,9 @@ class IdMap:
         if not strings.all():
             assert self._value is not None
             out[~strings] = self._value[slots[~strings]].astype(object)
-        assert self._end is not None
-        chosen = slots[strings].astype(np.int64)
-        out[strings] = decode_rows(self._text, *self._spans(chosen))
+        rows, lengths = self._string_rows(slots[strings])
+        starts = np.arange(rows.shape[0], dtype=np.int64) * rows.shape[1]
+        out[strings] = decode_rows(rows.reshape(-1), starts, lengths)
         return out
 
     def column(self, slots: npt.NDArray[np.integer]) -> npt.NDArray[np.generic]:
@@ -257,10 +391,7 @@ class IdMap:
         strings = self._string_mask()[slots]
         if not strings.any() or not strings.all():
             return self.decode(slots)
-        assert self._end is not None
-        chosen = slots.astype(np.int64)
-        starts, lengths = self._spans(chosen)
-        rows = padded(self._text, starts, lengths)
+        rows, lengths = self._string_rows(slots)
         if not plain_ascii(rows, lengths):
             return self.decode(slots)
         return rows.view(f"S{rows.shape[1]}").reshape(-1)
@@ -277,10 +408,7 @@ class IdMap:
             values = self._value[slots[~strings]].view(np.uint64)
             out[~strings] = mix(values ^ INT_ID_TAG)
         if strings.any():
-            assert self._end is not None
-            chosen = slots[strings].astype(np.int64)
-            starts, lengths = self._spans(chosen)
-            out[strings] = hash_rows(padded(self._text, starts, lengths), lengths) ^ STR_ID_TAG
+            out[strings] = hash_rows(*self._string_rows(slots[strings])) ^ STR_ID_TAG
         return out
 
     # -- persistence -------------------------------------------------------------------------
@@ -314,10 +442,22 @@ class IdMap:
             starts, spans = self._spans(at)
             lengths = spans.astype("<u4")
             texts = _gathered(self._text, starts, starts + spans)
+        elif self._number is not None and slots.shape[0]:
+            lengths, texts = self._numbered_texts(slots[kinds])
         head = np.uint32(slots.shape[0]).astype("<u4").tobytes()
         return b"".join(
             [head, kinds.astype(np.uint8).tobytes(), ints.tobytes(), lengths.tobytes(), texts]
         )
+
+    def _numbered_texts(self, slots: I64) -> tuple[npt.NDArray[np.uint32], bytes]:
+        """The lengths and the text, one after the other, of numbered string ``slots``."""
+        assert self._number is not None and self._prefix is not None
+        lengths = len(self._prefix) + digit_counts(self._number[slots].astype(np.int64))
+        parts = []
+        for lo in range(0, slots.shape[0], REHASH_CHUNK):
+            rows, sizes = self._string_rows(slots[lo : lo + REHASH_CHUNK])
+            parts.append(rows[np.arange(rows.shape[1]) < sizes[:, None]].tobytes())
+        return lengths.astype("<u4"), b"".join(parts)
 
     def restore(self, blob: bytes) -> None:
         """Append the ids of an :meth:`export` blob; they get the next slots, in order."""
@@ -351,6 +491,13 @@ class IdMap:
 
     def _add_strings(self, rows: U8, lengths: I64) -> None:
         """Append unique string ids (padded rows), unknown so far, in order."""
+        if self._numbered:
+            parsed = parse(rows, lengths, self._prefix)
+            if parsed is not None:
+                self._prefix = parsed[0]
+                self._add_numbered(parsed[1], rows, lengths)
+                return
+            self._to_text()
         new = self._grow(rows.shape[0], strings=True)
         self._append_text(rows, lengths, new)
         self._strings.add(self._hash(rows, lengths), new, lambda: self._string_entries(int(new[0])))

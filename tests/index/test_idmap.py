@@ -20,11 +20,16 @@ from monitor.index.idmap import IdMap
 from monitor.index.texts import padded
 
 ODD = ["", "\x00", "a\x00", "\x00a", "é", "日本", "\ud800", "x" * 100, "tx-1", "1", "-1"]
+#: Numbered strings (:mod:`monitor.index.numbered`): kept as numbers until one is not.
+NUMBERED = st.builds(
+    "{}{}".format, st.sampled_from(["tx-", "", "é"]), st.integers(0, 10**18 + 10)
+) | st.sampled_from(["tx-007", "tx-0", "tx-00", "0", "tx-" + "9" * 18, "tx-" + "1" * 19])
 ids = st.one_of(
     st.integers(-(2**63), 2**63 - 1),
     st.integers(-3, 3),
     st.text(max_size=12),
     st.sampled_from(ODD),
+    NUMBERED,
 )
 
 
@@ -248,8 +253,8 @@ def test_text_ends_grow_from_four_bytes_to_eight_past_the_largest_offset(
     ``int64``; the ids before and after read back the same (lowered threshold: no 4 GiB)."""
     monkeypatch.setattr(idmap_module, "TEXT_OFFSET_MAX", 100)
     idmap = IdMap()
-    first = [f"id-{i}" for i in range(20)]  # 4-5 bytes each: under 100
-    later = [f"id-{i}" for i in range(20, 60)]
+    first = [f"i{i}x" for i in range(20)]  # 3-4 bytes each: under 100 (and kept as text)
+    later = [f"i{i}x" for i in range(20, 60)]
     idmap.encode(column(first))
     assert idmap._end is not None and idmap._end.dtype == np.uint32
     idmap.encode(column(later))
