@@ -41,8 +41,8 @@ from typing import TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from core.fields import ABSENT
-from monitor.index.events import EventStore, StringPool, grown
+from monitor.index.events import EventStore, grown
+from monitor.index.field_columns import StringPool
 from monitor.index.levels import I32
 
 S = TypeVar("S", bound=np.generic)
@@ -78,7 +78,7 @@ def compact_store(store: EventStore) -> I32:
     store.src = _sized(store.src[live], capacity, 0)
     store.dst = _sized(store.dst[live], capacity, 0)
     for column in store.fields.values():
-        column.values = _sized(column.values[live], capacity, ABSENT[column.kind])
+        column.values = _sized(column.values[live], capacity, column.absent)
     store.alive = _sized(np.ones(n, np.bool_), capacity, False)
     store.current = np.full(grown(n), -1, np.int32)
     store.current[renumbered] = np.arange(n, dtype=np.int32)

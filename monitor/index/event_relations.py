@@ -30,7 +30,8 @@ from core.fields import FieldTest, events_name, selection_name
 from core.records import EventUpdates
 from core.times import TIME_FIELD
 from monitor.index.compaction import COMPACTION_MIN, compact_pool, compact_store, due, pool_due
-from monitor.index.events import EventChanges, EventStore, StringPool
+from monitor.index.events import EventChanges, EventStore
+from monitor.index.field_columns import StringPool
 from monitor.index.graph import Change, GraphIndex
 from monitor.index.levels import I32, I64, pack, unpack
 from monitor.index.window import ExpiryQueue, Tick
@@ -243,7 +244,7 @@ class EventIndex:
         """The epoch's new events join the expiry queue, by deadline (ts + retention)."""
         born = changed.eids[changed.diff > 0]
         column = store.fields.get(TIME_FIELD)
-        deadlines = column.values[born] if column is not None else np.empty(0)
+        deadlines = column.get(born) if column is not None else np.empty(0)
         self.queues[relation].add(born[: deadlines.shape[0]], deadlines + self.retention[relation])
 
     def _vertices(self, column: np.ndarray, insert: np.ndarray) -> I32:
@@ -297,7 +298,7 @@ class EventIndex:
             store = self.stores[relation]
             live = np.flatnonzero(store.alive[: store.size]).astype(np.int32)
             column = store.fields.get(TIME_FIELD)
-            ts = column.values[live] if column is not None else np.full(live.shape[0], np.nan)
+            ts = column.get(live) if column is not None else np.full(live.shape[0], np.nan)
             queue.rebuild(live, ts + self.retention[relation])
         for selection in self.selections:
             if relations is not None and selection.relation not in relations:

@@ -34,7 +34,8 @@ import numpy as np
 import numpy.typing as npt
 
 from core.fields import KINDS, absent_column, column_kind
-from monitor.index.events import EventChanges, EventStore, StringPool
+from monitor.index.events import EventChanges, EventStore
+from monitor.index.field_columns import StringPool
 from monitor.index.levels import I32
 
 if TYPE_CHECKING:
@@ -197,7 +198,7 @@ def _record(rel_id: int, store: EventStore, eids: I32, diff: npt.NDArray[np.int8
     inserted = diff > 0
     fields: dict[str, npt.NDArray[np.generic]] = {}
     for name, column in store.fields.items():
-        raw = column.values[eids]
+        raw = column.get(eids)
         if column.kind == "string":
             strings = np.empty(len(column.pool.strings) + 1, dtype=object)
             strings[:-1] = column.pool.strings

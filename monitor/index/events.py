@@ -6,8 +6,9 @@ when the record has none), its pair ``(src, dst)`` and typed fields. An identity
 dense event id (``eid``, ``int32``, in arrival order): an id deleted and inserted again is a
 new event, even within one epoch. Numbers are not reused until the store is compacted
 (:mod:`monitor.index.compaction`), which renumbers the live events and ids, in order.
-Every field is a column indexed by eid (:mod:`core.fields`: numbers as ``float64``, strings as
-codes into the field's dictionary, booleans as ``int8``), never a Python object per event.
+Every field is a column indexed by eid (:mod:`monitor.index.field_columns`: numbers as scaled
+``int32`` or ``float64``, strings as codes into the field's dictionary, booleans as ``int8``),
+never a Python object per event.
 ``alive`` says which events are present, ``current`` which eid a slot holds (-1: none).
 
 An id is deleted by id; inserting an id that is present is a duplicate and changes nothing.
@@ -25,9 +26,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from core.columns import Coded, Column
+from core.columns import Column
 from core.errors import InputError
-from core.fields import ABSENT, DTYPES, FieldTest, affine, column_kind, compare
+from core.fields import FieldTest, affine, column_kind, compare
+from monitor.index.field_columns import FieldColumn, StringPool
 from monitor.index.idmap import IdMap
 from monitor.index.levels import I8, I32, I64
 from monitor.index.netting import net
@@ -39,95 +41,6 @@ BUILT_IN_FIELDS = ("id", "src", "dst")
 def grown(capacity: int) -> int:
     """The next capacity of a column: a quarter more (bounded slack, amortized copies)."""
     return max(capacity + capacity // 4, 1024)
-
-
-class StringPool:
-    """String field values <-> codes, one pool for every string field of every event relation,
-    so that join filters compare codes of two relations' fields directly."""
-
-    def __init__(self) -> None:
-        self.codes: dict[str, int] = {}
-        self.strings: list[str] = []
-        #: Strings kept at the last compaction (:func:`monitor.index.compaction.compact_pool`).
-        self.kept = 0
-
-    def intern(self, text: str) -> int:
-        code = self.codes.get(text)
-        if code is None:
-            code = self.codes[text] = len(self.strings)
-            self.strings.append(text)
-        return code
-
-    @property
-    def nbytes(self) -> int:
-        return sum(len(s) + 60 for s in self.strings)
-
-
-def code_dtype(codes: int) -> type[np.signedinteger[Any]]:
-    """The narrowest integer type holding string codes ``-2 .. codes - 1`` (a field's few
-    distinct values take a byte an event: ``channel``, ``country``, ``status``)."""
-    if codes <= np.iinfo(np.int8).max:
-        return np.int8
-    if codes <= np.iinfo(np.int16).max:
-        return np.int16
-    return np.int32
-
-
-class FieldColumn:
-    """One field's values by eid, of one kind (string codes as narrow as the pool allows)."""
-
-    def __init__(self, kind: str, pool: StringPool | None = None) -> None:
-        self.kind = kind
-        self.pool = pool if pool is not None else StringPool()
-        dtype = code_dtype(len(self.pool.strings)) if kind == "string" else DTYPES[kind]
-        self.values: npt.NDArray[Any] = np.empty(0, dtype)
-
-    def grow(self, capacity: int) -> None:
-        old = self.values.shape[0]
-        if capacity > old:
-            values = np.full(capacity, ABSENT[self.kind], self.values.dtype)
-            values[:old] = self.values
-            self.values = values
-
-    def code(self, literal: object) -> Any:
-        """The stored form of a literal of this field's kind (-2: a string never seen)."""
-        if self.kind == "string":
-            return self.pool.codes.get(str(literal), -2)
-        if self.kind == "bool":
-            return int(bool(literal))
-        return float(literal)  # type: ignore[arg-type]
-
-    def store(self, eids: I32, column: npt.NDArray[Any]) -> None:
-        """Write a batch column of this kind (:func:`core.fields.to_column`) at ``eids``;
-        strings are interned once per distinct value."""
-        if self.kind != "string":
-            self.values[eids] = column
-            return
-        codes = np.full(column.shape[0], -1, np.int32)
-        present = np.flatnonzero(column != None)  # noqa: E711 (elementwise on objects)
-        if present.shape[0]:
-            unique, inverse = np.unique(column[present].astype(str), return_inverse=True)
-            interned = np.array([self.pool.intern(s) for s in unique.tolist()], np.int32)
-            codes[present] = interned[inverse.reshape(-1)]
-        wide = code_dtype(len(self.pool.strings))
-        if np.dtype(wide).itemsize > self.values.dtype.itemsize:
-            self.values = self.values.astype(wide)
-        self.values[eids] = codes
-
-    def values_of(self, eids: I32) -> Column:
-        """The values at ``eids`` as an output column (:mod:`core.columns`): numbers as
-        ``float64`` with NaN where absent, strings and booleans as codes into their values;
-        no Python object per event."""
-        raw = self.values[eids]
-        if self.kind == "number":
-            return raw
-        if self.kind == "bool":
-            return Coded(raw, (False, True))
-        return Coded(raw, self.pool.strings)
-
-    @property
-    def nbytes(self) -> int:
-        return int(self.values.nbytes)
 
 
 @dataclass(frozen=True)
@@ -389,7 +302,7 @@ class EventStore:
         if name == "id":
             return self.slot[eids]
         column = self.fields.get(name)
-        return None if column is None else column.values[eids]
+        return None if column is None else column.get(eids)
 
     def id_hashes(self, eids: I32) -> npt.NDArray[np.uint64]:
         """The stable hash of each event's id (:meth:`IdMap.id_hashes`)."""

@@ -4,10 +4,12 @@ values, selections and output unchanged; a pool shared by two columns."""
 from __future__ import annotations
 
 import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
 
 from core.columns import python_values
 from core.fields import compare
-from monitor.index.events import FieldColumn, StringPool, code_dtype
+from monitor.index.field_columns import FieldColumn, StringPool, code_dtype
 
 
 def strings(values: list[str | None]) -> np.ndarray:  # type: ignore[type-arg]
@@ -50,3 +52,70 @@ def test_a_column_widens_as_its_pool_grows_and_keeps_its_values() -> None:
     assert narrow.values.dtype == np.int8
     assert compare(narrow.values[:2], "!=", literal).tolist() == [True, False]
     assert compare(narrow.values[:2], "=", literal).tolist() == [False, False]
+
+
+def numbers(values: list[float]) -> np.ndarray:  # type: ignore[type-arg]
+    return np.array(values, np.float64)
+
+
+def test_amounts_in_cents_and_times_in_ms_take_four_bytes() -> None:
+    amounts, times = FieldColumn("number"), FieldColumn("number")
+    for column in (amounts, times):
+        column.grow(1000)
+    cents = np.round(np.random.default_rng(1).lognormal(5.5, 1.6, 1000), 2)
+    amounts.store(np.arange(1000, dtype=np.int32), cents)
+    ms = 1_767_225_600_000 + np.arange(1000) * 86_400.0
+    times.store(np.arange(1000, dtype=np.int32), ms)
+    assert (amounts.values.dtype, amounts.exponent, amounts.base) == (np.int32, 2, 0)
+    assert (times.values.dtype, times.exponent, times.base) == (np.int32, 0, 1_767_225_600_000)
+    assert amounts.get(np.arange(1000)).tobytes() == cents.tobytes()
+    assert times.get(np.arange(1000)).tobytes() == ms.tobytes()
+
+
+def test_a_value_not_kept_exactly_turns_the_column_into_float64() -> None:
+    """Whole numbers, then cents (a finer exponent, values rescaled), then a third: float64
+    from then on, every value read back bit for bit, NaN where absent."""
+    column = FieldColumn("number")
+    column.grow(8)
+    column.store(np.array([0, 1], np.int32), numbers([100.0, np.nan]))
+    assert column.exponent == 0
+    column.store(np.array([2, 3], np.int32), numbers([15.25, -3.0]))
+    assert (column.values.dtype, column.exponent) == (np.int32, 2)
+    column.store(np.array([4], np.int32), numbers([1 / 3]))
+    assert column.values.dtype == np.float64
+    column.store(np.array([5], np.int32), numbers([2.5]))
+    got = column.get(np.arange(6))
+    assert got[:6].tolist()[2:] == [15.25, -3.0, 1 / 3, 2.5]
+    assert got[0] == 100.0 and np.isnan(got[1])
+
+
+@given(
+    st.lists(
+        st.lists(
+            st.one_of(
+                st.integers(-(10**9), 10**9).map(lambda c: c / 100),
+                st.integers(0, 10**7).map(lambda ms: 1.7e12 + ms),
+                st.floats(allow_nan=True, allow_infinity=True),
+                st.sampled_from([0.0, -0.0, 2.0**31, -(2.0**31), 1e300, 5e-324]),
+            ),
+            max_size=8,
+        ),
+        min_size=1,
+        max_size=5,
+    )
+)
+def test_numbers_read_back_bit_for_bit(batches: list[list[float]]) -> None:
+    """Whatever the numbers and however they arrive, :meth:`get` gives their very bits back
+    (NaN for NaN: absent), scaled or not; comparisons and output read that."""
+    column = FieldColumn("number")
+    stored: list[float] = []
+    for batch in batches:
+        eids = np.arange(len(stored), len(stored) + len(batch), dtype=np.int32)
+        column.grow(len(stored) + len(batch))
+        column.store(eids, numbers(batch))
+        stored.extend(batch)
+    got = column.get(np.arange(len(stored)))
+    expected = numbers(stored)
+    nan = np.isnan(expected)
+    assert (np.isnan(got) == nan).all()
+    assert got[~nan].tobytes() == expected[~nan].tobytes()
