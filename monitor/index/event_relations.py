@@ -9,7 +9,9 @@ relations, derived from the events that pass it:
   predicate shrinks the adjacency before any prefix touches it. The selection with no tests is
   the relation itself (``transfer``): what an atom without ``as`` reads (set semantics).
 - ``events`` (ternary, ``(src, dst, eid)``, indexed by its pair only): the selected events of
-  a pair, which expand an edge variable once both its vertices are bound.
+  a pair, which expand an edge variable once both its vertices are bound. The ``events``
+  relations of one event relation's selections share the keys of their pairs
+  (:attr:`EventIndex.pair_keys`): a pair several selections hold is one key.
 
 Both are staged with the epoch, from the effective event changes, so delta queries are seeded
 by changed events with the same cuts as any relation. Only the selections some atom reads are
@@ -33,6 +35,7 @@ from monitor.index.compaction import COMPACTION_MIN, compact_pool, compact_store
 from monitor.index.events import EventChanges, EventStore
 from monitor.index.field_columns import StringPool
 from monitor.index.graph import Change, GraphIndex
+from monitor.index.keys import TupleKeys
 from monitor.index.levels import I32, I64, pack, unpack
 from monitor.index.window import ExpiryQueue, Tick
 from monitor.plan.cut import Cut
@@ -78,14 +81,18 @@ class EventIndex:
     late_count: Counter[str] = field(default_factory=Counter)
     #: The watermark the last staged epoch expired events below (-inf: it expired none).
     expired_below: float = -math.inf
+    #: Per event relation, the keys of its pairs, shared by the ``#events`` relations of all
+    #: its selections (a pair two selections hold has one key, not two).
+    pair_keys: dict[str, TupleKeys] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.graph.event_stores = self.stores
         pool = StringPool()
         for selection in self.selections:
             self.stores.setdefault(selection.relation, EventStore(selection.relation, pool=pool))
+            keys = self.pair_keys.setdefault(selection.relation, TupleKeys(2))
             self.graph.relation(selection.pairs, 2)
-            self.graph.relation(selection.events, 3, indexed=(2,))
+            self.graph.relation(selection.events, 3, indexed=(2,), shared_keys=keys)
         self.graph.derived = self.derived
         self.retention = {r: ms for r, ms in self.retention.items() if math.isfinite(ms)}
         for relation in self.retention:
@@ -106,6 +113,12 @@ class EventIndex:
     def nbytes(self) -> int:
         pools = {id(s.pool): s.pool.nbytes for s in self.stores.values()}
         return sum(s.nbytes for s in self.stores.values()) + sum(pools.values())
+
+    @property
+    def derived_nbytes(self) -> int:
+        """Bytes of the relations kept from the events, with the pair keys they share."""
+        relations = sum(self.graph.relations[n].nbytes for n in self.derived)
+        return relations + sum(k.nbytes for k in self.pair_keys.values())
 
     def stored(self) -> dict[str, int]:
         """Live events per event relation."""
@@ -137,9 +150,11 @@ class EventIndex:
                     offsets = adjacency.offsets.nbytes
                     out[f"{kind} relations: offsets"] += offsets
                     out[f"{kind} relations: values"] += adjacency.nbytes - offsets
-                keys = sum(k.nbytes for k in rel.tuple_keys if k is not None)
+                keys = sum(k.nbytes for k in rel.tuple_keys if k not in (None, rel.shared_keys))
                 if keys:
                     out[f"{kind} relations: tuple keys"] += keys
+        for shared in self.pair_keys.values():
+            out["events relations: tuple keys"] += shared.nbytes
         return dict(out)
 
     def stage(
@@ -300,6 +315,9 @@ class EventIndex:
             column = store.fields.get(TIME_FIELD)
             ts = column.get(live) if column is not None else np.full(live.shape[0], np.nan)
             queue.rebuild(live, ts + self.retention[relation])
+        for relation in self.pair_keys:  # the pairs of dead events go with their keys
+            if relations is None or relation in relations:
+                self.pair_keys[relation] = TupleKeys(2)
         for selection in self.selections:
             if relations is not None and selection.relation not in relations:
                 continue
@@ -307,7 +325,7 @@ class EventIndex:
             live = np.flatnonzero(store.alive[: store.size]).astype(np.int32)
             eids = live[store.select(live, selection.tests)]
             src, dst = store.src[eids], store.dst[eids]
-            self.graph.clear_relation(selection.events)
+            self.graph.clear_relation(selection.events, self.pair_keys[selection.relation])
             self.graph.load_relation(selection.events, 3, [src, dst, eids])
             keys, values = unpack(np.unique(pack(src, dst)))
             self.graph.clear_relation(selection.pairs)

@@ -39,8 +39,9 @@ BUILT_IN_FIELDS = ("id", "src", "dst")
 
 
 def grown(capacity: int) -> int:
-    """The next capacity of a column: a quarter more (bounded slack, amortized copies)."""
-    return max(capacity + capacity // 4, 1024)
+    """The next capacity of a column: an eighth more (at most 12.5% slack; each value is
+    copied about eight times in all, a memcpy: nothing beside an epoch's work)."""
+    return max(capacity + capacity // 8, 1024)
 
 
 @dataclass(frozen=True)
@@ -111,9 +112,9 @@ class EventStore:
         start, self.size = self.size, self.size + n
         if self.size > self.alive.shape[0]:
             capacity = max(self.size, grown(self.alive.shape[0]))
-            self.src = np.resize(self.src, capacity)
-            self.dst = np.resize(self.dst, capacity)
-            self.slot = np.resize(self.slot, capacity)
+            self.src = _extended(self.src, capacity)
+            self.dst = _extended(self.dst, capacity)
+            self.slot = _extended(self.slot, capacity)
             alive = np.zeros(capacity, np.bool_)
             alive[: self.alive.shape[0]] = self.alive
             self.alive = alive
@@ -323,3 +324,11 @@ class EventStore:
             if fields is None or name in fields:
                 out[name] = column.values_of(eids)
         return out
+
+
+def _extended(array: I32, capacity: int) -> I32:
+    """``array`` at the start of a new one of ``capacity`` entries, the rest zeros (an eid
+    allocated but never written, such as one that died before a snapshot, reads slot 0)."""
+    out = np.zeros(capacity, array.dtype)
+    out[: array.shape[0]] = array
+    return out

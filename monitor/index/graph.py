@@ -47,6 +47,7 @@ class Relation:
         arity: int,
         compaction: tuple[float, int],
         indexed: tuple[int, ...] | None = None,
+        shared_keys: TupleKeys | None = None,
     ) -> None:
         self.name = name
         self.arity = arity
@@ -58,6 +59,14 @@ class Relation:
         self.tuple_keys = [
             TupleKeys(arity - 1) if arity >= 3 and p in self.indexed else None for p in range(arity)
         ]
+        #: The last position's tuple keys, when given, are shared with other relations (the
+        #: ``#events`` relations of one event relation's selections: one key per pair for all):
+        #: they are counted where they are made, not in :attr:`nbytes`.
+        self.shared_keys = shared_keys
+        if shared_keys is not None:
+            if arity < 3 or shared_keys.width != arity - 1:
+                raise ValueError(f"relation {name!r}: shared keys of width {shared_keys.width}")
+            self.tuple_keys[-1] = shared_keys
 
     def adjacencies(self) -> list[tuple[int, Adjacency]]:
         """The indexed positions and their adjacencies."""
@@ -83,7 +92,7 @@ class Relation:
 
     @property
     def nbytes(self) -> int:
-        keys = sum(k.nbytes for k in self.tuple_keys if k is not None)
+        keys = sum(k.nbytes for k in self.tuple_keys if k is not None and k is not self.shared_keys)
         return keys + sum(a.nbytes for _, a in self.adjacencies())
 
     def keys(
@@ -100,7 +109,7 @@ class Relation:
         tuple_keys = self.tuple_keys[position]
         assert tuple_keys is not None
         keys = tuple_keys.encode([c.astype(np.int32, copy=False) for c in columns], add=add)
-        if add:
+        if add or tuple_keys is self.shared_keys:  # another relation may have added keys
             self.by_position[position].ensure_keys(tuple_keys.size)
         return keys.astype(np.int64)
 
@@ -165,9 +174,16 @@ class GraphIndex:
 
     # -- relations ---------------------------------------------------------------------------
 
-    def relation(self, name: str, arity: int, indexed: tuple[int, ...] | None = None) -> Relation:
+    def relation(
+        self,
+        name: str,
+        arity: int,
+        indexed: tuple[int, ...] | None = None,
+        shared_keys: TupleKeys | None = None,
+    ) -> Relation:
         """The relation ``name``, created empty if new (with adjacencies for the ``indexed``
-        positions, all by default); its arity must match."""
+        positions, all by default; its last position's tuple keys ``shared_keys`` when given);
+        its arity must match."""
         existing = self.relations.get(name)
         if existing is not None:
             if existing.arity != arity:
@@ -175,7 +191,7 @@ class GraphIndex:
             return existing
         if not 1 <= arity <= MAX_ARITY:
             raise InputError(f"relation {name!r} has arity {arity}; allowed are 1 to {MAX_ARITY}")
-        created = Relation(name, arity, self._compaction, indexed)
+        created = Relation(name, arity, self._compaction, indexed, shared_keys)
         self.relations[name] = created
         self.ensure_keys()
         return created
@@ -217,7 +233,9 @@ class GraphIndex:
     @property
     def nbytes(self) -> int:
         """Bytes held by every adjacency (compacted and committed levels) and the dictionary."""
-        return sum(r.nbytes for r in self.relations.values()) + self.dictionary.nbytes
+        shared = {id(r.shared_keys): r.shared_keys for r in self.relations.values()}
+        keys = sum(k.nbytes for k in shared.values() if k is not None)
+        return sum(r.nbytes for r in self.relations.values()) + self.dictionary.nbytes + keys
 
     def edge_count(self) -> int:
         """Tuples stored, over all relations."""
@@ -336,12 +354,12 @@ class GraphIndex:
         self.ensure_keys()
         return rel
 
-    def clear_relation(self, name: str) -> Relation:
+    def clear_relation(self, name: str, shared_keys: TupleKeys | None = None) -> Relation:
         """Replace relation ``name`` by an empty one of the same arity and indexed positions
-        (its adjacencies and tuple keys released), to :meth:`load_relation` it again; only
-        between epochs (nothing staged)."""
+        (its adjacencies and tuple keys released; ``shared_keys`` its new shared ones), to
+        :meth:`load_relation` it again; only between epochs (nothing staged)."""
         old = self.relations[name]
-        self.relations[name] = Relation(name, old.arity, self._compaction, old.indexed)
+        self.relations[name] = Relation(name, old.arity, self._compaction, old.indexed, shared_keys)
         self.ensure_keys()
         return self.relations[name]
 

@@ -304,7 +304,7 @@ class IdMap:
         if start + n > MAX_IDS:
             raise InputError(f"more than {MAX_IDS} distinct event ids")
         if start + n > self._capacity:
-            self._capacity = max(start + n, self._capacity + self._capacity // 4, 1024)
+            self._capacity = max(start + n, self._capacity + self._capacity // 8, 1024)
             if self._value is not None:
                 self._value = _resized(self._value, self._capacity, 0)
             if self._end is not None:

@@ -193,3 +193,29 @@ def test_a_staged_epoch_is_never_compacted_and_an_abort_after_a_compaction_undoe
         "wire",
         "cash",
     ]
+
+
+def test_the_selections_of_a_relation_share_one_key_per_pair() -> None:
+    """``big_ring`` reads ``transfer`` through two selections; a pair both hold has one tuple
+    key, not two, and a compaction rebuilds the keys from the live pairs only."""
+    processor = EpochProcessor(QUERIES, Settings(event_compaction_min=0))
+    ops = [
+        ("insert", 0, 1, 2, 3, "wire"),  # in both selections of big_ring (and relay's)
+        ("insert", 1, 2, 3, 2, "cash"),  # in the one without the channel's test
+        ("insert", 2, 3, 1, 1, "wire"),
+        ("insert", 3, 1, 2, 2, "card"),  # a second event of the pair (1, 2)
+    ]
+    processor.process(batch(ops, 0))
+    processor.commit()
+    keys = processor.events.pair_keys["transfer"]
+    assert keys.size - 1 == 3  # key 0 stands for no tuple
+    events = [s.events for s in processor.events.selections if s.relation == "transfer"]
+    assert len(events) >= 2
+    assert all(processor.index.relations[n].tuple_keys[-1] is keys for n in events)
+    shared = processor.events.breakdown()["events relations: tuple keys"]
+    assert shared == keys.nbytes, "the shared keys are counted once"
+    processor.process(batch([("delete", 0), ("delete", 3), ("delete", 1)], 4))
+    processor.commit()  # compacts (minimum 0): only the pair (3, 1) is left
+    rebuilt = processor.events.pair_keys["transfer"]
+    assert rebuilt is not keys and rebuilt.size - 1 == 1
+    assert all(processor.index.relations[n].tuple_keys[-1] is rebuilt for n in events)
