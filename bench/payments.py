@@ -1,15 +1,17 @@
 """Events benchmark: ``python -m bench.payments`` writes ``bench/payments.md``.
 
 A generated payments stream: accounts with power-law activity (Zipf-like choice of payers and
-payees), parallel transfers, lognormal amounts, a ``channel`` field (wire/card/cash), string
-ids (``tx-N``), planted rings of three transfers of 1,000 or more at a known rate, and deletes
-by id. The first ``--load`` events are preloaded; the next ``--stream`` events (with 5% deletes
-of earlier ids) are streamed in epochs of ``--batch``, in process (no JSON decoding; the
-engine and the event store only). Beside each query with fields, in the same run, the same
-pattern without fields and without edge variables over the pair graph (``transfer(a, b)``, set
-semantics), on the same stream: the baseline (streamed for at most ``--budget`` seconds: on
-this stream the unselective 4-cycle over all pairs is slow). Memory is the event store plus the
-index relations kept for the events, per live event, and the process's peak RSS.
+payees), parallel transfers, lognormal amounts in cents, a ``channel`` field (wire/card/cash),
+an event time ``ts`` (milliseconds, about 33 ms apart: two days for 5M transfers) and string
+ids (``tx-N``): two numeric fields, a string field and a string id per event. Planted rings of
+three transfers of 1,000 or more come at a known rate, and deletes by id. The first ``--load``
+events are preloaded; the next ``--stream`` events (with 5% deletes of earlier ids) are
+streamed in epochs of ``--batch``, in process (no JSON decoding; the engine and the event store
+only). Beside each query with fields, in the same run, the same pattern without fields and
+without edge variables over the pair graph (``transfer(a, b)``, set semantics), on the same
+stream: the baseline (streamed for at most ``--budget`` seconds: on this stream the unselective
+4-cycle over all pairs is slow). Memory is the event store plus the index relations kept for
+the events (their shared pair keys included), per live event, and the process's peak RSS.
 """
 
 from __future__ import annotations
@@ -43,13 +45,15 @@ BASELINES = {
     "transfer(d, a), distinct.",
 }
 CHANNELS = np.array(["wire", "card", "cash"], dtype=object)
-#: The figures of commit 672a5d7 (before event ids went out as bytes, ends and offsets narrowed
-#: and projections stopped seeding), default arguments, the same measure (CPU time), run just
-#: before this one's figures on the same machine: events/s, match deltas/s, bytes per live event
-#: in the store and in the index.
-BEFORE = {"big_ring": (69_658, 183_610, 62, 21), "ring4": (66_714, 191_825, 62, 4)}
-BEFORE_RSS_MIB = 4_766
-BEFORE_COMMIT = "672a5d7"
+#: The first event's time: 2026-01-01T00:00:00Z in milliseconds.
+START_MS = 1_767_225_600_000
+#: The figures of commit 25a6082 (ids as text, numbers as float64, a tuple key per pair and
+#: selection, columns growing by a quarter), default arguments, the same stream (with ``ts``)
+#: and measure (CPU time), run just before this one's figures on the same machine: events/s,
+#: match deltas/s, bytes per live event in the store and in the index.
+BEFORE = {"big_ring": (98_053, 258_456, 63, 16), "ring4": (103_288, 296_987, 63, 3)}
+BEFORE_RSS_MIB = 4_740
+BEFORE_COMMIT = "25a6082"
 
 
 def payments(n: int, accounts: int, seed: int, ring_every: int = 2000) -> dict[str, np.ndarray]:
@@ -61,6 +65,7 @@ def payments(n: int, accounts: int, seed: int, ring_every: int = 2000) -> dict[s
     dst = rng.choice(accounts, n, p=weights)
     amount = np.round(rng.lognormal(5.5, 1.6, n), 2)
     channel = CHANNELS[rng.choice(3, n, p=[0.5, 0.35, 0.15])]
+    ts = (START_MS + np.cumsum(rng.integers(0, 67, n))).astype(np.float64)
     for start in range(0, n - 3, ring_every):  # a ring of big transfers among three accounts
         a, b, c = rng.choice(accounts, 3, replace=False)
         src[start : start + 3] = (a, b, c)
@@ -68,7 +73,7 @@ def payments(n: int, accounts: int, seed: int, ring_every: int = 2000) -> dict[s
         amount[start : start + 3] = (5000.0, 4000.0, 3000.0)
         channel[start : start + 3] = "wire"
     ids = np.array([f"tx-{i}" for i in range(n)], dtype=object)
-    return {"ids": ids, "src": src, "dst": dst, "amount": amount, "channel": channel}
+    return {"ids": ids, "src": src, "dst": dst, "amount": amount, "channel": channel, "ts": ts}
 
 
 def batch(data: dict[str, np.ndarray], lo: int, hi: int, deletes: np.ndarray) -> UpdateBatch:
@@ -78,6 +83,7 @@ def batch(data: dict[str, np.ndarray], lo: int, hi: int, deletes: np.ndarray) ->
     fields = {
         "amount": np.concatenate([data["amount"][lo:hi], np.full(d, np.nan)]),
         "channel": np.concatenate([data["channel"][lo:hi], np.full(d, None, dtype=object)]),
+        "ts": np.concatenate([data["ts"][lo:hi], np.full(d, np.nan)]),
     }
     events = EventUpdates(
         ids,
@@ -138,7 +144,7 @@ def run(
             break
     live = sum(len(s) for s in processor.events.stores.values())
     store = processor.events.nbytes
-    derived = sum(processor.index.relations[n].nbytes for n in processor.events.derived)
+    derived = processor.events.derived_nbytes
     for component, nbytes in processor.events.breakdown().items():
         parts[component] = nbytes / max(live, 1)
     return {

@@ -135,7 +135,7 @@ def _planted_among(
 def _memory(processor: EpochProcessor, out: EpochOutput) -> dict[str, float]:
     """Live events, and bytes per live event in the event store and the derived relations."""
     live = sum(len(s) for s in processor.events.stores.values())
-    derived = sum(processor.index.relations[n].nbytes for n in processor.events.derived)
+    derived = processor.events.derived_nbytes
     return {
         "live": live,
         "store_b": processor.events.nbytes / max(live, 1),
