@@ -8,11 +8,9 @@ the same exactly-once guarantee; a full producer queue must block and lose nothi
 
 from __future__ import annotations
 
-import signal
 import time
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -25,8 +23,6 @@ from connectors.kafka import KafkaSink
 from core.columns import Coded
 from tests.kafka.test_serve import (
     Service,
-    check_exactly_once,
-    expected_matches,
     produce,
     stream_records,
     wait_consumed,
@@ -187,53 +183,3 @@ def test_serve_in_batches_publishes_what_records_publishes(service: Callable[...
     per_epoch = {(i.query, i.epoch) for i in infos if i is not None}
     assert len(infos) == len(per_epoch), "one record per query and epoch (all fit in 1 MB)"
     assert all(i is not None and i.last for i in infos)
-
-
-def test_batches_killed_after_the_kafka_commit_catch_up_exactly_once(
-    service: Callable[..., Service], tmp_path: Path
-) -> None:
-    svc = service(
-        partitions=3,
-        SGM_BATCH_SIZE="100",
-        SGM_MAX_BATCH_DELAY_MS="100",
-        SGM_OUTPUT_FORMAT="batches",
-        SGM_FAILPOINT="serve_after_kafka_commit",
-        SGM_FAILPOINT_HIT="7",
-    )
-    records = stream_records(3000, seed=22)
-    produce(svc.bootstrap, svc.input, records)
-    killed = svc.start()
-    assert killed.wait(timeout=120) == -signal.SIGKILL, svc.log_text()
-    svc.env.pop("SGM_FAILPOINT")
-    svc.start()
-    wait_consumed(svc.bootstrap, svc.group, svc.input, timeout=120, svc=svc)
-    wait_ready(svc)
-    assert svc.stop() == 0, svc.log_text()
-    assert "caught up without emitting" in svc.log_text()
-    messages = read_messages(svc.bootstrap, svc.output)
-    assert all(batch_info(m.headers()) is not None for m in messages)
-    assert check_exactly_once(decoded(messages)) == expected_matches(records, tmp_path)
-
-
-def test_batches_sigkilled_at_random_moments_lose_and_duplicate_nothing(
-    service: Callable[..., Service], tmp_path: Path
-) -> None:
-    svc = service(
-        partitions=3,
-        SGM_BATCH_SIZE="100",
-        SGM_MAX_BATCH_DELAY_MS="100",
-        SGM_OUTPUT_FORMAT="batches",
-    )
-    records = stream_records(4000, seed=23)
-    rng = np.random.default_rng(24)
-    for lo in range(0, len(records), 1000):
-        produce(svc.bootstrap, svc.input, records[lo : lo + 1000])
-        svc.start()
-        time.sleep(float(rng.uniform(1.0, 3.0)))
-        svc.stop(signal.SIGKILL)
-    svc.start()
-    wait_consumed(svc.bootstrap, svc.group, svc.input, timeout=180, svc=svc)
-    wait_ready(svc)
-    assert svc.stop() == 0, svc.log_text()
-    got = check_exactly_once(decoded(read_messages(svc.bootstrap, svc.output)))
-    assert got == expected_matches(records, tmp_path)

@@ -26,6 +26,7 @@ import numpy as np
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
+from connectors.batches import batch_info, read_deltas
 from tests.kafka_broker import KafkaCluster
 
 pytestmark = pytest.mark.kafka
@@ -367,11 +368,28 @@ def wait_ready(svc: Service, timeout: float = 60) -> None:
     raise AssertionError("the service did not become ready:\n" + svc.log_text())
 
 
+def published(svc: Service, output_format: str) -> list[dict[str, object]]:
+    """The deltas the service published (committed), read with the package's reader; every
+    record of the ``batches`` format is one."""
+    deltas_read: list[dict[str, object]] = []
+    for _, value, headers in read_topic(svc.bootstrap, svc.output):
+        pairs = list(headers.items())
+        assert (batch_info(pairs) is not None) == (output_format == "batches"), headers
+        deltas_read.extend(read_deltas(value, pairs))
+    return deltas_read
+
+
+@pytest.mark.parametrize("output_format", ["records", "batches"])
 def test_sigkill_at_random_moments_loses_and_duplicates_nothing(
-    service: Callable[..., Service], tmp_path: Path
+    service: Callable[..., Service], tmp_path: Path, output_format: str
 ) -> None:
-    svc = service(partitions=3, SGM_BATCH_SIZE="100", SGM_MAX_BATCH_DELAY_MS="100")
-    records = stream_records(6000, seed=3)
+    svc = service(
+        partitions=3,
+        SGM_BATCH_SIZE="100",
+        SGM_MAX_BATCH_DELAY_MS="100",
+        SGM_OUTPUT_FORMAT=output_format,
+    )
+    records = stream_records(6000, seed=3 if output_format == "records" else 23)
     producing = produce_slowly(svc.bootstrap, svc.input, records)
     rng = np.random.default_rng(4)
     kills = 0
@@ -385,21 +403,23 @@ def test_sigkill_at_random_moments_loses_and_duplicates_nothing(
     wait_ready(svc)
     assert svc.stop() == 0, svc.log_text()
     assert kills >= 3
-    got = check_exactly_once(deltas(read_topic(svc.bootstrap, svc.output)))
+    got = check_exactly_once(published(svc, output_format))
     assert got == expected_matches(records, tmp_path)
 
 
+@pytest.mark.parametrize("output_format", ["records", "batches"])
 def test_killed_between_the_kafka_commit_and_the_store_write_catches_up_silently(
-    service: Callable[..., Service], tmp_path: Path
+    service: Callable[..., Service], tmp_path: Path, output_format: str
 ) -> None:
     svc = service(
         partitions=3,
         SGM_BATCH_SIZE="100",
         SGM_MAX_BATCH_DELAY_MS="100",
+        SGM_OUTPUT_FORMAT=output_format,
         SGM_FAILPOINT="serve_after_kafka_commit",
         SGM_FAILPOINT_HIT="7",
     )
-    records = stream_records(3000, seed=10)
+    records = stream_records(3000, seed=10 if output_format == "records" else 22)
     produce(svc.bootstrap, svc.input, records)
     killed = svc.start()
     assert killed.wait(timeout=120) == -signal.SIGKILL, svc.log_text()
@@ -409,7 +429,7 @@ def test_killed_between_the_kafka_commit_and_the_store_write_catches_up_silently
     wait_ready(svc)
     assert svc.stop() == 0, svc.log_text()
     assert "caught up without emitting" in svc.log_text()
-    got = check_exactly_once(deltas(read_topic(svc.bootstrap, svc.output)))
+    got = check_exactly_once(published(svc, output_format))
     assert got == expected_matches(records, tmp_path)
 
 
