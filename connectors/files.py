@@ -45,7 +45,7 @@ from connectors.streams import (
     detect_format,
     split_lines,
 )
-from core.errors import ConfigError, InputError
+from core.errors import ConfigError, InputError, arity_message
 from core.records import (
     Checkpoint,
     DeadLetter,
@@ -362,9 +362,7 @@ class EdgeFileSource:
             self._arity[relation] = (arity, f"{self.name}:{line}")
         elif known[0] != arity:
             since = f" (since {known[1]})" if known[1] else ""
-            raise InputError(
-                f"relation {relation!r} has {known[0]} ids per tuple{since}, got {arity}"
-            )
+            raise InputError(arity_message(relation, known[0], arity, since))
 
     def _note_arity(self, relation: str, arity: int, line: int) -> None:
         if relation not in self._arity:

@@ -37,7 +37,7 @@ from connectors.batch_ids import MISSING, checked_ids, narrow
 from connectors.event_batch import Identities, decode_events
 from connectors.events import FieldTypes
 from connectors.formats import is_relation_name, parse_json_record
-from core.errors import InputError
+from core.errors import InputError, arity_message
 from core.records import EventUpdates, RelationUpdates, VertexId, id_column
 
 #: Where a value is not JSON (or was not parsed: too large).
@@ -274,7 +274,7 @@ def _of_arity(
         return None, accepted
     for code, length in np.unique(np.stack([codes[wrong], lengths[wrong]], 1), axis=0).tolist():
         name = relations[code]
-        message = f"relation {name!r} has {arities[name]} ids per tuple, got {length}"
+        message = arity_message(name, arities[name], length)
         found = at[wrong & (codes == code) & (lengths == length)]
         errors.extend(zip(found.tolist(), repeat(message)))
     return ~wrong[: len(names)], list(compress(accepted, (~wrong[len(names) :]).tolist()))

@@ -12,6 +12,13 @@ class MonitorError(Exception):
     """Root of all errors raised by subgraph-monitor."""
 
 
+def arity_message(relation: str, arity: int, got: int, since: str = "") -> str:
+    """Why a tuple of ``got`` ids is refused for ``relation`` (``since``: where its arity was
+    first seen, as `` (since path:line)``)."""
+    ids = "id" if arity == 1 else "ids"
+    return f"relation {relation!r} has {arity} {ids} per tuple{since}, got {got}"
+
+
 class QueryError(MonitorError):
     """A query text that cannot be parsed or is not a valid query.
 

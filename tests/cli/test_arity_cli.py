@@ -82,7 +82,7 @@ def test_a_json_first_tuple_shorter_than_the_queries_arity_among_other_relations
     ]
     good += [json.dumps({"relation": "flagged", "tuple": [v]}) for v in range(0, 30, 3)]
     bad = json.dumps({"relation": "flagged", "tuple": [1, 2]})
-    reason = "relation 'flagged' has 1 ids per tuple, got 2"
+    reason = "relation 'flagged' has 1 id per tuple, got 2"
     run_both(tmp_path, good, bad, reason, "triangle", HOT)
 
 
@@ -97,7 +97,7 @@ def test_a_text_first_tuple_of_the_default_relation_with_three_ids(tmp_path: Pat
 def test_a_text_first_tuple_of_a_named_relation_with_two_ids(tmp_path: Path) -> None:
     good = [f"{u} {v}" if d > 0 else f"- {u} {v}" for d, u, v in edge_lines(seed=8)]
     good[10:10] = [f"+ flagged({v})" for v in range(0, 30, 2)]
-    reason = "relation 'flagged' has 1 ids per tuple, got 2"
+    reason = "relation 'flagged' has 1 id per tuple, got 2"
     run_both(tmp_path, good, "+ 4 5 flagged", reason, HOT)
 
 

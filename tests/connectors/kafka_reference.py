@@ -105,7 +105,8 @@ def take_message(
         arity = arities.setdefault(update.relation, len(update.values))
         if len(update.values) != arity:
             raise InputError(
-                f"relation {update.relation!r} has {arity} ids per tuple, got {len(update.values)}"
+                f"relation {update.relation!r} has {arity} id{'s' * (arity != 1)} per tuple, "
+                f"got {len(update.values)}"
             )
     except InputError as error:
         if len(value) > MAX_RECORD_BYTES:

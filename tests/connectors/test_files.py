@@ -324,7 +324,7 @@ def test_a_known_arity_wins_over_an_odd_first_line(
     ]
     assert [(d.position, d.reason) for d in letters] == [
         (f"{path}:1", "relation 'e' has 2 ids per tuple, got 3"),
-        (f"{path}:2", "relation 'flagged' has 1 ids per tuple, got 2"),
+        (f"{path}:2", "relation 'flagged' has 1 id per tuple, got 2"),
     ]
     assert (source.dead_letters, source.lines_read, source.updates_read) == (2, 6, 4)
     assert known == {"e": 2, "flagged": 1}
