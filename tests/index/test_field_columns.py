@@ -8,6 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from core.columns import python_values
+from core.compiled import AVAILABLE
 from core.fields import compare
 from monitor.index.field_columns import FieldColumn, StringPool, code_dtype
 
@@ -114,8 +115,9 @@ def test_numbers_read_back_bit_for_bit(batches: list[list[float]]) -> None:
         column.grow(len(stored) + len(batch))
         column.store(eids, numbers(batch))
         stored.extend(batch)
-    got = column.get(np.arange(len(stored)))
     expected = numbers(stored)
     nan = np.isnan(expected)
-    assert (np.isnan(got) == nan).all()
-    assert got[~nan].tobytes() == expected[~nan].tobytes()
+    for compiled in (False, AVAILABLE):  # numpy, and numba where it is installed
+        got = column.get(np.arange(len(stored)), compiled=compiled)
+        assert (np.isnan(got) == nan).all()
+        assert got[~nan].tobytes() == expected[~nan].tobytes()
