@@ -26,7 +26,7 @@ import numpy.typing as npt
 
 from core.records import UpdateBatch
 from monitor.engine.delta import DeltaEvaluator
-from monitor.engine.extend import IndexReader, StageRunner
+from monitor.engine.extend import IndexReader, Keys, StageRunner, adjacency_keys
 from monitor.engine.prefixes import Prefixes
 from monitor.engine.static import count_matches
 from monitor.index.levels import I64
@@ -43,12 +43,15 @@ class BinaryJoinStageRunner(StageRunner):
         alone = replace(stage, extenders=stage.extenders[:1], checks=(), comparisons=())
         self._first = StageRunner(alone, index)
 
-    def counts(self, prefixes: Prefixes) -> tuple[npt.NDArray[np.intp], I64]:
-        """Extender 0 for every prefix, with its count (which only sizes the pipeline's chunks).
+    def counts(self, prefixes: Prefixes) -> tuple[npt.NDArray[np.intp], I64, Keys]:
+        """Extender 0 for every prefix, with its count (which only sizes the pipeline's chunks),
+        and every extender's keys (the others intersect).
 
         A prefix with no value in the first atom cannot extend, so dropping it is still exact.
         """
-        return self._first.counts(prefixes)
+        winner, counts, first = self._first.counts(prefixes)
+        others = [adjacency_keys(e, prefixes, self.index) for e in self.stage.extenders[1:]]
+        return winner, counts, [*first, *others]
 
 
 class BinaryJoinEvaluator(DeltaEvaluator):

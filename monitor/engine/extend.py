@@ -21,6 +21,9 @@ from monitor.index.levels import I32, I64
 from monitor.plan.cut import Cut
 from monitor.plan.plan import Check, Comparison, Extender, FieldFilter, Stage
 
+#: Per extender of a stage, the adjacency key of every prefix.
+Keys = list[npt.NDArray[np.integer]]
+
 
 class IndexReader(Protocol):
     """What evaluation needs of an index."""
@@ -36,7 +39,7 @@ class IndexReader(Protocol):
     def field_values(self, relation: str, name: str, eids: I32) -> npt.NDArray[Any] | None: ...
 
 
-def _keys(
+def adjacency_keys(
     extender: Extender,
     prefixes: Prefixes,
     index: IndexReader,
@@ -64,42 +67,38 @@ class StageRunner:
         self.comparisons = Filters((), stage.comparisons, index)
         self.checks = Filters(stage.checks, (), index, stage.fields)
 
-    def counts(self, prefixes: Prefixes) -> tuple[npt.NDArray[np.intp], I64]:
-        """For every prefix, the extender with the fewest values, and that number."""
+    def counts(self, prefixes: Prefixes) -> tuple[npt.NDArray[np.intp], I64, Keys]:
+        """For every prefix, the extender with the fewest values, and that number; and each
+        extender's adjacency keys of the prefixes, which :meth:`extend` reads again (a tuple
+        key is a hash lookup: once a stage, not once a count and once a proposal)."""
         extenders = self.stage.extenders
+        keys = [adjacency_keys(e, prefixes, self.index) for e in extenders]
         if len(extenders) == 1:
-            return (
-                np.zeros(len(prefixes), np.intp),
-                self.views[0].count(_keys(extenders[0], prefixes, self.index)),
-            )
-        counts = np.stack(
-            [
-                v.count(_keys(e, prefixes, self.index))
-                for e, v in zip(extenders, self.views, strict=True)
-            ]
-        )
+            return np.zeros(len(prefixes), np.intp), self.views[0].count(keys[0]), keys
+        counts = np.stack([v.count(k) for k, v in zip(keys, self.views, strict=True)])
         winner = np.argmin(counts, axis=0)
-        return winner, counts[winner, np.arange(len(prefixes))]
+        return winner, counts[winner, np.arange(len(prefixes))], keys
 
-    def extend(self, prefixes: Prefixes, winner: npt.NDArray[np.intp]) -> Prefixes:
-        """Every extension of every prefix by the stage's variable that passes the stage."""
+    def extend(self, prefixes: Prefixes, winner: npt.NDArray[np.intp], keys: Keys) -> Prefixes:
+        """Every extension of every prefix by the stage's variable that passes the stage
+        (``keys``: :meth:`counts`'s of these prefixes)."""
         extenders = self.stage.extenders
         all_rows: list[npt.NDArray[np.int64]] = []
         all_values: list[I32] = []
-        for e, (extender, view) in enumerate(zip(extenders, self.views, strict=True)):
+        for e, view in enumerate(self.views):
             rows = np.flatnonzero(winner == e) if len(extenders) > 1 else np.arange(len(prefixes))
             if not rows.shape[0]:
                 continue
-            owner, values = view.propose(_keys(extender, prefixes, self.index)[rows])
+            owner, values = view.propose(keys[e][rows])
             rows = rows[owner]
             if self.comparisons.comparisons:
                 # Comparisons are cheap: drop candidates before intersecting them.
                 keep = self.comparisons.compare([*(c[rows] for c in prefixes.columns), values])
                 rows, values = rows[keep], values[keep]
-            for f, (other, other_view) in enumerate(zip(extenders, self.views, strict=True)):
+            for f, other_view in enumerate(self.views):
                 if f == e or not rows.shape[0]:
                     continue
-                keep = other_view.contains(_keys(other, prefixes, self.index)[rows], values)
+                keep = other_view.contains(keys[f][rows], values)
                 rows, values = rows[keep], values[keep]
             all_rows.append(rows)
             all_values.append(values)
@@ -154,7 +153,7 @@ class Filters:
             keep[rows] = self._join(join, left, right)
         for guard, view in self.guards:
             rows = np.flatnonzero(keep)
-            keep[rows] = view.count(_keys(guard, prefixes, self._index, rows)) > 0
+            keep[rows] = view.count(adjacency_keys(guard, prefixes, self._index, rows)) > 0
         return prefixes if keep.all() else prefixes.take(keep)
 
     def _join(self, join: FieldFilter, left: I32, right: I32) -> npt.NDArray[np.bool_]:

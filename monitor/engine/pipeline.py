@@ -41,12 +41,14 @@ class Pipeline:
             emit(prefixes)
             return
         runner = self.runners[level]
-        winner, counts = runner.counts(prefixes)
+        winner, counts, keys = runner.counts(prefixes)
         live = counts > 0
         if not live.all():
             prefixes, winner, counts = prefixes.take(live), winner[live], counts[live]
+            keys = [k[live] for k in keys]
         for lo, hi in _chunks(counts, self.budget):
-            extended = runner.extend(prefixes.slice(lo, hi), winner[lo:hi])
+            part = [k[lo:hi] for k in keys]
+            extended = runner.extend(prefixes.slice(lo, hi), winner[lo:hi], part)
             if len(extended):
                 self._descend(level + 1, extended, emit, alive)
 
