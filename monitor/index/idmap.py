@@ -33,7 +33,7 @@ import numpy.typing as npt
 from core.errors import InputError
 from monitor.index.hashtable import U64, SlotTable, mix
 from monitor.index.levels import I32, I64, gather_ranges
-from monitor.index.numbered import digit_counts, format_rows, numbers_of, parse
+from monitor.index.numbered import digit_counts, format_rows, prefixes_of, split
 from monitor.index.texts import (
     U8,
     decode_rows,
@@ -52,6 +52,8 @@ MAX_IDS = 2**31 - 1
 #: string's hashes differ even where their bytes agree.
 INT_ID_TAG = np.uint64(0x6A09E667F3BCC908)
 STR_ID_TAG = np.uint64(0xBB67AE8584CAA73B)
+#: Prefixes of numbered ids a map keeps as codes (one byte an id); past them, ids are text.
+MAX_PREFIXES = 255
 #: The largest text offset a ``uint32`` end holds (beyond it the ends become ``int64``).
 TEXT_OFFSET_MAX = 2**32 - 1
 #: Bytes of text hashed at once when the string table grows (bounds the padded matrix).
@@ -73,10 +75,13 @@ class IdMap:
         self._is_string: npt.NDArray[np.bool_] | None = None  # once both kinds are present
         self._text: U8 = np.empty(0, np.uint8)
         self._text_size = 0
-        #: Whether every string id so far is numbered (with ``_prefix``; then ``_number`` holds
-        #: their numbers by slot, and there is no text).
+        #: Whether every string id so far is numbered (their prefixes ``_prefixes``; then
+        #: ``_number`` holds their numbers by slot, and there is no text).
         self._numbered = True
-        self._prefix: bytes | None = None
+        self._prefixes: list[bytes] = []
+        self._prefix_index: dict[bytes, int] = {}
+        #: The code of each numbered slot's prefix, once there are two prefixes.
+        self._codes: npt.NDArray[np.uint8] | None = None
         self._number: npt.NDArray[np.integer[Any]] | None = None
         #: Whether string ids are found by binary search over ``_number`` (no table yet).
         self._sorted = True
@@ -96,6 +101,7 @@ class IdMap:
             "text": self._text,
             "text ends": self._end,
             "numbers": self._number,
+            "prefix codes": self._codes,
             "int values": self._value,
         }
         out = {name: int(a.nbytes) for name, a in arrays.items() if a is not None}
@@ -146,11 +152,11 @@ class IdMap:
         np.cumsum(lengths[:-1], out=starts[1:])
         rows = padded(buffer, starts, lengths)
         if self._numbered:
-            parsed = parse(rows, lengths, self._prefix)
-            if parsed is not None:
-                return self._encode_numbered(parsed[0], parsed[1], rows, lengths, add)
-            if not add:  # only the numbered strings among them can be known
-                return self._find_numbered(rows, lengths)
+            ok, starts, numbers = split(rows, lengths)
+            # Without ``add``, strings that are not numbered are simply unknown.
+            codes = self._prefix_codes(rows, starts, ok, add) if ok.all() or not add else None
+            if codes is not None:
+                return self._encode_numbered(codes, numbers, rows, lengths, add)
             self._to_text()
         hashes = self._hash(rows, lengths)
         # Unique strings of the batch: by hash, then checked byte for byte (exact if not).
@@ -177,25 +183,65 @@ class IdMap:
             self._strings.add(hashes[missing], new, lambda: self._string_entries(int(new[0])))
         return slots[inverse]
 
-    def _encode_numbered(
-        self, prefix: bytes, numbers: I64, rows: U8, lengths: I64, add: bool
-    ) -> I32:
-        """:meth:`_encode_strings` of strings numbered with the map's prefix (``prefix``)."""
-        unique, first, inverse = np.unique(numbers, return_index=True, return_inverse=True)
-        slots = self._find_numbers(unique, lambda: self._hash(rows[first], lengths[first]))
+    def _prefix_codes(
+        self, rows: U8, starts: I64, ok: npt.NDArray[np.bool_], add: bool
+    ) -> I64 | None:
+        """The code of each numbered row's prefix, new prefixes added if ``add`` (None: more
+        than :data:`MAX_PREFIXES` in all); -1 for rows not numbered or of a prefix unknown."""
+        codes = np.full(rows.shape[0], -1, np.int64)
+        at = np.flatnonzero(ok)
+        found, inverse = prefixes_of(rows[at], starts[at])
+        known = np.array([self._prefix_index.get(p, -1) for p in found], np.int64)
+        for i in np.flatnonzero(known < 0).tolist() if add else []:
+            if len(self._prefixes) == MAX_PREFIXES:
+                return None
+            known[i] = self._add_prefix(found[i])
+        codes[at] = known[inverse]
+        return codes
+
+    def _add_prefix(self, prefix: bytes) -> int:
+        """A new prefix's code; a second one ends the binary search and gives codes by slot."""
+        if self._prefixes and self._sorted:
+            self._build_string_table()
+        self._prefix_index[prefix] = len(self._prefixes)
+        self._prefixes.append(prefix)
+        if len(self._prefixes) == 2:
+            self._codes = np.zeros(self._capacity, np.uint8)
+        return len(self._prefixes) - 1
+
+    def _encode_numbered(self, codes: I64, numbers: I64, rows: U8, lengths: I64, add: bool) -> I32:
+        """:meth:`_encode_strings` of numbered strings (the code of each one's prefix, -1 where
+        it cannot be known)."""
+        out = np.full(codes.shape[0], -1, np.int32)
+        at = np.flatnonzero(codes >= 0)
+        codes, numbers = codes[at], numbers[at]
+        if len(self._prefixes) > 1:  # unique (code, number) pairs
+            pairs = np.ascontiguousarray(np.stack([codes, numbers], 1)).view("V16").reshape(-1)
+            _, first, inverse = np.unique(pairs, return_index=True, return_inverse=True)
+        else:
+            _, first, inverse = np.unique(numbers, return_index=True, return_inverse=True)
+        codes, numbers, rows, lengths = (
+            codes[first],
+            numbers[first],
+            rows[at][first],
+            lengths[at][first],
+        )
+        slots = self._find_numbers(codes, numbers, lambda: self._hash(rows, lengths))
         missing = _in_order(np.flatnonzero(slots < 0), first)
         if missing.shape[0] and add:
-            self._prefix = prefix
-            at = first[missing]
-            slots[missing] = self._add_numbered(unique[missing], rows[at], lengths[at])
-        return slots[inverse.reshape(-1)]
+            slots[missing] = self._add_numbered(
+                codes[missing], numbers[missing], rows[missing], lengths[missing]
+            )
+        out[at] = slots[inverse.reshape(-1)]
+        return out
 
-    def _find_numbers(self, numbers: I64, hashes: Callable[[], U64]) -> I32:
-        """Slots of numbered strings by their numbers (``hashes``: their strings' hashes)."""
+    def _find_numbers(self, codes: I64, numbers: I64, hashes: Callable[[], U64]) -> I32:
+        """Slots of numbered strings by their prefixes' codes and their numbers (``hashes``:
+        their strings' hashes)."""
         if self._number is None:
             return np.full(numbers.shape[0], -1, np.int32)
         known = self._number
-        if self._sorted:  # the numbers of slots 0 .. size - 1, ascending
+        if self._sorted:  # one prefix; the numbers of slots 0 .. size - 1, ascending
             # Needles of the numbers' own type (no copy of the numbers); larger ones are absent.
             fits = numbers <= np.iinfo(known.dtype).max
             at = np.searchsorted(
@@ -204,19 +250,15 @@ class IdMap:
             hit = fits & (at < self._size)
             hit[hit] = known[at[hit]] == numbers[hit]
             return np.where(hit, at, -1).astype(np.int32)
-        return self._strings.find(hashes(), lambda rows, s: known[s] == numbers[rows])
+        prefixes = self._codes
+        if prefixes is None:
+            return self._strings.find(hashes(), lambda rows, s: known[s] == numbers[rows])
+        return self._strings.find(
+            hashes(), lambda rows, s: (known[s] == numbers[rows]) & (prefixes[s] == codes[rows])
+        )
 
-    def _find_numbered(self, rows: U8, lengths: I64) -> I32:
-        """Slots of strings (-1: unknown) while every known string is numbered."""
-        slots = np.full(rows.shape[0], -1, np.int32)
-        if self._prefix is not None:
-            ok, numbers = numbers_of(rows, lengths, self._prefix)
-            at = np.flatnonzero(ok)
-            slots[at] = self._find_numbers(numbers[at], lambda: self._hash(rows[at], lengths[at]))
-        return slots
-
-    def _add_numbered(self, numbers: I64, rows: U8, lengths: I64) -> I32:
-        """Append unique numbered strings (the map's prefix), unknown so far, in order."""
+    def _add_numbered(self, codes: I64, numbers: I64, rows: U8, lengths: I64) -> I32:
+        """Append unique numbered strings, unknown so far, in order."""
         last = self._number[self._size - 1] if self._number is not None and self._size else -1
         if self._sorted and not (numbers[0] > last and bool((numbers[1:] > numbers[:-1]).all())):
             self._build_string_table()  # out of order
@@ -225,6 +267,8 @@ class IdMap:
         if int(numbers.max()) > np.iinfo(self._number.dtype).max:
             self._number = self._number.astype(np.int64)
         self._number[new] = numbers
+        if self._codes is not None:
+            self._codes[new] = codes
         if not self._sorted:
             hashes = self._hash(rows, lengths)
             self._strings.add(hashes, new, lambda: self._string_entries(int(new[0])))
@@ -246,10 +290,7 @@ class IdMap:
             self._end = np.zeros(self._capacity + 1, np.uint32)
             strings = self._string_mask()
             sizes = np.zeros(self._size, np.int64)
-            assert self._prefix is not None
-            sizes[strings] = len(self._prefix) + digit_counts(
-                self._number[: self._size][strings].astype(np.int64)
-            )
+            sizes[strings] = self._numbered_lengths(np.flatnonzero(strings))
             ends = np.cumsum(sizes)
             total = int(ends[-1]) if self._size else 0
             if total > TEXT_OFFSET_MAX:
@@ -260,13 +301,14 @@ class IdMap:
             slots = np.flatnonzero(strings)
             for lo in range(0, slots.shape[0], REHASH_CHUNK):
                 chunk = slots[lo : lo + REHASH_CHUNK]
-                rows, lengths = format_rows(self._prefix, self._number[chunk].astype(np.int64))
+                rows, lengths = self._string_rows(chunk)
                 inside = np.arange(rows.shape[1]) < lengths[:, None]
                 start = int(self._end[chunk[0]])
                 self._text[start : start + int(lengths.sum())] = rows[inside]
             self._text_size = total
         self._number = None
-        self._prefix = None
+        self._codes = None
+        self._prefixes, self._prefix_index = [], {}
 
     def _hash(self, rows: U8, lengths: I64) -> U64:
         hashes = hash_rows(rows, lengths)
@@ -311,6 +353,8 @@ class IdMap:
                 self._end = _resized(self._end, self._capacity + 1, self._text_size)
             if self._number is not None:
                 self._number = _resized(self._number, self._capacity, 0)
+            if self._codes is not None:
+                self._codes = _resized(self._codes, self._capacity, 0)
             if self._is_string is not None:
                 self._is_string = _resized(self._is_string, self._capacity, False)
         if not strings and self._sorted:  # the binary search needs string ids only
@@ -355,8 +399,10 @@ class IdMap:
     def _string_rows(self, slots: npt.NDArray[np.integer]) -> tuple[U8, I64]:
         """The padded rows of string ``slots`` (as text or numbered) and their lengths."""
         if self._number is not None:
-            assert self._prefix is not None
-            return format_rows(self._prefix, self._number[slots].astype(np.int64))
+            codes = (
+                np.zeros(slots.shape[0], np.int64) if self._codes is None else self._codes[slots]
+            )
+            return format_rows(self._prefixes, codes, self._number[slots].astype(np.int64))
         starts, lengths = self._spans(slots)
         return padded(self._text, starts, lengths), lengths
 
@@ -451,13 +497,20 @@ class IdMap:
 
     def _numbered_texts(self, slots: I64) -> tuple[npt.NDArray[np.uint32], bytes]:
         """The lengths and the text, one after the other, of numbered string ``slots``."""
-        assert self._number is not None and self._prefix is not None
-        lengths = len(self._prefix) + digit_counts(self._number[slots].astype(np.int64))
+        lengths = self._numbered_lengths(slots)
         parts = []
         for lo in range(0, slots.shape[0], REHASH_CHUNK):
             rows, sizes = self._string_rows(slots[lo : lo + REHASH_CHUNK])
             parts.append(rows[np.arange(rows.shape[1]) < sizes[:, None]].tobytes())
         return lengths.astype("<u4"), b"".join(parts)
+
+    def _numbered_lengths(self, slots: npt.NDArray[np.integer]) -> I64:
+        """The lengths in bytes of numbered string ``slots``."""
+        assert self._number is not None
+        sizes = np.array([len(p) for p in self._prefixes], np.int64)
+        codes = np.zeros(slots.shape[0], np.int64) if self._codes is None else self._codes[slots]
+        lengths: I64 = sizes[codes] + digit_counts(self._number[slots].astype(np.int64))
+        return lengths
 
     def restore(self, blob: bytes) -> None:
         """Append the ids of an :meth:`export` blob; they get the next slots, in order."""
@@ -492,10 +545,10 @@ class IdMap:
     def _add_strings(self, rows: U8, lengths: I64) -> None:
         """Append unique string ids (padded rows), unknown so far, in order."""
         if self._numbered:
-            parsed = parse(rows, lengths, self._prefix)
-            if parsed is not None:
-                self._prefix = parsed[0]
-                self._add_numbered(parsed[1], rows, lengths)
+            ok, starts, numbers = split(rows, lengths)
+            codes = self._prefix_codes(rows, starts, ok, add=True) if ok.all() else None
+            if codes is not None:
+                self._add_numbered(codes, numbers, rows, lengths)
                 return
             self._to_text()
         new = self._grow(rows.shape[0], strings=True)

@@ -2,8 +2,9 @@
 
 Event ids are mostly a constant prefix and a counter: transaction ids (``tx-91``), positions
 (``payments.jsonl:1204``). Such an id costs its text and an end offset as text, 14 bytes for
-``tx-1234567``; as a number under its map's one prefix, 4 bytes (:class:`~monitor.index.idmap.
-IdMap` keeps the numbers while every string id is numbered). A string is *numbered* when it ends
+``tx-1234567``; as a number and its prefix's code, 4 or 5 bytes (:class:`~monitor.index.idmap.
+IdMap` keeps the numbers while every string id is numbered, with up to 255 prefixes: Kafka
+positions ``payments:0@1204`` have one a partition). A string is *numbered* when it ends
 in a run of 1 to :data:`MAX_DIGITS` decimal digits written canonically (no leading zero but
 ``0`` itself), the prefix being everything before that run, so the number and the prefix give
 back exactly the string: ``tx-007`` and ``abc`` are not numbered, ``123`` is (empty prefix).
@@ -12,6 +13,8 @@ position, never per string.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -22,52 +25,46 @@ from monitor.index.texts import U8
 
 #: Digits of the numbers kept (below 10**18, so every one fits in ``int64``).
 MAX_DIGITS = 18
-#: The longest prefix kept; longer ones keep their text.
-MAX_PREFIX = 64
+#: The longest prefix kept (a file's path and a colon); longer ones keep their text.
+MAX_PREFIX = 256
 ZERO = ord("0")
 _POWERS = 10 ** np.arange(MAX_DIGITS, dtype=np.int64)
 
 
-def parse(rows: U8, lengths: I64, prefix: bytes | None) -> tuple[bytes, I64] | None:
-    """The prefix and the number of every padded row, or None unless every row is numbered
-    with one prefix (``prefix`` when given, else the first row's)."""
-    if not rows.shape[0]:
-        return (prefix or b""), np.empty(0, np.int64)
-    if prefix is None:
-        prefix = prefix_of(rows[0, : int(lengths[0])].tobytes())
-        if prefix is None:
-            return None
-    ok, numbers = numbers_of(rows, lengths, prefix)
-    return (prefix, numbers) if bool(ok.all()) else None
-
-
-def prefix_of(text: bytes) -> bytes | None:
-    """The prefix of one numbered string (None: it is not numbered)."""
-    digits = len(text) - len(text.rstrip(b"0123456789"))
-    if not 1 <= digits <= MAX_DIGITS or len(text) - digits > MAX_PREFIX:
-        return None
-    if digits > 1 and text[-digits] == ZERO:
-        return None
-    return text[:-digits]
-
-
-def numbers_of(rows: U8, lengths: I64, prefix: bytes) -> tuple[npt.NDArray[np.bool_], I64]:
-    """Which padded rows are ``prefix`` and a number (:func:`prefix_of`), and that number."""
+def split(rows: U8, lengths: I64) -> tuple[npt.NDArray[np.bool_], I64, I64]:
+    """Of every padded row: whether it is numbered, where its number starts (the length of its
+    prefix) and the number (meaningless where it is not numbered)."""
     n, width = rows.shape
-    at = len(prefix)
-    digits = lengths - at
-    ok = (digits >= 1) & (digits <= MAX_DIGITS)
-    if at >= width or not bool(ok.any()):
-        return np.zeros(n, np.bool_), np.zeros(n, np.int64)
-    ok &= (rows[:, :at] == np.frombuffer(prefix, np.uint8)).all(axis=1)
-    ok &= (digits == 1) | (rows[:, at] != ZERO)
+    inside = np.arange(width) < lengths[:, None]
+    other = inside & ((rows < ZERO) | (rows > ZERO + 9))  # the bytes that are not digits
+    starts = np.where(other.any(axis=1), width - np.argmax(other[:, ::-1], axis=1), 0)
+    digits = lengths - starts
+    ok = (digits >= 1) & (digits <= MAX_DIGITS) & (starts <= MAX_PREFIX)
+    leading = rows[np.arange(n), np.minimum(starts, width - 1)] if width else np.zeros(n)
+    ok &= (digits == 1) | (leading != ZERO)
     numbers = np.zeros(n, np.int64)
-    for j in range(at, min(width, at + MAX_DIGITS)):
-        inside = j < lengths
-        digit = rows[:, j].astype(np.int64) - ZERO
-        ok &= ~inside | ((digit >= 0) & (digit <= 9))
-        numbers = np.where(inside, numbers * 10 + digit, numbers)
-    return ok, numbers
+    if bool(ok.any()):
+        for j in range(int(starts[ok].min()), min(width, int(lengths[ok].max()))):
+            taking = (j >= starts) & (j < lengths) & ok
+            numbers = np.where(taking, numbers * 10 + (rows[:, j].astype(np.int64) - ZERO), numbers)
+    return ok, starts.astype(np.int64), numbers
+
+
+def prefixes_of(rows: U8, starts: I64) -> tuple[list[bytes], I64]:
+    """The distinct prefixes of padded rows (``rows[i, :starts[i]]``) and each row's index
+    into them."""
+    width = int(starts.max()) if starts.shape[0] else 0
+    if width == 0:
+        return [b""], np.zeros(starts.shape[0], np.int64)
+    heads = np.where(np.arange(width) < starts[:, None], rows[:, :width], 0).astype(np.uint8)
+    keyed = np.concatenate([heads, starts.astype("<u8").view(np.uint8).reshape(-1, 8)], 1)
+    _, first, inverse = np.unique(
+        np.ascontiguousarray(keyed).view(f"V{keyed.shape[1]}").reshape(-1),
+        return_index=True,
+        return_inverse=True,
+    )
+    found = [rows[i, : int(starts[i])].tobytes() for i in first.tolist()]  # a few prefixes
+    return found, inverse.reshape(-1).astype(np.int64)
 
 
 def digit_counts(numbers: I64) -> I64:
@@ -76,17 +73,28 @@ def digit_counts(numbers: I64) -> I64:
 
 
 def format_rows(
-    prefix: bytes, numbers: I64, width: int | None = None, *, compiled: bool = ENABLED
+    prefixes: Sequence[bytes],
+    codes: I64,
+    numbers: I64,
+    width: int | None = None,
+    *,
+    compiled: bool = ENABLED,
 ) -> tuple[U8, I64]:
-    """The padded rows of ``prefix + str(number)`` and their lengths (the inverse of
-    :func:`parse`); ``width`` at least the longest (default: it, rounded up to 8 bytes)."""
+    """The padded rows of ``prefixes[codes[i]] + str(numbers[i])`` and their lengths (the
+    inverse of :func:`split`); ``width`` at least the longest (default: it, rounded up to 8)."""
+    sizes = np.array([len(p) for p in prefixes], np.int64)
+    heads = np.zeros((len(prefixes), max(int(sizes.max()), 1)), np.uint8)
+    for i, prefix in enumerate(prefixes):  # a few prefixes, not a row each
+        heads[i, : len(prefix)] = np.frombuffer(prefix, np.uint8)
     digits = digit_counts(numbers)
-    lengths = len(prefix) + digits
+    lengths = sizes[codes] + digits
     if width is None:
         longest = int(lengths.max()) if lengths.shape[0] else 0
         width = max(8, -(-longest // 8) * 8)
     out = np.zeros((numbers.shape[0], width), np.uint8)
-    out[:, : len(prefix)] = np.frombuffer(prefix, np.uint8)
+    if numbers.shape[0]:  # a prefix longer than the rows' width is none of theirs
+        cut = min(width, heads.shape[1])
+        out[:, :cut] = heads[codes, :cut]
     if compiled:  # a loop per row: ~10x the digit-by-digit scatter below
         _write_digits(numbers.astype(np.int64), lengths, out)
         return out, lengths

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from core.compiled import AVAILABLE
-from monitor.index.idmap import IdMap
-from monitor.index.numbered import MAX_DIGITS, MAX_PREFIX, format_rows, parse, prefix_of
+from monitor.index.idmap import MAX_PREFIXES, IdMap
+from monitor.index.numbered import MAX_DIGITS, MAX_PREFIX, format_rows, prefixes_of, split
 from monitor.index.texts import pack_strings, padded
 from tests.index.test_idmap import check_batches, column
 
@@ -42,21 +42,22 @@ def rows_of(strings: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(texts, min_size=1, max_size=12))
-def test_parse_agrees_with_a_regular_expression_and_formats_back(strings: list[bytes]) -> None:
+def test_split_agrees_with_a_regular_expression_and_formats_back(strings: list[bytes]) -> None:
     expected = [oracle(t) for t in strings]
-    assert [prefix_of(t) for t in strings] == [e[0] if e else None for e in expected]
     rows, lengths = rows_of(strings)
-    got = parse(rows, lengths, None)
-    one_prefix = all(expected) and len({e[0] for e in expected if e}) == 1
-    if not one_prefix:
-        assert got is None
-        return
-    assert got is not None
-    prefix, numbers = got
-    assert (prefix, numbers.tolist()) == (expected[0][0], [e[1] for e in expected if e])
-    back, back_lengths = format_rows(prefix, numbers)
-    assert [bytes(r[:n]) for r, n in zip(back, back_lengths.tolist(), strict=True)] == strings
-    assert parse(rows, lengths, prefix + b"x") is None
+    ok, starts, numbers = split(rows, lengths)
+    assert ok.tolist() == [e is not None for e in expected]
+    got = [
+        (bytes(r[:s]), n) for r, s, n in zip(rows, starts.tolist(), numbers.tolist(), strict=True)
+    ]
+    assert [g for g, e in zip(got, expected, strict=True) if e] == [e for e in expected if e]
+    at = np.flatnonzero(ok)
+    found, codes = prefixes_of(rows[at], starts[at])
+    assert len(found) == len(set(found)) and [found[c] for c in codes] == [got[i][0] for i in at]
+    back, back_lengths = format_rows(found, codes, numbers[at])
+    assert [bytes(r[:n]) for r, n in zip(back, back_lengths.tolist(), strict=True)] == [
+        strings[i] for i in at
+    ]
 
 
 def test_ascending_numbered_ids_keep_their_numbers_only() -> None:
@@ -94,7 +95,8 @@ def test_out_of_order_builds_the_table_and_past_uint32_widens() -> None:
             st.one_of(
                 st.builds("tx-{}".format, st.integers(0, 40)),
                 st.builds("tx-{}".format, st.integers(2**32 - 2, 2**32 + 2)),
-                st.sampled_from(["tx-07", "ty-1", 5, -1, "", "tx-"]),
+                st.builds("ty-{}".format, st.integers(0, 40)),
+                st.sampled_from(["tx-07", "ty-1", 5, -1, "", "tx-", "7"]),
             ),
             max_size=12,
         ),
@@ -130,11 +132,33 @@ def test_a_non_numbered_id_turns_every_id_into_text() -> None:
     assert restored.decode(np.arange(3003, dtype=np.int32)).tolist() == every
 
 
-def test_packing_gives_the_rows_parse_reads() -> None:
-    buffer, lengths = pack_strings(["tx-12", "tx-3"])
-    rows = padded(buffer, np.array([0, 5]), lengths)
-    got = parse(rows, lengths, None)
-    assert got is not None and got[0] == b"tx-" and got[1].tolist() == [12, 3]
+def test_packing_gives_the_rows_split_reads() -> None:
+    buffer, lengths = pack_strings(["tx-12", "tx-3", "payments:1@0"])
+    rows = padded(buffer, np.array([0, 5, 9]), lengths)
+    ok, starts, numbers = split(rows, lengths)
+    assert ok.all() and starts.tolist() == [3, 3, 11] and numbers.tolist() == [12, 3, 0]
+
+
+def test_kafka_positions_keep_a_code_a_prefix() -> None:
+    """Events without an id are named by their position, a prefix a partition: the ids stay
+    numbers (and a byte for the prefix), found through the table (not in order across
+    partitions), until there are more prefixes than a byte holds."""
+    idmap = IdMap()
+    positions = [f"payments:{p}@{o}" for o in range(2000) for p in (2, 0, 1)]
+    slots = idmap.encode(column(positions))
+    parts = idmap.breakdown()
+    assert parts["prefix codes"] <= 6000 * 1.25 and parts.get("text", 0) == 0
+    assert idmap.decode(slots).tolist() == positions
+    assert idmap.encode(column(positions[::-1]), add=False).tolist() == slots[::-1].tolist()
+    assert idmap.encode(column(["payments:3@0", "payments:0@2000"]), add=False).tolist() == [-1, -1]
+    restored = IdMap()
+    restored.restore(idmap.export())
+    assert restored.decode(np.arange(6000, dtype=np.int32)).tolist() == positions
+    many = [f"topic-{p}:0@1" for p in range(MAX_PREFIXES)]  # 258 prefixes in all: text
+    idmap.encode(column(many))
+    assert "prefix codes" not in idmap.breakdown() and idmap.breakdown()["text"] > 0
+    every = positions + many
+    assert idmap.encode(column(every), add=False).tolist() == list(range(len(every)))
 
 
 @settings(max_examples=100, deadline=None)
@@ -142,6 +166,14 @@ def test_packing_gives_the_rows_parse_reads() -> None:
 def test_formatting_compiled_and_in_numpy_agree(numbers: list[int], prefix: bytes) -> None:
     values = np.array(numbers, np.int64)
     expected = [prefix + str(n).encode() for n in numbers]
+    codes = np.zeros(len(numbers), np.int64)
     for compiled in (False, AVAILABLE):
-        rows, lengths = format_rows(prefix, values, compiled=compiled)
+        rows, lengths = format_rows([prefix], codes, values, compiled=compiled)
         assert [bytes(r[:n]) for r, n in zip(rows, lengths.tolist(), strict=True)] == expected
+
+
+def test_prefixes_of_other_lengths_format_in_rows_of_their_own_width() -> None:
+    prefixes = [b"/a/long/path/to/the/input/events.jsonl:", b"t-"]
+    rows, lengths = format_rows(prefixes, np.array([1, 1]), np.array([5, 77]))
+    texts = [bytes(row[:n]) for row, n in zip(rows, lengths.tolist(), strict=True)]
+    assert rows.shape[1] == 8 and texts == [b"t-5", b"t-77"]
