@@ -12,12 +12,15 @@ without edge variables over the pair graph (``transfer(a, b)``, set semantics), 
 stream: the baseline (streamed for at most ``--budget`` seconds: on this stream the unselective
 4-cycle over all pairs is slow). Memory is the event store plus the index relations kept for
 the events (their shared pair keys included), per live event, and the process's peak RSS.
+Then an A/B against ``--before`` (a commit), in the same run: each query from scratch over that
+commit's code and over this tree's, alternately (:mod:`bench.against`).
 """
 
 from __future__ import annotations
 
 import argparse
 import resource
+import statistics
 import time
 from pathlib import Path
 
@@ -47,12 +50,8 @@ BASELINES = {
 CHANNELS = np.array(["wire", "card", "cash"], dtype=object)
 #: The first event's time: 2026-01-01T00:00:00Z in milliseconds.
 START_MS = 1_767_225_600_000
-#: The figures of commit 25a6082 (ids as text, numbers as float64, a tuple key per pair and
-#: selection, columns growing by a quarter), default arguments, the same stream (with ``ts``)
-#: and measure (CPU time), run just before this one's figures on the same machine: events/s,
-#: match deltas/s, bytes per live event in the store and in the index.
-BEFORE = {"big_ring": (98_053, 258_456, 63, 16), "ring4": (103_288, 296_987, 63, 3)}
-BEFORE_RSS_MIB = 4_740
+#: The commit the A/B measures against by default (before issue #11's fourth round: ids as
+#: text, numbers as ``float64``, a tuple key per pair and selection).
 BEFORE_COMMIT = "25a6082"
 
 
@@ -144,7 +143,9 @@ def run(
             break
     live = sum(len(s) for s in processor.events.stores.values())
     store = processor.events.nbytes
-    derived = processor.events.derived_nbytes
+    derived = getattr(processor.events, "derived_nbytes", None)  # older commits (the A/B)
+    if derived is None:
+        derived = sum(processor.index.relations[n].nbytes for n in processor.events.derived)
     for component, nbytes in processor.events.breakdown().items():
         parts[component] = nbytes / max(live, 1)
     return {
@@ -160,25 +161,46 @@ def run(
     }
 
 
-def before_and_after(figures: dict[str, dict[str, float]], peak: float) -> list[str]:
-    """This run beside the figures of :data:`BEFORE_COMMIT` (5M events loaded, 200k streamed:
-    comparable with a run at the default arguments only)."""
+def measure(query: str, load: int, stream: int, batch_size: int, accounts: int) -> dict[str, float]:
+    """One query with fields on the stream of the default seed, from scratch (what the A/B runs
+    in a child process, over this tree's code or an earlier commit's)."""
+    data = payments(load + stream, accounts, seed=1)
+    return run(QUERIES[query], data, load, stream, batch_size, True)
+
+
+def before_and_after(args: argparse.Namespace) -> list[str]:
+    """The A/B against ``args.before``: each query measured from scratch over that commit's
+    code and over this tree's, interleaved, ``args.rounds`` times each (:mod:`bench.against`)."""
+    from bench.against import interleaved  # not at the top: the child imports this module
+
     lines = [
-        f"Before (commit {BEFORE_COMMIT}, the same arguments and this measure, run just before "
-        "on the same machine) and after (this run):",
+        f"A/B against commit {args.before}, in this run: each query measured from scratch in a "
+        f"child process over that commit's code and over this tree's, alternately, "
+        f"{args.rounds} times each (`bench.against`); medians, and every round's events/s.",
         "",
-        "| query | events/s before | after | match deltas/s before | after | "
+        "| query | events/s before | after | after / before | rounds before | rounds after | "
         "B/live event (store + index) before | after |",
-        "|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|",
     ]
-    for name, ours in figures.items():
-        events, deltas, store, index = BEFORE[name]
-        lines.append(
-            f"| {name} | {events:,} | {ours['events_s']:,.0f} | {deltas:,} | "
-            f"{ours['deltas_s']:,.0f} | {store} + {index} | "
-            f"{ours['store_b']:.0f} + {ours['index_b']:.0f} |"
+    for name in QUERIES:
+        kwargs = {
+            "query": name,
+            "load": args.load,
+            "stream": args.stream,
+            "batch_size": args.batch,
+            "accounts": args.accounts,
+        }
+        small = {**kwargs, "load": 20_000, "stream": 20_000, "accounts": 5_000}
+        before, after = interleaved(
+            args.before, Path(__file__), "measure", args.rounds, warmup=small, **kwargs
         )
-    lines += ["", f"Peak RSS of the run: {BEFORE_RSS_MIB:,} MiB before, {peak:,.0f} MiB after."]
+        b, a = (statistics.median(r["events_s"] for r in side) for side in (before, after))
+        rounds = [", ".join(f"{r['events_s']:,.0f}" for r in side) for side in (before, after)]
+        lines.append(
+            f"| {name} | {b:,.0f} | {a:,.0f} | {a / b:.2f} | {rounds[0]} | {rounds[1]} | "
+            f"{before[0]['store_b']:.0f} + {before[0]['index_b']:.0f} | "
+            f"{after[0]['store_b']:.0f} + {after[0]['index_b']:.0f} |"
+        )
     return lines
 
 
@@ -215,6 +237,10 @@ def main() -> int:
     parser.add_argument(
         "--budget", type=float, default=60.0, help="seconds of streaming for each baseline"
     )
+    parser.add_argument(
+        "--before", default=BEFORE_COMMIT, help="the commit to A/B against ('' for none)"
+    )
+    parser.add_argument("--rounds", type=int, default=2, help="A/B rounds per query and side")
     args = parser.parse_args()
     data = payments(args.load + args.stream, args.accounts, seed=1)
     lines = [
@@ -244,7 +270,9 @@ def main() -> int:
         )
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     lines += ["", f"Peak RSS of the run: {peak:,.0f} MiB.", ""]
-    lines += [*before_and_after(figures, peak), "", *where_the_bytes_go(breakdown)]
+    if args.before:
+        lines += [*before_and_after(args), ""]
+    lines += where_the_bytes_go(breakdown)
     args.out.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
