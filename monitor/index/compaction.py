@@ -36,16 +36,13 @@ another numbering of strings computes the same output.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
 from monitor.index.events import EventStore, grown
 from monitor.index.field_columns import StringPool
-from monitor.index.levels import I32
-
-S = TypeVar("S", bound=np.generic)
+from monitor.index.levels import I32, resized
 
 #: Dead events a store needs before it is compacted (and new strings before the pool is).
 COMPACTION_MIN = 65_536
@@ -74,12 +71,12 @@ def compact_store(store: EventStore) -> I32:
     kept = np.sort(slots)  # the live events' ids, in slot order
     store.ids = store.ids.subset(kept)
     renumbered = np.searchsorted(kept, slots).astype(np.int32)
-    store.slot = _sized(renumbered, capacity, 0)
-    store.src = _sized(store.src[live], capacity, 0)
-    store.dst = _sized(store.dst[live], capacity, 0)
+    store.slot = resized(renumbered, capacity, 0)
+    store.src = resized(store.src[live], capacity, 0)
+    store.dst = resized(store.dst[live], capacity, 0)
     for column in store.fields.values():
-        column.values = _sized(column.values[live], capacity, column.absent)
-    store.alive = _sized(np.ones(n, np.bool_), capacity, False)
+        column.values = resized(column.values[live], capacity, column.absent)
+    store.alive = resized(np.ones(n, np.bool_), capacity, False)
     store.current = np.full(grown(n), -1, np.int32)
     store.current[renumbered] = np.arange(n, dtype=np.int32)
     store.size = n
@@ -121,10 +118,3 @@ def compact_pool(pool: StringPool, stores: Iterable[EventStore]) -> int:
     pool.codes = {s: i for i, s in enumerate(pool.strings)}
     pool.kept = len(pool.strings)
     return dropped
-
-
-def _sized(values: npt.NDArray[S], capacity: int, fill: object) -> npt.NDArray[S]:
-    """``values`` at the start of a new array of ``capacity`` entries, the rest ``fill``."""
-    out = np.full(capacity, fill, values.dtype)
-    out[: values.shape[0]] = values
-    return out

@@ -31,7 +31,7 @@ from core.errors import InputError
 from core.fields import FieldTest, affine, column_kind, compare
 from monitor.index.field_columns import FieldColumn, StringPool
 from monitor.index.idmap import IdMap
-from monitor.index.levels import I8, I32, I64
+from monitor.index.levels import I8, I32, I64, resized
 from monitor.index.netting import net
 
 #: Fields every event has, from its identity and pair (not stored as columns).
@@ -103,21 +103,17 @@ class EventStore:
 
     def _grow_slots(self, n: int) -> None:
         if n > self.current.shape[0]:
-            current = np.full(max(n, grown(self.current.shape[0])), -1, np.int32)
-            current[: self.current.shape[0]] = self.current
-            self.current = current
+            self.current = resized(self.current, max(n, grown(self.current.shape[0])), -1)
 
     def _allocate(self, n: int) -> I32:
         """``n`` new eids (dead until staged alive)."""
         start, self.size = self.size, self.size + n
         if self.size > self.alive.shape[0]:
             capacity = max(self.size, grown(self.alive.shape[0]))
-            self.src = _extended(self.src, capacity)
-            self.dst = _extended(self.dst, capacity)
-            self.slot = _extended(self.slot, capacity)
-            alive = np.zeros(capacity, np.bool_)
-            alive[: self.alive.shape[0]] = self.alive
-            self.alive = alive
+            self.src = resized(self.src, capacity)
+            self.dst = resized(self.dst, capacity)
+            self.slot = resized(self.slot, capacity)
+            self.alive = resized(self.alive, capacity, False)
             for column in self.fields.values():
                 column.grow(capacity)
         return np.arange(start, self.size, dtype=np.int32)
@@ -324,11 +320,3 @@ class EventStore:
             if fields is None or name in fields:
                 out[name] = column.values_of(eids)
         return out
-
-
-def _extended(array: I32, capacity: int) -> I32:
-    """``array`` at the start of a new one of ``capacity`` entries, the rest zeros (an eid
-    allocated but never written, such as one that died before a snapshot, reads slot 0)."""
-    out = np.zeros(capacity, array.dtype)
-    out[: array.shape[0]] = array
-    return out

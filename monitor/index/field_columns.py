@@ -32,7 +32,7 @@ import numpy.typing as npt
 from core.columns import Coded, Column
 from core.compiled import AVAILABLE, ENABLED, njit
 from core.fields import ABSENT, DTYPES
-from monitor.index.levels import I32
+from monitor.index.levels import I32, resized
 
 #: The largest decimal exponent of a scaled number column (ten-thousandths).
 MAX_EXPONENT = 4
@@ -103,11 +103,8 @@ class FieldColumn:
         return SCALED_ABSENT if self.scaled else ABSENT[self.kind]
 
     def grow(self, capacity: int) -> None:
-        old = self.values.shape[0]
-        if capacity > old:
-            values = np.full(capacity, self.absent, self.values.dtype)
-            values[:old] = self.values
-            self.values = values
+        if capacity > self.values.shape[0]:
+            self.values = resized(self.values, capacity, self.absent)
 
     def code(self, literal: object) -> Any:
         """The form of a literal that :meth:`get`'s values compare with (-2: a string never

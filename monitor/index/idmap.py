@@ -25,14 +25,14 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from core.errors import InputError
 from monitor.index.hashtable import U64, SlotTable, mix
-from monitor.index.levels import I32, I64, gather_ranges
+from monitor.index.levels import I32, I64, gather_ranges, resized
 from monitor.index.numbered import digit_counts, format_rows, prefixes_of, split
 from monitor.index.texts import (
     U8,
@@ -43,8 +43,6 @@ from monitor.index.texts import (
     plain_ascii,
     same_rows,
 )
-
-S = TypeVar("S", bound=np.generic)
 
 #: Slots are int32.
 MAX_IDS = 2**31 - 1
@@ -334,7 +332,7 @@ class IdMap:
             self._end = self._end.astype(np.int64)
         if self._text_size + total > self._text.shape[0]:  # an eighth more: amortized copies
             capacity = max(self._text_size + total, self._text.shape[0] * 9 // 8, 1 << 16)
-            self._text = _resized(self._text, capacity, 0)
+            self._text = resized(self._text, capacity, 0)
         inside = np.arange(rows.shape[1]) < lengths[:, None]
         self._text[self._text_size : self._text_size + total] = rows[inside]
         self._end[slots.astype(np.int64) + 1] = self._text_size + np.cumsum(lengths)
@@ -348,15 +346,15 @@ class IdMap:
         if start + n > self._capacity:
             self._capacity = max(start + n, self._capacity + self._capacity // 8, 1024)
             if self._value is not None:
-                self._value = _resized(self._value, self._capacity, 0)
+                self._value = resized(self._value, self._capacity, 0)
             if self._end is not None:
-                self._end = _resized(self._end, self._capacity + 1, self._text_size)
+                self._end = resized(self._end, self._capacity + 1, self._text_size)
             if self._number is not None:
-                self._number = _resized(self._number, self._capacity, 0)
+                self._number = resized(self._number, self._capacity, 0)
             if self._codes is not None:
-                self._codes = _resized(self._codes, self._capacity, 0)
+                self._codes = resized(self._codes, self._capacity, 0)
             if self._is_string is not None:
-                self._is_string = _resized(self._is_string, self._capacity, False)
+                self._is_string = resized(self._is_string, self._capacity, False)
         if not strings and self._sorted:  # the binary search needs string ids only
             self._build_string_table()
         had_strings = self._has_strings
@@ -588,10 +586,3 @@ def _in_order(missing: I64, first: I64) -> I64:
 def _of_type(types: npt.NDArray[np.object_], kind: type) -> npt.NDArray[np.bool_]:
     """Which entries of an ``object`` array of types are exactly ``kind``."""
     return np.asarray(types == np.asarray(kind, dtype=object), np.bool_)
-
-
-def _resized(array: npt.NDArray[S], capacity: int, fill: object) -> npt.NDArray[S]:
-    """``array`` in a new array of ``capacity`` entries, the new ones ``fill``."""
-    out = np.full(capacity, fill, dtype=array.dtype)
-    out[: array.shape[0]] = array[:capacity]
-    return out

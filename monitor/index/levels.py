@@ -9,6 +9,7 @@ sorted. Every operation takes and returns whole arrays.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -16,6 +17,7 @@ import numpy.typing as npt
 I64 = npt.NDArray[np.int64]
 I32 = npt.NDArray[np.int32]
 I8 = npt.NDArray[np.int8]
+S = TypeVar("S", bound=np.generic)
 
 VALUE_BITS = 32
 VALUE_MASK = (1 << VALUE_BITS) - 1
@@ -147,3 +149,11 @@ def search(haystack: npt.NDArray[np.integer], needles: I64) -> npt.NDArray[np.in
     unique, inverse = distinct(needles, haystack.shape[0])
     found = np.searchsorted(haystack, unique)
     return found if inverse is None else found[inverse]
+
+
+def resized(array: npt.NDArray[S], capacity: int, fill: object = 0) -> npt.NDArray[S]:
+    """``array`` at the start of a new array of ``capacity`` entries (cut if longer), the rest
+    ``fill``: how every growing column of the index grows."""
+    out = np.full(capacity, fill, dtype=array.dtype)
+    out[: array.shape[0]] = array[:capacity]
+    return out
