@@ -10,6 +10,7 @@ import subprocess
 import sys
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import orjson
@@ -579,6 +580,25 @@ text_lines = st.one_of(
 )
 
 
+def read_checked(
+    path: Path,
+    expected: list[Row],
+    expected_dead: list[str],
+    max_updates: int,
+    known: dict[str, int],
+    **options: Any,
+) -> tuple[EdgeFileSource, list[UpdateBatch]]:
+    """Read ``path`` with ``options`` and the ``known`` arities: consecutive batches holding
+    the reference's updates, and its dead letters at their positions."""
+    letters: list[DeadLetter] = []
+    source = EdgeFileSource(path, on_dead_letter=letters.append, arities=known, **options)
+    batches = list(source.batches(max_updates))
+    check_consecutive(batches, max_updates)
+    assert typed(rows(batches)) == typed(expected)
+    assert [d.position for d in letters] == expected_dead
+    return source, batches
+
+
 #: Arities known before reading: the relations of ``text_lines`` and ``json_lines``, and one
 #: neither has.
 KNOWN = st.dictionaries(st.sampled_from(["e", "t", "r", "f", "q", "z"]), st.integers(1, 3))
@@ -608,18 +628,15 @@ def test_fast_path_equals_slow_path_equals_reference(
     expected, expected_dead = reference(path, [line.encode() for line in lines], arities=known)
     outcomes = []
     for fast_path in (True, False):
-        letters: list[DeadLetter] = []
-        source = EdgeFileSource(
+        source, batches = read_checked(
             path,
+            expected,
+            expected_dead,
+            max_updates,
+            known,
             fast_path=fast_path,
             block_size=block_size,
-            on_dead_letter=letters.append,
-            arities=known,
         )
-        batches = list(source.batches(max_updates))
-        check_consecutive(batches, max_updates)
-        assert typed(rows(batches)) == typed(expected)
-        assert [d.position for d in letters] == expected_dead
         assert source.dead_letters == len(expected_dead)
         assert source.updates_read == len(expected)
         assert source.lines_read == len(lines) - (
@@ -658,17 +675,8 @@ def test_json_lines_equal_the_reference(
 ) -> None:
     path = write(tmp_path, b"\n".join(lines) + b"\n", "mixed.jsonl")
     expected, expected_dead = reference(path, lines, json=True, arities=known)
-    letters: list[DeadLetter] = []
     given_arities = dict(known)
-    source = EdgeFileSource(
-        path,
-        format="json",
-        block_size=block_size,
-        on_dead_letter=letters.append,
-        arities=known,
+    read_checked(
+        path, expected, expected_dead, max_updates, known, format="json", block_size=block_size
     )
-    batches = list(source.batches(max_updates))
-    check_consecutive(batches, max_updates)
-    assert typed(rows(batches)) == typed(expected)
-    assert [d.position for d in letters] == expected_dead
     assert known == given_arities
