@@ -1,41 +1,35 @@
 """Event ids: external ids (``int`` or ``str``) <-> dense slots, in flat arrays.
 
 The identities of the events of one relation, by slot (dense, in order of first appearance,
-never reused; a compaction keeps the live ones in a new map, :meth:`IdMap.subset`). A string
-id is kept as its UTF-8 bytes in one text buffer (slot ``s`` holds ``text[end[s]:
-end[s + 1]]``), an integer id as its ``int64`` value; each kind is found through
-its own :class:`~monitor.index.hashtable.SlotTable`, which stores slots only: a probe compares
-the bytes (or the value) themselves, so ids whose hashes collide stay different ids.
-
-While every string id is *numbered* with one prefix (``tx-91``: :mod:`monitor.index.numbered`)
-the strings are kept as their numbers (``uint32``, ``int64`` past 2**32), not as text; the
-first string that is not turns them all into text, once. While, besides, the numbers grow with
-the slots (ids given out by a counter, in order: transaction ids, file positions) and there is
-no integer id, a string is found by a binary search over the numbers and no table is kept; the
-first id out of order builds the table, once.
-
-Arrays a store does not need are not allocated: ids that are all strings keep no values and no
-kinds, ids that are all integers no text. Per string id: its bytes, a 4-byte end offset and
-about 7 bytes of table (numbered: 4 bytes, and the table only out of order); per integer id: 8
-bytes of value and about 7 of table. Decoding gives back exactly what was encoded: ``int`` as
-``int`` (``int64`` arrays when every id decoded is an integer), ``str`` as the same ``str``.
+never reused; a compaction keeps the live ones in a new map, :meth:`IdMap.subset`). An integer
+id is kept as its ``int64`` value. String ids are kept as numbers while every one is *numbered*
+(``tx-91``: :class:`~monitor.index.numbered.NumberedStrings`, 4 or 5 bytes an id), else as UTF-8
+text (:class:`~monitor.index.texts.TextStrings`, its bytes and a 4-byte end): the first string
+that is not numbered turns them all into text, once. Each kind is found through its own
+:class:`~monitor.index.hashtable.SlotTable` (about 7 bytes an id), which stores slots only: a
+probe compares the ids themselves, so ids whose hashes collide stay different ids. While the
+numbered ids have one prefix and come in increasing order (a counter: transaction ids, file
+positions) and there is no integer id, a binary search finds them and no string table is kept;
+the first id out of order builds it, once. Arrays a map does not need are not allocated.
+Decoding gives back exactly what was encoded: ``int`` as ``int`` (``int64`` arrays when every id
+decoded is an integer), ``str`` as the same ``str``.
 """
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from core.errors import InputError
+from monitor.index import id_blob
 from monitor.index.hashtable import U64, SlotTable, mix
-from monitor.index.levels import I32, I64, gather_ranges, resized
-from monitor.index.numbered import digit_counts, format_rows, prefixes_of, split
+from monitor.index.levels import I32, I64, resized
+from monitor.index.numbered import NumberedStrings, split
 from monitor.index.texts import (
     U8,
+    TextStrings,
     decode_rows,
     hash_rows,
     pack_strings,
@@ -52,8 +46,6 @@ INT_ID_TAG = np.uint64(0x6A09E667F3BCC908)
 STR_ID_TAG = np.uint64(0xBB67AE8584CAA73B)
 #: Prefixes of numbered ids a map keeps as codes (one byte an id); past them, ids are text.
 MAX_PREFIXES = 255
-#: The largest text offset a ``uint32`` end holds (beyond it the ends become ``int64``).
-TEXT_OFFSET_MAX = 2**32 - 1
 #: Bytes of text hashed at once when the string table grows (bounds the padded matrix).
 REHASH_CHUNK = 1 << 18
 
@@ -69,19 +61,14 @@ class IdMap:
         self._value: I64 | None = None  # integer ids, by slot (with the first integer)
         #: Text end offsets by slot + 1 (with the first string): ``uint32`` while the text fits
         #: in 4 GiB (4 bytes an id), then ``int64``.
-        self._end: npt.NDArray[np.integer[Any]] | None = None
+        self._texts: TextStrings | None = None
         self._is_string: npt.NDArray[np.bool_] | None = None  # once both kinds are present
-        self._text: U8 = np.empty(0, np.uint8)
-        self._text_size = 0
-        #: Whether every string id so far is numbered (their prefixes ``_prefixes``; then
-        #: ``_number`` holds their numbers by slot, and there is no text).
+        #: Whether every string id so far is numbered (then ``_numbers`` holds them, from the
+        #: first prefix seen, and there is no text).
         self._numbered = True
-        self._prefixes: list[bytes] = []
-        self._prefix_index: dict[bytes, int] = {}
-        #: The code of each numbered slot's prefix, once there are two prefixes.
-        self._codes: npt.NDArray[np.uint8] | None = None
-        self._number: npt.NDArray[np.integer[Any]] | None = None
-        #: Whether string ids are found by binary search over ``_number`` (no table yet).
+        self._numbers: NumberedStrings | None = None
+        self._has_strings = False
+        #: Whether string ids are found by binary search over their numbers (no table yet).
         self._sorted = True
         self._ints = SlotTable()
         self._strings = SlotTable()
@@ -96,13 +83,13 @@ class IdMap:
     def breakdown(self) -> dict[str, int]:
         """Bytes held, by component (arrays at their capacity)."""
         arrays = {
-            "text": self._text,
-            "text ends": self._end,
-            "numbers": self._number,
-            "prefix codes": self._codes,
             "int values": self._value,
         }
         out = {name: int(a.nbytes) for name, a in arrays.items() if a is not None}
+        if self._texts is not None:
+            out.update(self._texts.breakdown())
+        if self._numbers is not None:
+            out.update(self._numbers.breakdown())
         out["kinds"] = 0 if self._is_string is None else int(self._is_string.nbytes)
         out["hash tables"] = self._ints.nbytes + self._strings.nbytes
         return out
@@ -150,11 +137,9 @@ class IdMap:
         np.cumsum(lengths[:-1], out=starts[1:])
         rows = padded(buffer, starts, lengths)
         if self._numbered:
-            ok, starts, numbers = split(rows, lengths)
-            # Without ``add``, strings that are not numbered are simply unknown.
-            codes = self._prefix_codes(rows, starts, ok, add) if ok.all() or not add else None
-            if codes is not None:
-                return self._encode_numbered(codes, numbers, rows, lengths, add)
+            numbered = self._numbered_codes(rows, lengths, add)
+            if numbered is not None:
+                return self._encode_numbered(*numbered, rows, lengths, add)
             self._to_text()
         hashes = self._hash(rows, lengths)
         # Unique strings of the batch: by hash, then checked byte for byte (exact if not).
@@ -169,43 +154,47 @@ class IdMap:
         rows, lengths, hashes = rows[first], lengths[first], hashes[first]
         first = first.astype(np.int64)
         slots = np.full(first.shape[0], -1, np.int32)
-        if self._end is not None:
+        texts = self._texts
+        if texts is not None:
             slots = self._strings.find(
-                hashes, lambda r, s: same_rows(rows[r], lengths[r], *self._rows(s, rows.shape[1]))
+                hashes, lambda r, s: same_rows(rows[r], lengths[r], *texts.rows(s, rows.shape[1]))
             )
         missing = _in_order(np.flatnonzero(slots < 0), first)
         if missing.shape[0] and add:
-            new = self._grow(missing.shape[0], strings=True)
-            self._append_text(rows[missing], lengths[missing], new)
-            slots[missing] = new
-            self._strings.add(hashes[missing], new, lambda: self._string_entries(int(new[0])))
+            slots[missing] = self._add_text(rows[missing], lengths[missing], hashes[missing])
         return slots[inverse]
+
+    def _add_text(self, rows: U8, lengths: I64, hashes: U64) -> I32:
+        """Append unique string ids (padded rows, their hashes) as text, unknown so far."""
+        new = self._grow(rows.shape[0], strings=True)
+        assert self._texts is not None
+        self._texts.append(rows, lengths, new)
+        self._strings.add(hashes, new, lambda: self._string_entries(int(new[0])))
+        return new
+
+    def _numbered_codes(self, rows: U8, lengths: I64, add: bool) -> tuple[I64, I64] | None:
+        """Each string's prefix code (-1: unknown) and number while the map's strings are
+        numbered; None if, with ``add``, these strings end that (the map turns to text). Without
+        ``add`` strings that are not numbered are simply unknown."""
+        ok, starts, numbers = split(rows, lengths)
+        if add and not ok.all():
+            return None
+        codes = self._prefix_codes(rows, starts, ok, add)
+        return None if codes is None else (codes, numbers)
 
     def _prefix_codes(
         self, rows: U8, starts: I64, ok: npt.NDArray[np.bool_], add: bool
     ) -> I64 | None:
-        """The code of each numbered row's prefix, new prefixes added if ``add`` (None: more
-        than :data:`MAX_PREFIXES` in all); -1 for rows not numbered or of a prefix unknown."""
-        codes = np.full(rows.shape[0], -1, np.int64)
-        at = np.flatnonzero(ok)
-        found, inverse = prefixes_of(rows[at], starts[at])
-        known = np.array([self._prefix_index.get(p, -1) for p in found], np.int64)
-        for i in np.flatnonzero(known < 0).tolist() if add else []:
-            if len(self._prefixes) == MAX_PREFIXES:
-                return None
-            known[i] = self._add_prefix(found[i])
-        codes[at] = known[inverse]
-        return codes
-
-    def _add_prefix(self, prefix: bytes) -> int:
-        """A new prefix's code; a second one ends the binary search and gives codes by slot."""
-        if self._prefixes and self._sorted:
+        """:meth:`NumberedStrings.prefix_codes`, up to :data:`MAX_PREFIXES`; a second prefix
+        ends the binary search."""
+        if self._numbers is None:
+            if not add:
+                return np.full(rows.shape[0], -1, np.int64)
+            self._numbers = NumberedStrings(self._capacity)
+        codes = self._numbers.prefix_codes(rows, starts, ok, add, MAX_PREFIXES)
+        if self._sorted and self._numbers.several:
             self._build_string_table()
-        self._prefix_index[prefix] = len(self._prefixes)
-        self._prefixes.append(prefix)
-        if len(self._prefixes) == 2:
-            self._codes = np.zeros(self._capacity, np.uint8)
-        return len(self._prefixes) - 1
+        return codes
 
     def _encode_numbered(self, codes: I64, numbers: I64, rows: U8, lengths: I64, add: bool) -> I32:
         """:meth:`_encode_strings` of numbered strings (the code of each one's prefix, -1 where
@@ -213,17 +202,13 @@ class IdMap:
         out = np.full(codes.shape[0], -1, np.int32)
         at = np.flatnonzero(codes >= 0)
         codes, numbers = codes[at], numbers[at]
-        if len(self._prefixes) > 1:  # unique (code, number) pairs
+        if self._numbers is not None and self._numbers.several:  # unique (code, number) pairs
             pairs = np.ascontiguousarray(np.stack([codes, numbers], 1)).view("V16").reshape(-1)
             _, first, inverse = np.unique(pairs, return_index=True, return_inverse=True)
         else:
             _, first, inverse = np.unique(numbers, return_index=True, return_inverse=True)
-        codes, numbers, rows, lengths = (
-            codes[first],
-            numbers[first],
-            rows[at][first],
-            lengths[at][first],
-        )
+        codes, numbers = codes[first], numbers[first]
+        rows, lengths = rows[at][first], lengths[at][first]
         slots = self._find_numbers(codes, numbers, lambda: self._hash(rows, lengths))
         missing = _in_order(np.flatnonzero(slots < 0), first)
         if missing.shape[0] and add:
@@ -236,37 +221,19 @@ class IdMap:
     def _find_numbers(self, codes: I64, numbers: I64, hashes: Callable[[], U64]) -> I32:
         """Slots of numbered strings by their prefixes' codes and their numbers (``hashes``:
         their strings' hashes)."""
-        if self._number is None:
+        if self._numbers is None:
             return np.full(numbers.shape[0], -1, np.int32)
-        known = self._number
         if self._sorted:  # one prefix; the numbers of slots 0 .. size - 1, ascending
-            # Needles of the numbers' own type (no copy of the numbers); larger ones are absent.
-            fits = numbers <= np.iinfo(known.dtype).max
-            at = np.searchsorted(
-                known[: self._size], np.where(fits, numbers, 0).astype(known.dtype)
-            )
-            hit = fits & (at < self._size)
-            hit[hit] = known[at[hit]] == numbers[hit]
-            return np.where(hit, at, -1).astype(np.int32)
-        prefixes = self._codes
-        if prefixes is None:
-            return self._strings.find(hashes(), lambda rows, s: known[s] == numbers[rows])
-        return self._strings.find(
-            hashes(), lambda rows, s: (known[s] == numbers[rows]) & (prefixes[s] == codes[rows])
-        )
+            return self._numbers.search(numbers, self._size)
+        return self._strings.find(hashes(), self._numbers.same(codes, numbers))
 
     def _add_numbered(self, codes: I64, numbers: I64, rows: U8, lengths: I64) -> I32:
         """Append unique numbered strings, unknown so far, in order."""
-        last = self._number[self._size - 1] if self._number is not None and self._size else -1
-        if self._sorted and not (numbers[0] > last and bool((numbers[1:] > numbers[:-1]).all())):
+        assert self._numbers is not None
+        if self._sorted and not self._numbers.ascending(numbers, self._size):
             self._build_string_table()  # out of order
         new = self._grow(numbers.shape[0], strings=True)
-        assert self._number is not None
-        if int(numbers.max()) > np.iinfo(self._number.dtype).max:
-            self._number = self._number.astype(np.int64)
-        self._number[new] = numbers
-        if self._codes is not None:
-            self._codes[new] = codes
+        self._numbers.write(new, codes, numbers)
         if not self._sorted:
             hashes = self._hash(rows, lengths)
             self._strings.add(hashes, new, lambda: self._string_entries(int(new[0])))
@@ -284,59 +251,21 @@ class IdMap:
         if self._sorted:
             self._build_string_table()
         self._numbered = False
-        if self._number is not None:
-            self._end = np.zeros(self._capacity + 1, np.uint32)
+        if self._numbers is not None and self._has_strings:
             strings = self._string_mask()
             sizes = np.zeros(self._size, np.int64)
-            sizes[strings] = self._numbered_lengths(np.flatnonzero(strings))
-            ends = np.cumsum(sizes)
-            total = int(ends[-1]) if self._size else 0
-            if total > TEXT_OFFSET_MAX:
-                self._end = self._end.astype(np.int64)
-            self._end[1 : self._size + 1] = ends
-            self._end[self._size + 1 :] = total
-            self._text = np.zeros(max(total * 9 // 8, 1 << 16), np.uint8)
+            sizes[strings] = self._numbers.lengths(np.flatnonzero(strings))
+            texts = TextStrings.of_sizes(self._capacity, sizes)
             slots = np.flatnonzero(strings)
             for lo in range(0, slots.shape[0], REHASH_CHUNK):
                 chunk = slots[lo : lo + REHASH_CHUNK]
-                rows, lengths = self._string_rows(chunk)
-                inside = np.arange(rows.shape[1]) < lengths[:, None]
-                start = int(self._end[chunk[0]])
-                self._text[start : start + int(lengths.sum())] = rows[inside]
-            self._text_size = total
-        self._number = None
-        self._codes = None
-        self._prefixes, self._prefix_index = [], {}
+                texts.fill(chunk, *self._numbers.rows(chunk))
+            self._texts = texts
+        self._numbers = None
 
     def _hash(self, rows: U8, lengths: I64) -> U64:
         hashes = hash_rows(rows, lengths)
         return hashes if self._hash_mask is None else hashes & self._hash_mask
-
-    def _spans(self, slots: npt.NDArray[np.integer]) -> tuple[I64, I64]:
-        """Where the text of each string slot starts, and its length in bytes."""
-        assert self._end is not None
-        at = slots.astype(np.int64)
-        starts = self._end[at].astype(np.int64)
-        return starts, self._end[at + 1].astype(np.int64) - starts
-
-    def _rows(self, slots: I32, width: int) -> tuple[U8, I64]:
-        """The padded text rows of string ``slots`` and their lengths."""
-        assert self._end is not None
-        starts, lengths = self._spans(slots)
-        return padded(self._text, starts, np.minimum(lengths, width), width), lengths
-
-    def _append_text(self, rows: U8, lengths: I64, slots: I32) -> None:
-        assert self._end is not None
-        total = int(lengths.sum())
-        if self._text_size + total > TEXT_OFFSET_MAX and self._end.dtype != np.int64:
-            self._end = self._end.astype(np.int64)
-        if self._text_size + total > self._text.shape[0]:  # an eighth more: amortized copies
-            capacity = max(self._text_size + total, self._text.shape[0] * 9 // 8, 1 << 16)
-            self._text = resized(self._text, capacity, 0)
-        inside = np.arange(rows.shape[1]) < lengths[:, None]
-        self._text[self._text_size : self._text_size + total] = rows[inside]
-        self._end[slots.astype(np.int64) + 1] = self._text_size + np.cumsum(lengths)
-        self._text_size += total
 
     def _grow(self, n: int, strings: bool) -> I32:
         """``n`` new slots of one kind, allocating the arrays that kind needs."""
@@ -347,12 +276,10 @@ class IdMap:
             self._capacity = max(start + n, self._capacity + self._capacity // 8, 1024)
             if self._value is not None:
                 self._value = resized(self._value, self._capacity, 0)
-            if self._end is not None:
-                self._end = resized(self._end, self._capacity + 1, self._text_size)
-            if self._number is not None:
-                self._number = resized(self._number, self._capacity, 0)
-            if self._codes is not None:
-                self._codes = resized(self._codes, self._capacity, 0)
+            if self._texts is not None:
+                self._texts.grow(self._capacity)
+            if self._numbers is not None:
+                self._numbers.grow(self._capacity)
             if self._is_string is not None:
                 self._is_string = resized(self._is_string, self._capacity, False)
         if not strings and self._sorted:  # the binary search needs string ids only
@@ -360,23 +287,18 @@ class IdMap:
         had_strings = self._has_strings
         if self._is_string is None and start and had_strings != strings:  # now both kinds
             self._is_string = np.full(self._capacity, had_strings, np.bool_)
-        if strings and self._numbered and self._number is None:
-            self._number = np.zeros(self._capacity, np.uint32)
-        if strings and not self._numbered and self._end is None:
-            self._end = np.zeros(self._capacity + 1, np.uint32)
+        self._has_strings |= strings
+        if strings and not self._numbered and self._texts is None:
+            self._texts = TextStrings(self._capacity)
         if not strings and self._value is None:
             self._value = np.zeros(self._capacity, np.int64)
         new = np.arange(start, start + n, dtype=np.int32)
-        if self._end is not None:
-            self._end[start + 1 : start + n + 1] = self._text_size
+        if self._texts is not None:
+            self._texts.open(start, n)
         if self._is_string is not None:
             self._is_string[new] = strings
         self._size += n
         return new
-
-    @property
-    def _has_strings(self) -> bool:
-        return self._end is not None or self._number is not None
 
     def _int_entries(self, below: int) -> tuple[U64, I32]:
         """Hashes and slots of the integer ids of slots ``< below`` (those in the table)."""
@@ -396,13 +318,10 @@ class IdMap:
 
     def _string_rows(self, slots: npt.NDArray[np.integer]) -> tuple[U8, I64]:
         """The padded rows of string ``slots`` (as text or numbered) and their lengths."""
-        if self._number is not None:
-            codes = (
-                np.zeros(slots.shape[0], np.int64) if self._codes is None else self._codes[slots]
-            )
-            return format_rows(self._prefixes, codes, self._number[slots].astype(np.int64))
-        starts, lengths = self._spans(slots)
-        return padded(self._text, starts, lengths), lengths
+        if self._numbers is not None:
+            return self._numbers.rows(slots)
+        assert self._texts is not None
+        return self._texts.rows(slots)
 
     def _string_mask(self) -> npt.NDArray[np.bool_]:
         """Which slots hold strings."""
@@ -458,12 +377,8 @@ class IdMap:
     # -- persistence -------------------------------------------------------------------------
 
     def export(self, start: int = 0) -> bytes:
-        """The ids of slots ``start ..`` as bytes, for :meth:`restore`.
-
-        Layout (little-endian, that of the vertex dictionary's export): ``n`` (u32); per id a
-        kind byte (0 int, 1 str); per id the int64 value (0 for strings); per string its UTF-8
-        length (u32); the UTF-8 bytes.
-        """
+        """The ids of slots ``start ..`` as bytes (:mod:`monitor.index.id_blob`), for
+        :meth:`restore`."""
         return self._export(np.arange(start, max(start, self._size), dtype=np.int64))
 
     def subset(self, slots: I32) -> IdMap:
@@ -474,64 +389,23 @@ class IdMap:
         return out
 
     def _export(self, slots: I64) -> bytes:
-        """The ids of ascending ``slots`` in the layout of :meth:`export`."""
+        """The ids of ascending ``slots`` as a blob (texts follow each other by slot)."""
         kinds = self._string_mask()[slots]
-        ints = np.zeros(slots.shape[0], "<i8")
+        ints = np.zeros(slots.shape[0], np.int64)
         if self._value is not None:
             ints[~kinds] = self._value[slots[~kinds]]
-        texts = b""
-        lengths = np.empty(0, "<u4")
-        if self._end is not None and slots.shape[0]:  # string texts follow each other by slot
-            at = slots[kinds]
-            starts, spans = self._spans(at)
-            lengths = spans.astype("<u4")
-            texts = _gathered(self._text, starts, starts + spans)
-        elif self._number is not None and slots.shape[0]:
-            lengths, texts = self._numbered_texts(slots[kinds])
-        head = np.uint32(slots.shape[0]).astype("<u4").tobytes()
-        return b"".join(
-            [head, kinds.astype(np.uint8).tobytes(), ints.tobytes(), lengths.tobytes(), texts]
-        )
-
-    def _numbered_texts(self, slots: I64) -> tuple[npt.NDArray[np.uint32], bytes]:
-        """The lengths and the text, one after the other, of numbered string ``slots``."""
-        lengths = self._numbered_lengths(slots)
-        parts = []
-        for lo in range(0, slots.shape[0], REHASH_CHUNK):
-            rows, sizes = self._string_rows(slots[lo : lo + REHASH_CHUNK])
-            parts.append(rows[np.arange(rows.shape[1]) < sizes[:, None]].tobytes())
-        return lengths.astype("<u4"), b"".join(parts)
-
-    def _numbered_lengths(self, slots: npt.NDArray[np.integer]) -> I64:
-        """The lengths in bytes of numbered string ``slots``."""
-        assert self._number is not None
-        sizes = np.array([len(p) for p in self._prefixes], np.int64)
-        codes = np.zeros(slots.shape[0], np.int64) if self._codes is None else self._codes[slots]
-        lengths: I64 = sizes[codes] + digit_counts(self._number[slots].astype(np.int64))
-        return lengths
+        store = self._texts if self._texts is not None else self._numbers
+        if store is None or not slots.shape[0]:
+            return id_blob.pack(kinds, ints, np.empty(0, np.uint32), b"")
+        return id_blob.pack(kinds, ints, *store.texts(slots[kinds], REHASH_CHUNK))
 
     def restore(self, blob: bytes) -> None:
         """Append the ids of an :meth:`export` blob; they get the next slots, in order."""
-        n = int(np.frombuffer(blob, "<u4", 1)[0])
-        kinds = np.frombuffer(blob, np.uint8, n, 4).astype(np.bool_)
-        ints = np.frombuffer(blob, "<i8", n, 4 + n).astype(np.int64)
-        lengths = np.frombuffer(blob, "<u4", int(kinds.sum()), 4 + 9 * n).astype(np.int64)
-        offset = 4 + 9 * n + 4 * lengths.shape[0]
-        if offset + int(lengths.sum()) != len(blob):
-            raise ValueError(f"event id blob of {len(blob)} bytes does not hold {n} ids")
-        text = np.frombuffer(blob, np.uint8, len(blob) - offset, offset)
-        starts = np.zeros(lengths.shape[0], np.int64)
-        np.cumsum(lengths[:-1], out=starts[1:])
-        # Runs of one kind, in blob order (slots are given out in order), in bounded chunks.
-        changes = np.flatnonzero(kinds[1:] != kinds[:-1]) + 1
-        edges = sorted({0, n, *changes.tolist(), *range(0, n, REHASH_CHUNK)})
-        nth_string: I64 = np.cumsum(kinds, dtype=np.int64) - kinds
-        for lo, hi in itertools.pairwise(edges):
-            if kinds[lo]:
-                i, j = int(nth_string[lo]), int(nth_string[lo]) + hi - lo
-                self._add_strings(padded(text, starts[i:j], lengths[i:j]), lengths[i:j])
-            else:
-                self._add_ints(ints[lo:hi])
+        for values, rows, lengths in id_blob.runs(blob, REHASH_CHUNK):
+            if values is not None:
+                self._add_ints(values)
+            elif rows is not None and lengths is not None:
+                self._add_strings(rows, lengths)
 
     def _add_ints(self, values: I64) -> None:
         """Append unique integer ids, unknown so far, in order."""
@@ -542,16 +416,13 @@ class IdMap:
 
     def _add_strings(self, rows: U8, lengths: I64) -> None:
         """Append unique string ids (padded rows), unknown so far, in order."""
+        numbered = self._numbered_codes(rows, lengths, add=True) if self._numbered else None
+        if numbered is not None:
+            self._add_numbered(*numbered, rows, lengths)
+            return
         if self._numbered:
-            ok, starts, numbers = split(rows, lengths)
-            codes = self._prefix_codes(rows, starts, ok, add=True) if ok.all() else None
-            if codes is not None:
-                self._add_numbered(codes, numbers, rows, lengths)
-                return
             self._to_text()
-        new = self._grow(rows.shape[0], strings=True)
-        self._append_text(rows, lengths, new)
-        self._strings.add(self._hash(rows, lengths), new, lambda: self._string_entries(int(new[0])))
+        self._add_text(rows, lengths, self._hash(rows, lengths))
 
 
 def _int64(column: npt.NDArray[np.generic]) -> I64:
@@ -562,20 +433,6 @@ def _int64(column: npt.NDArray[np.generic]) -> I64:
         return column.astype(np.int64)
     except OverflowError as exc:
         raise InputError(f"event id out of the 64-bit integer range: {exc}") from exc
-
-
-def _gathered(text: U8, starts: I64, ends: I64) -> bytes:
-    """The bytes ``text[starts[i]:ends[i]]`` one after the other (ranges ascending, apart),
-    gathered in chunks so that the positions never take more than a chunk's worth."""
-    if not starts.shape[0]:
-        return b""
-    if int(ends[-1] - starts[0]) == int((ends - starts).sum()):  # one run: a slice
-        return text[int(starts[0]) : int(ends[-1])].tobytes()
-    parts = []
-    for lo in range(0, starts.shape[0], REHASH_CHUNK):
-        _, positions = gather_ranges(starts[lo : lo + REHASH_CHUNK], ends[lo : lo + REHASH_CHUNK])
-        parts.append(text[positions].tobytes())
-    return b"".join(parts)
 
 
 def _in_order(missing: I64, first: I64) -> I64:

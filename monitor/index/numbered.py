@@ -14,13 +14,14 @@ position, never per string.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from core.compiled import AVAILABLE, ENABLED, njit
-from monitor.index.levels import I64
+from monitor.index.levels import I32, I64, resized
 from monitor.index.texts import U8
 
 #: Digits of the numbers kept (below 10**18, so every one fits in ``int64``).
@@ -120,3 +121,105 @@ if AVAILABLE:
                 j -= 1
                 if rest == 0:
                     break
+
+
+class NumberedStrings:
+    """The numbered string ids of an id map, by slot: each one's number (``uint32``, ``int64``
+    once one passes 2**32) and, once there are two prefixes, its prefix's code (``uint8``)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.prefixes: list[bytes] = []
+        self._index: dict[bytes, int] = {}
+        self.numbers: npt.NDArray[np.integer[Any]] = np.zeros(capacity, np.uint32)
+        self.codes: npt.NDArray[np.uint8] | None = None
+
+    def breakdown(self) -> dict[str, int]:
+        out = {"numbers": int(self.numbers.nbytes)}
+        if self.codes is not None:
+            out["prefix codes"] = int(self.codes.nbytes)
+        return out
+
+    def grow(self, capacity: int) -> None:
+        self.numbers = resized(self.numbers, capacity)
+        if self.codes is not None:
+            self.codes = resized(self.codes, capacity)
+
+    @property
+    def several(self) -> bool:
+        """Whether there are two prefixes or more (then only a table finds the ids)."""
+        return len(self.prefixes) > 1
+
+    def prefix_codes(
+        self, rows: U8, starts: I64, ok: npt.NDArray[np.bool_], add: bool, most: int
+    ) -> I64 | None:
+        """The code of each numbered row's prefix, new prefixes added if ``add`` (None: more
+        than ``most`` in all); -1 for rows not numbered or of a prefix unknown."""
+        codes = np.full(rows.shape[0], -1, np.int64)
+        at = np.flatnonzero(ok)
+        found, inverse = prefixes_of(rows[at], starts[at])
+        known = np.array([self._index.get(p, -1) for p in found], np.int64)
+        for i in np.flatnonzero(known < 0).tolist() if add else []:
+            if len(self.prefixes) == most:
+                return None
+            known[i] = self._index[found[i]] = len(self.prefixes)
+            self.prefixes.append(found[i])
+            if len(self.prefixes) == 2:  # the ids so far have the first prefix: code 0
+                self.codes = np.zeros(self.numbers.shape[0], np.uint8)
+        codes[at] = known[inverse]
+        return codes
+
+    def write(self, slots: I32, codes: I64, numbers: I64) -> None:
+        if int(numbers.max()) > np.iinfo(self.numbers.dtype).max:
+            self.numbers = self.numbers.astype(np.int64)
+        self.numbers[slots] = numbers
+        if self.codes is not None:
+            self.codes[slots] = codes
+
+    def ascending(self, numbers: I64, size: int) -> bool:
+        """Whether ``numbers``, given slots ``size ..``, keep the numbers ascending by slot."""
+        last = int(self.numbers[size - 1]) if size else -1
+        return int(numbers[0]) > last and bool((numbers[1:] > numbers[:-1]).all())
+
+    def search(self, numbers: I64, size: int) -> I32:
+        """The slots of ``numbers`` (-1: absent) while slots ``0 .. size - 1`` hold ascending
+        numbers of one prefix: a binary search each."""
+        known = self.numbers
+        # Needles of the numbers' own type (no copy of the numbers); larger ones are absent.
+        fits = numbers <= np.iinfo(known.dtype).max
+        at = np.searchsorted(known[:size], np.where(fits, numbers, 0).astype(known.dtype))
+        hit = fits & (at < size)
+        hit[hit] = known[at[hit]] == numbers[hit]
+        return np.where(hit, at, -1).astype(np.int32)
+
+    def same(self, codes: I64, numbers: I64) -> Callable[[I64, I32], npt.NDArray[np.bool_]]:
+        """A hash table's ``equal``: whether key ``rows[i]`` is the id of slot ``s[i]``."""
+        known, prefixes = self.numbers, self.codes
+        if prefixes is None:
+            return lambda rows, s: np.asarray(known[s] == numbers[rows], np.bool_)
+        return lambda rows, s: (known[s] == numbers[rows]) & (prefixes[s] == codes[rows])
+
+    def _codes(self, slots: npt.NDArray[np.integer]) -> I64:
+        if self.codes is None:
+            return np.zeros(slots.shape[0], np.int64)
+        codes: I64 = self.codes[slots].astype(np.int64)
+        return codes
+
+    def rows(self, slots: npt.NDArray[np.integer]) -> tuple[U8, I64]:
+        """The padded rows of ``slots``' strings and their lengths."""
+        return format_rows(self.prefixes, self._codes(slots), self.numbers[slots].astype(np.int64))
+
+    def lengths(self, slots: npt.NDArray[np.integer]) -> I64:
+        """The lengths in bytes of ``slots``' strings."""
+        sizes = np.array([len(p) for p in self.prefixes], np.int64)
+        digits = digit_counts(self.numbers[slots].astype(np.int64))
+        lengths: I64 = sizes[self._codes(slots)] + digits
+        return lengths
+
+    def texts(self, slots: I64, chunk: int) -> tuple[npt.NDArray[np.uint32], bytes]:
+        """The lengths and the text, one after the other, of ``slots``' strings (formatted
+        ``chunk`` at a time)."""
+        parts = []
+        for lo in range(0, slots.shape[0], chunk):
+            rows, sizes = self.rows(slots[lo : lo + chunk])
+            parts.append(rows[np.arange(rows.shape[1]) < sizes[:, None]].tobytes())
+        return self.lengths(slots).astype("<u4"), b"".join(parts)

@@ -14,7 +14,7 @@ import numpy.typing as npt
 
 from core.compiled import AVAILABLE, ENABLED, njit
 from monitor.index.hashtable import U64, mix
-from monitor.index.levels import I64
+from monitor.index.levels import I64, gather_ranges, resized
 
 U8 = npt.NDArray[np.uint8]
 ENCODING = ("utf-8", "surrogatepass")
@@ -107,3 +107,90 @@ def decode_rows(buffer: U8, starts: I64, lengths: I64) -> npt.NDArray[np.object_
     for i in nul.tolist():
         out[i] = bytes(buffer[starts[i] : starts[i] + lengths[i]]).decode(*ENCODING)
     return out
+
+
+#: The largest text offset a ``uint32`` end holds (beyond it the ends become ``int64``).
+TEXT_OFFSET_MAX = 2**32 - 1
+
+
+class TextStrings:
+    """Strings by slot in one text buffer: slot ``s`` holds ``text[end[s]:end[s + 1]]`` (a slot
+    of another kind holds nothing). Ends are ``uint32`` (4 bytes a slot) while the text fits in
+    4 GiB, then ``int64``; the text grows by an eighth."""
+
+    def __init__(self, capacity: int) -> None:
+        self.end: npt.NDArray[np.integer] = np.zeros(capacity + 1, np.uint32)
+        self.text: U8 = np.empty(0, np.uint8)
+        self.size = 0
+
+    def breakdown(self) -> dict[str, int]:
+        return {"text": int(self.text.nbytes), "text ends": int(self.end.nbytes)}
+
+    @classmethod
+    def of_sizes(cls, capacity: int, sizes: I64) -> TextStrings:
+        """Room for slots ``0 ..`` whose strings have ``sizes`` bytes (0: none), ends set, for
+        :meth:`fill` to write."""
+        out = cls(capacity)
+        ends = np.cumsum(sizes)
+        total = int(ends[-1]) if ends.shape[0] else 0
+        if total > TEXT_OFFSET_MAX:
+            out.end = out.end.astype(np.int64)
+        out.end[1 : sizes.shape[0] + 1] = ends
+        out.end[sizes.shape[0] + 1 :] = total
+        out.text = np.zeros(max(total * 9 // 8, 1 << 16), np.uint8)
+        out.size = total
+        return out
+
+    def fill(self, slots: npt.NDArray[np.integer], rows: U8, lengths: I64) -> None:
+        """Write the strings of ascending ``slots`` (no other string between them), whose ends
+        :meth:`of_sizes` set."""
+        inside = np.arange(rows.shape[1]) < lengths[:, None]
+        start = int(self.end[int(slots[0])])
+        self.text[start : start + int(lengths.sum())] = rows[inside]
+
+    def grow(self, capacity: int) -> None:
+        self.end = resized(self.end, capacity + 1, self.size)
+
+    def open(self, start: int, n: int) -> None:
+        """Slots ``start .. start + n - 1`` are new: empty until :meth:`append` fills them."""
+        self.end[start + 1 : start + n + 1] = self.size
+
+    def spans(self, slots: npt.NDArray[np.integer]) -> tuple[I64, I64]:
+        """Where the text of each slot starts, and its length in bytes."""
+        at = slots.astype(np.int64)
+        starts = self.end[at].astype(np.int64)
+        return starts, self.end[at + 1].astype(np.int64) - starts
+
+    def rows(self, slots: npt.NDArray[np.integer], width: int | None = None) -> tuple[U8, I64]:
+        """The padded rows of ``slots`` (cut at ``width`` if given) and their full lengths."""
+        starts, lengths = self.spans(slots)
+        cut = lengths if width is None else np.minimum(lengths, width)
+        return padded(self.text, starts, cut, width), lengths
+
+    def append(self, rows: U8, lengths: I64, slots: npt.NDArray[np.integer]) -> None:
+        """Write the padded ``rows`` as the strings of the new ``slots`` (in slot order)."""
+        total = int(lengths.sum())
+        if self.size + total > TEXT_OFFSET_MAX and self.end.dtype != np.int64:
+            self.end = self.end.astype(np.int64)
+        if self.size + total > self.text.shape[0]:  # an eighth more: amortized copies
+            capacity = max(self.size + total, self.text.shape[0] * 9 // 8, 1 << 16)
+            self.text = resized(self.text, capacity)
+        inside = np.arange(rows.shape[1]) < lengths[:, None]
+        self.text[self.size : self.size + total] = rows[inside]
+        self.end[slots.astype(np.int64) + 1] = self.size + np.cumsum(lengths)
+        self.size += total
+
+    def texts(self, slots: I64, chunk: int) -> tuple[npt.NDArray[np.uint32], bytes]:
+        """The lengths and the text, one after the other, of ascending ``slots`` (gathered
+        ``chunk`` at a time, so that the positions never take more than a chunk's worth)."""
+        starts, lengths = self.spans(slots)
+        ends = starts + lengths
+        if not starts.shape[0]:
+            return lengths.astype("<u4"), b""
+        if int(ends[-1] - starts[0]) == int(lengths.sum()):  # one run: a slice
+            return lengths.astype("<u4"), self.text[int(starts[0]) : int(ends[-1])].tobytes()
+        parts = []
+        for lo in range(0, starts.shape[0], chunk):
+            _, positions = gather_ranges(starts[lo : lo + chunk], ends[lo : lo + chunk])
+            parts.append(self.text[positions].tobytes())
+        return lengths.astype("<u4"), b"".join(parts)

@@ -14,7 +14,7 @@ from connectors.json_rows import values as values_of
 from core.columns import python_values
 from core.compiled import AVAILABLE
 from core.errors import InputError
-from monitor.index import idmap as idmap_module
+from monitor.index import texts as texts_module
 from monitor.index.hashtable import SlotTable
 from monitor.index.idmap import IdMap
 from monitor.index.texts import padded
@@ -251,14 +251,14 @@ def test_text_ends_grow_from_four_bytes_to_eight_past_the_largest_offset(
 ) -> None:
     """Ends are ``uint32`` (4 bytes an id) until the text passes what they hold, then
     ``int64``; the ids before and after read back the same (lowered threshold: no 4 GiB)."""
-    monkeypatch.setattr(idmap_module, "TEXT_OFFSET_MAX", 100)
+    monkeypatch.setattr(texts_module, "TEXT_OFFSET_MAX", 100)
     idmap = IdMap()
     first = [f"i{i}x" for i in range(20)]  # 3-4 bytes each: under 100 (and kept as text)
     later = [f"i{i}x" for i in range(20, 60)]
     idmap.encode(column(first))
-    assert idmap._end is not None and idmap._end.dtype == np.uint32
+    assert idmap._texts is not None and idmap._texts.end.dtype == np.uint32
     idmap.encode(column(later))
-    assert idmap._end.dtype == np.int64
+    assert idmap._texts.end.dtype == np.int64
     slots = idmap.encode(column(first + later), add=False)
     assert slots.tolist() == list(range(60))
     assert idmap.decode(slots).tolist() == first + later
