@@ -252,7 +252,7 @@ class IdMap:
             self._build_string_table()
         self._numbered = False
         if self._numbers is not None and self._has_strings:
-            strings = self._string_mask()
+            strings = self._strings_at(slice(None))
             sizes = np.zeros(self._size, np.int64)
             sizes[strings] = self._numbers.lengths(np.flatnonzero(strings))
             texts = TextStrings.of_sizes(self._capacity, sizes)
@@ -302,13 +302,13 @@ class IdMap:
 
     def _int_entries(self, below: int) -> tuple[U64, I32]:
         """Hashes and slots of the integer ids of slots ``< below`` (those in the table)."""
-        slots = np.flatnonzero(~self._string_mask()[:below]).astype(np.int32)
+        slots = np.flatnonzero(~self._strings_at(slice(below))).astype(np.int32)
         assert self._value is not None
         return mix(self._value[slots].view(np.uint64)), slots
 
     def _string_entries(self, below: int) -> tuple[U64, I32]:
         """Hashes and slots of the string ids of slots ``< below`` (those in the table)."""
-        slots = np.flatnonzero(self._string_mask()[:below]).astype(np.int32)
+        slots = np.flatnonzero(self._strings_at(slice(below))).astype(np.int32)
         hashes = np.empty(slots.shape[0], np.uint64)
         for lo in range(0, slots.shape[0], REHASH_CHUNK):
             hashes[lo : lo + REHASH_CHUNK] = self._hash(
@@ -323,17 +323,18 @@ class IdMap:
         assert self._texts is not None
         return self._texts.rows(slots)
 
-    def _string_mask(self) -> npt.NDArray[np.bool_]:
-        """Which slots hold strings."""
+    def _strings_at(self, slots: npt.NDArray[np.integer] | slice) -> npt.NDArray[np.bool_]:
+        """Which of ``slots`` hold strings (no array of every slot when all are one kind)."""
         if self._is_string is not None:
-            return self._is_string[: self._size]
-        return np.full(self._size, self._has_strings, np.bool_)
+            return self._is_string[: self._size][slots]
+        n = len(range(self._size)[slots]) if isinstance(slots, slice) else slots.shape[0]
+        return np.full(n, self._has_strings, np.bool_)
 
     # -- decode ------------------------------------------------------------------------------
 
     def decode(self, slots: npt.NDArray[np.integer]) -> npt.NDArray[np.generic]:
         """External ids of slots: ``int64`` when all are integers, else ``object``."""
-        strings = self._string_mask()[slots]
+        strings = self._strings_at(slots)
         if not strings.any():
             assert self._value is not None or not slots.shape[0]
             return np.empty(0, np.int64) if self._value is None else self._value[slots]
@@ -351,7 +352,7 @@ class IdMap:
         object per id where it can: ``int64`` when all are integers, fixed-width ASCII bytes
         when all are strings JSON writes as they are (the common ``tx-91``), else
         :meth:`decode`'s ``object`` array."""
-        strings = self._string_mask()[slots]
+        strings = self._strings_at(slots)
         if not strings.any() or not strings.all():
             return self.decode(slots)
         rows, lengths = self._string_rows(slots)
@@ -365,7 +366,7 @@ class IdMap:
         :func:`~monitor.index.texts.hash_rows` of its UTF-8 bytes ``^ STR_ID_TAG``; what
         ``match_id`` hashes for the decoded id."""
         out = np.empty(slots.shape[0], np.uint64)
-        strings = self._string_mask()[slots]
+        strings = self._strings_at(slots)
         if not strings.all():
             assert self._value is not None
             values = self._value[slots[~strings]].view(np.uint64)
@@ -390,7 +391,7 @@ class IdMap:
 
     def _export(self, slots: I64) -> bytes:
         """The ids of ascending ``slots`` as a blob (texts follow each other by slot)."""
-        kinds = self._string_mask()[slots]
+        kinds = self._strings_at(slots)
         ints = np.zeros(slots.shape[0], np.int64)
         if self._value is not None:
             ints[~kinds] = self._value[slots[~kinds]]

@@ -14,6 +14,8 @@ from typing import TypeVar
 import numpy as np
 import numpy.typing as npt
 
+from monitor.index.unique import unique_inverse
+
 I64 = npt.NDArray[np.int64]
 I32 = npt.NDArray[np.int32]
 I8 = npt.NDArray[np.int8]
@@ -140,8 +142,7 @@ def distinct(keys: I64, haystack: int) -> tuple[I64, npt.NDArray[np.intp] | None
     search."""
     if keys.shape[0] < SORTED_SEARCH_MIN or haystack < SORTED_SEARCH_HAYSTACK:
         return keys, None
-    unique, inverse = np.unique(keys, return_inverse=True)
-    return unique, inverse.reshape(-1)
+    return unique_inverse(keys)
 
 
 def search(haystack: npt.NDArray[np.integer], needles: I64) -> npt.NDArray[np.intp]:
@@ -154,6 +155,11 @@ def search(haystack: npt.NDArray[np.integer], needles: I64) -> npt.NDArray[np.in
 def resized(array: npt.NDArray[S], capacity: int, fill: object = 0) -> npt.NDArray[S]:
     """``array`` at the start of a new array of ``capacity`` entries (cut if longer), the rest
     ``fill``: how every growing column of the index grows."""
-    out = np.full(capacity, fill, dtype=array.dtype)
-    out[: array.shape[0]] = array[:capacity]
+    kept = min(array.shape[0], capacity)
+    if fill == 0:  # calloc'd: the tail's pages are zero until written, never filled here
+        out = np.zeros(capacity, dtype=array.dtype)
+    else:
+        out = np.empty(capacity, dtype=array.dtype)
+        out[kept:] = fill
+    out[:kept] = array[:kept]
     return out

@@ -27,7 +27,7 @@ from monitor.engine import sorting
 from monitor.engine.delta import DeltaEvaluator
 from monitor.engine.owned import ChangedTuples, decide
 from monitor.engine.static import count_matches, enumerate_matches
-from monitor.index import kernels
+from monitor.index import kernels, unique
 from monitor.index.event_relations import EventIndex, Selection, selections_of
 from monitor.index.events import EventChanges
 from monitor.index.graph import Change, GraphIndex, StagedEpoch
@@ -137,6 +137,7 @@ class EpochProcessor:
         kernels.warm()
         sorting.warm()
         match_id_kernels.warm()
+        unique.warm()
         found = [Selection(r, t) for q in self.rewritten for r, t in q.selections]
         unknown = set(settings.retention) - events
         if unknown:
@@ -314,18 +315,13 @@ class EpochProcessor:
         decode = self.index.dictionary.decode
         width = len(source.head)
         fields = self.settings.output_fields
-        edges = {
-            var: self.events.stores[relation].columns(columns[width + k], decode, fields)
-            for k, (var, relation) in enumerate(self.rewritten[i].edges.items())
-        }
+        edges: dict[str, dict[str, Column]] = {}
+        hashes: list[Hashed] = []
+        for k, (var, relation) in enumerate(self.rewritten[i].edges.items()):
+            edges[var], h = self.events.stores[relation].matched(columns[width + k], decode, fields)
+            hashes.append(Hashed(h))
         vertices = [decode(c) for c in columns[:width]]
-        ids: list[npt.NDArray[np.generic] | Hashed] = [
-            *vertices,
-            *(
-                Hashed(self.events.stores[relation].id_hashes(columns[width + k]))
-                for k, relation in enumerate(self.rewritten[i].edges.values())
-            ),
-        ]
+        ids: list[npt.NDArray[np.generic] | Hashed] = [*vertices, *hashes]
         extra: dict[str, Column] = {}
         if self.windowed:
             extra["cause"] = causes(source, columns, diff, self.events, self._changes)
