@@ -50,7 +50,10 @@ class BinaryJoinStageRunner(StageRunner):
         A prefix with no value in the first atom cannot extend, so dropping it is still exact.
         """
         winner, counts, first = self._first.counts(prefixes)
-        others = [adjacency_keys(e, prefixes, self.index) for e in self.stage.extenders[1:]]
+        others = [
+            view.probe(adjacency_keys(e, prefixes, self.index))
+            for e, view in zip(self.stage.extenders[1:], self.views[1:], strict=True)
+        ]
         return winner, counts, [*first, *others]
 
 

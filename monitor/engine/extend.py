@@ -15,14 +15,14 @@ import numpy as np
 import numpy.typing as npt
 
 from core.fields import affine, compare
-from monitor.engine.prefixes import Prefixes
-from monitor.index.adjacency import AdjacencyView
+from monitor.engine.prefixes import Candidates, Prefixes
+from monitor.index.adjacency import AdjacencyView, Probe
 from monitor.index.levels import I32, I64
 from monitor.plan.cut import Cut
 from monitor.plan.plan import Check, Comparison, Extender, FieldFilter, Stage
 
-#: Per extender of a stage, the adjacency key of every prefix.
-Keys = list[npt.NDArray[np.integer]]
+#: Per extender of a stage, the adjacency key of every prefix (with its level's range).
+Keys = list[Probe]
 
 
 class IndexReader(Protocol):
@@ -69,10 +69,14 @@ class StageRunner:
 
     def counts(self, prefixes: Prefixes) -> tuple[npt.NDArray[np.intp], I64, Keys]:
         """For every prefix, the extender with the fewest values, and that number; and each
-        extender's adjacency keys of the prefixes, which :meth:`extend` reads again (a tuple
-        key is a hash lookup: once a stage, not once a count and once a proposal)."""
+        extender's adjacency keys of the prefixes with their ranges in its level, which
+        :meth:`extend` reads again (a tuple key is a hash lookup, a range two binary searches:
+        once a stage, not once a count and once a proposal)."""
         extenders = self.stage.extenders
-        keys = [adjacency_keys(e, prefixes, self.index) for e in extenders]
+        keys = [
+            view.probe(adjacency_keys(e, prefixes, self.index))
+            for e, view in zip(extenders, self.views, strict=True)
+        ]
         if len(extenders) == 1:
             return np.zeros(len(prefixes), np.intp), self.views[0].count(keys[0]), keys
         counts = np.stack([v.count(k) for k, v in zip(keys, self.views, strict=True)])
@@ -93,12 +97,12 @@ class StageRunner:
             rows = rows[owner]
             if self.comparisons.comparisons:
                 # Comparisons are cheap: drop candidates before intersecting them.
-                keep = self.comparisons.compare([*(c[rows] for c in prefixes.columns), values])
+                keep = self.comparisons.compare(Candidates(prefixes, rows, values))
                 rows, values = rows[keep], values[keep]
             for f, other_view in enumerate(self.views):
                 if f == e or not rows.shape[0]:
                     continue
-                keep = other_view.contains(keys[f][rows], values)
+                keep = other_view.contains(keys[f].keys[rows], values)
                 rows, values = rows[keep], values[keep]
             all_rows.append(rows)
             all_values.append(values)
@@ -106,7 +110,10 @@ class StageRunner:
             return Prefixes.empty(prefixes.width + 1)
         rows = all_rows[0] if len(all_rows) == 1 else np.concatenate(all_rows)
         values = all_values[0] if len(all_values) == 1 else np.concatenate(all_values)
-        return self.checks(prefixes.extended(rows, values))
+        candidates = Candidates(prefixes, rows, values)
+        if self.checks.active:
+            candidates = candidates.take(self.checks.passing(candidates))
+        return candidates.extended()
 
 
 def last_key(index: IndexReader, relation: str, columns: Sequence[I32]) -> npt.NDArray[np.integer]:
@@ -138,23 +145,34 @@ class Filters:
         self.guards = [(g, index.view(g.relation, g.position, g.cut)) for g in guards]
         self._index = index
 
+    @property
+    def active(self) -> bool:
+        """Whether there is anything to filter by."""
+        return bool(self.checks or self.comparisons or self.fields or self.guards)
+
     def __call__(self, prefixes: Prefixes) -> Prefixes:
         """The prefixes that pass every comparison, check, join filter and guard."""
-        if not len(prefixes) or not (self.checks or self.comparisons or self.fields or self.guards):
+        if not len(prefixes) or not self.active:
             return prefixes
-        keep = self.compare(prefixes.columns)
-        for check, view in self.checks:
-            rows = np.flatnonzero(keep)
-            cols = [prefixes.columns[c][rows] for c in check.columns]
-            keep[rows] = view.contains(last_key(self._index, check.relation, cols), cols[-1])
-        for join in self.fields:
-            rows = np.flatnonzero(keep)
-            left, right = prefixes.columns[join.left][rows], prefixes.columns[join.right][rows]
-            keep[rows] = self._join(join, left, right)
+        keep = self.passing(prefixes)
         for guard, view in self.guards:
             rows = np.flatnonzero(keep)
             keep[rows] = view.count(adjacency_keys(guard, prefixes, self._index, rows)) > 0
         return prefixes if keep.all() else prefixes.take(keep)
+
+    def passing(self, batch: Prefixes | Candidates) -> npt.NDArray[np.bool_]:
+        """Which rows of ``batch`` pass every comparison, check and join filter (not the
+        guards); each reads only its columns, at the rows still kept."""
+        keep = self.compare(batch)
+        for check, view in self.checks:
+            rows = np.flatnonzero(keep)
+            cols = [batch.column(c, rows) for c in check.columns]
+            keep[rows] = view.contains(last_key(self._index, check.relation, cols), cols[-1])
+        for join in self.fields:
+            rows = np.flatnonzero(keep)
+            left, right = batch.column(join.left, rows), batch.column(join.right, rows)
+            keep[rows] = self._join(join, left, right)
+        return keep
 
     def _join(self, join: FieldFilter, left: I32, right: I32) -> npt.NDArray[np.bool_]:
         """Field comparison of the events in two columns (false where a field is absent)."""
@@ -164,14 +182,13 @@ class Filters:
             return np.zeros(left.shape[0], np.bool_)
         return compare(a, join.op, affine(b, join.factor, join.offset))
 
-    def compare(self, columns: Sequence[npt.NDArray[np.integer]]) -> npt.NDArray[np.bool_]:
-        """Which rows of ``columns`` pass every comparison (checks are not applied)."""
-        n = columns[0].shape[0] if columns else 0
-        keep = np.ones(n, np.bool_)
+    def compare(self, batch: Prefixes | Candidates) -> npt.NDArray[np.bool_]:
+        """Which rows of ``batch`` pass every comparison (checks are not applied)."""
+        keep = np.ones(len(batch), np.bool_)
         order: I64 | None = None
         for comparison in self.comparisons:
-            left = columns[comparison.left]
-            right = columns[comparison.right]
+            left = batch.column(comparison.left)
+            right = batch.column(comparison.right)
             if comparison.op == "!=":
                 keep &= left != right
                 continue

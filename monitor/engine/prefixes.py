@@ -41,6 +41,40 @@ class Prefixes:
         """The prefixes at ``rows``, each extended by one more column, ``values``."""
         return Prefixes((*(c[rows] for c in self.columns), values), self.diff[rows])
 
+    def column(self, c: int, at: npt.NDArray[np.integer] | None = None) -> I32:
+        """Column ``c`` (at rows ``at``): what filters read, as of :class:`Candidates`."""
+        return self.columns[c] if at is None else self.columns[c][at]
+
     @classmethod
     def empty(cls, width: int) -> Prefixes:
         return cls(tuple(np.empty(0, np.int32) for _ in range(width)), np.empty(0, np.int64))
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """The prefixes at ``rows``, each extended by ``values``, not gathered yet: a stage's
+    proposals while its filters run. A filter reads the columns it compares, at the rows still
+    kept; the rest are gathered once, for the candidates that pass (a stage that keeps one
+    proposal in six copies a sixth of the columns)."""
+
+    prefixes: Prefixes
+    rows: npt.NDArray[np.integer]
+    values: I32
+
+    def __len__(self) -> int:
+        return int(self.rows.shape[0])
+
+    def column(self, c: int, at: npt.NDArray[np.integer] | None = None) -> I32:
+        """Column ``c`` of the extended prefixes (at candidates ``at``)."""
+        if c == self.prefixes.width:
+            return self.values if at is None else self.values[at]
+        column: I32 = self.prefixes.columns[c][self.rows if at is None else self.rows[at]]
+        return column
+
+    def take(self, keep: npt.NDArray[np.bool_]) -> Candidates:
+        """The candidates where ``keep``."""
+        return Candidates(self.prefixes, self.rows[keep], self.values[keep])
+
+    def extended(self) -> Prefixes:
+        """The candidates as prefixes, one column wider."""
+        return self.prefixes.extended(self.rows, self.values)

@@ -16,9 +16,12 @@ epoch) or ``NEW`` (also the epoch's changes). :meth:`Adjacency.view` returns an
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import numpy.typing as npt
 
+from monitor.index import kernels
 from monitor.index.kernels import Offsets, contains
 from monitor.index.levels import I8, I32, I64, Level, gather_ranges, merge, pack, unpack
 from monitor.plan.cut import Cut
@@ -36,6 +39,26 @@ def csr_offsets(counts: npt.NDArray[np.integer]) -> Offsets:
     return offsets
 
 
+@dataclass(frozen=True)
+class Probe:
+    """Adjacency keys and the range ``[lo, hi)`` of each one's pairs in a view's level (None:
+    the level is empty): what a stage finds once per extender, counts with, and proposes from
+    for the prefixes that extender wins."""
+
+    keys: npt.NDArray[np.integer]
+    lo: I64 | None
+    hi: I64 | None
+
+    def __len__(self) -> int:
+        return int(self.keys.shape[0])
+
+    def __getitem__(self, rows: npt.NDArray[np.integer] | npt.NDArray[np.bool_] | slice) -> Probe:
+        lo, hi = self.lo, self.hi
+        return Probe(
+            self.keys[rows], None if lo is None else lo[rows], None if hi is None else hi[rows]
+        )
+
+
 class AdjacencyView:
     """The adjacency as one cut sees it: a compacted CSR plus one delta level on top of it.
 
@@ -49,15 +72,42 @@ class AdjacencyView:
         self.targets = targets
         self.delta = delta
 
-    def count(self, keys: npt.NDArray[np.integer]) -> I64:
+    def probe(self, keys: npt.NDArray[np.integer]) -> Probe:
+        """``keys`` with the ranges of their pairs in the level, found once for counting and
+        proposing."""
+        if not len(self.delta):
+            return Probe(keys, None, None)
+        lo, hi = self.delta.key_ranges(keys)
+        return Probe(keys, lo, hi)
+
+    def count(self, keys: npt.NDArray[np.integer] | Probe) -> I64:
         """Number of values of each key."""
+        probe = keys if isinstance(keys, Probe) else self.probe(keys)
+        keys = probe.keys
         counts: I64 = (self.offsets[keys + 1] - self.offsets[keys]).astype(np.int64)
-        if len(self.delta):
-            counts = counts + self.delta.net(keys)
+        if probe.lo is not None and probe.hi is not None:
+            counts = counts + (self.delta.running[probe.hi] - self.delta.running[probe.lo])
         return counts
 
-    def propose(self, keys: npt.NDArray[np.integer]) -> tuple[I64, I32]:
-        """All values of every key: ``(owner, value)`` with ``owner`` indexing ``keys``."""
+    def propose(self, keys: npt.NDArray[np.integer] | Probe) -> tuple[I64, I32]:
+        """All values of every key: ``(owner, value)`` with ``owner`` indexing ``keys``, each
+        key's values together (compiled: in order, one merge of its CSR segment and its level
+        pairs; numpy: the segment's, then the level's additions)."""
+        if kernels.KERNELS != "numba":
+            return self._numpy_propose(keys.keys if isinstance(keys, Probe) else keys)
+        probe = keys if isinstance(keys, Probe) else self.probe(keys)
+        lo, hi = probe.lo, probe.hi
+        if lo is None or hi is None:
+            lo = hi = np.zeros(probe.keys.shape[0], np.int64)
+        owner: I64
+        values: I32
+        owner, values = kernels.compiled_propose(
+            self.offsets, self.targets, self.delta.pairs, self.delta.diff, probe.keys, lo, hi
+        )
+        return owner, values
+
+    def _numpy_propose(self, keys: npt.NDArray[np.integer]) -> tuple[I64, I32]:
+        """:meth:`propose` in whole-array steps (the fallback and the tests' reference)."""
         owner, positions = gather_ranges(self.offsets[keys], self.offsets[keys + 1])
         values = self.targets[positions]
         if not len(self.delta):

@@ -25,7 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from core.compiled import AVAILABLE, ENABLED, njit
-from monitor.index.levels import I8, I32, I64, VALUE_BITS, pack
+from monitor.index.levels import I8, I32, I64, VALUE_BITS, VALUE_MASK, pack
 
 Offsets = npt.NDArray[np.signedinteger[Any]]
 """CSR offsets: ``int32`` while they fit (half the bytes per key), else ``int64``."""
@@ -104,6 +104,8 @@ if COMPILED:
         out = np.zeros(n, np.bool_)
         previous = -1
         first = last = 0  # the level's pairs of the previous key: candidates come by prefix
+        key_before = -1
+        value_before = at_before = 0  # the previous candidate and its position in the CSR
         for i in range(n):
             key = keys[i]
             value = values[i]
@@ -112,7 +114,18 @@ if COMPILED:
                 first = _lower_bound(level_pairs, 0, levels, np.int64(key) << VALUE_BITS)
                 last = _lower_bound(level_pairs, first, levels, np.int64(key + 1) << VALUE_BITS)
             end = offsets[key + 1]
-            at = _lower_bound(targets, offsets[key], end, value)
+            if key == key_before and value >= value_before:
+                # The key's next candidate, in order: gallop on from the last position (a
+                # proposal of a prefix comes sorted, so a hub's segment is walked once).
+                lo = at_before
+                step = 1
+                while lo + step < end and targets[lo + step] < value:
+                    lo += step
+                    step <<= 1
+                at = _lower_bound(targets, lo, min(lo + step + 1, end), value)
+            else:
+                at = _lower_bound(targets, offsets[key], end, value)
+            key_before, value_before, at_before = key, value, at
             present = at < end and targets[at] == value
             if first < last:
                 packed = (np.int64(key) << VALUE_BITS) | np.int64(value)
@@ -121,6 +134,50 @@ if COMPILED:
                     present = level_diff[at] > 0
             out[i] = present
         return out
+
+    @njit(cache=True, nogil=True)
+    def compiled_propose(offsets, targets, level_pairs, level_diff, keys, lo, hi):  # type: ignore[no-untyped-def]
+        """All values of every key, as ``AdjacencyView.propose`` gives them (its numpy path is
+        the reference): per key, one merge of its sorted CSR segment with its sorted pairs in
+        the level (``[lo, hi)``), a ``-1`` pair dropping the value, a ``+1`` pair adding it;
+        values in order within each key. Two passes: sizes, then values."""
+        n = keys.shape[0]
+        starts = np.empty(n + 1, np.int64)
+        starts[0] = 0
+        for i in range(n):
+            size = np.int64(offsets[keys[i] + 1] - offsets[keys[i]])
+            for p in range(lo[i], hi[i]):
+                size += level_diff[p]
+            starts[i + 1] = starts[i] + size
+        owner = np.empty(starts[n], np.int64)
+        values = np.empty(starts[n], np.int32)
+        mask = np.int64(VALUE_MASK)
+        for i in range(n):
+            out = starts[i]
+            a, end = offsets[keys[i]], offsets[keys[i] + 1]
+            p, last = lo[i], hi[i]
+            while p < last:
+                pending = np.int32(level_pairs[p] & mask)
+                while a < end and targets[a] < pending:
+                    owner[out] = i
+                    values[out] = targets[a]
+                    out += 1
+                    a += 1
+                if a < end and targets[a] == pending:
+                    a += 1  # present in the CSR: the level removes it (-1)
+                elif level_diff[p] > 0:
+                    owner[out] = i
+                    values[out] = pending
+                    out += 1
+                p += 1
+            while a < end:
+                owner[out] = i
+                values[out] = targets[a]
+                out += 1
+                a += 1
+            if out != starts[i + 1]:  # only if a +1 pair were in the CSR or a -1 pair not
+                raise AssertionError("a level pair contradicts the compacted adjacency")
+        return owner, values
 
 
 def _choose() -> tuple[Contains, str]:
@@ -149,3 +206,6 @@ def warm() -> None:
     for offsets in (np.zeros(2, np.int32), np.zeros(2, np.int64)):  # narrow and wide CSRs
         for keys in (np.zeros(1, np.int32), np.zeros(1, np.int64)):
             contains(offsets, targets, level_pairs, level_diff, keys, values)
+            if ENABLED:
+                ranges = np.zeros(1, np.int64)
+                compiled_propose(offsets, targets, level_pairs, level_diff, keys, ranges, ranges)

@@ -14,8 +14,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from core.compiled import AVAILABLE, ENABLED, njit
 from monitor.index.hashtable import SlotTable, mix
 from monitor.index.levels import I32, I64, pack
+from monitor.index.unique import unique_inverse
 
 
 class _Fold:
@@ -38,6 +40,8 @@ class _Fold:
         return self.table.nbytes + int(self.left.nbytes + self.right.nbytes)
 
     def encode(self, left: I32, right: I32, add: bool) -> I32:
+        if ENABLED:
+            return self._compiled_encode(left, right, add)
         valid = left >= 0
         packed = pack(np.where(valid, left, 0), right)
         unique, inverse = np.unique(packed[valid], return_inverse=True)
@@ -60,6 +64,32 @@ class _Fold:
         out = np.full(left.shape[0], -1, np.int32)
         out[valid] = ids[inverse.reshape(-1)]
         return out
+
+    def _compiled_encode(self, left: I32, right: I32, add: bool) -> I32:
+        """:meth:`encode` with one compiled probe per pair (no sort of the pairs first); the
+        missing pairs, each once, are added as there."""
+        valid = left >= 0
+        packed = pack(np.where(valid, left, 0), right)
+        hashes = mix(packed.view(np.uint64))
+        ids: I32 = _find_pairs(
+            self.table.table, self.table.tags, self.left, self.right, hashes, packed
+        )
+        ids[~valid] = -1
+        missing = np.flatnonzero((ids < 0) & valid)
+        if add and missing.shape[0]:
+            fresh, inverse = unique_inverse(packed[missing])
+            start = self._size
+            new = self._grow(fresh.shape[0])
+            ids[missing] = new[inverse]
+            self.left[new] = (fresh >> 32).astype(np.int32)
+            self.right[new] = (fresh & 0xFFFFFFFF).astype(np.int32)
+            everything = np.arange(1, start, dtype=np.int32)
+            self.table.add(
+                mix(fresh.view(np.uint64)),
+                new,
+                lambda: (mix(self._packed(everything).view(np.uint64)), everything),
+            )
+        return ids
 
     def _packed(self, ids: I32) -> I64:
         return pack(self.left[ids], self.right[ids])
@@ -108,3 +138,34 @@ class TupleKeys:
             ids = fold.left[ids]
         columns.append(ids)
         return columns[::-1]
+
+
+def warm() -> None:
+    """Load (or compile, the first time on a machine) the fold's probe before the first
+    epoch."""
+    if ENABLED:
+        TupleKeys(2).encode([np.zeros(1, np.int32), np.zeros(1, np.int32)])
+
+
+if AVAILABLE:
+
+    @njit(cache=True, nogil=True)
+    def _find_pairs(table, tags, left, right, hashes, packed):  # type: ignore[no-untyped-def]
+        """:meth:`SlotTable.find <monitor.index.hashtable.SlotTable.find>` for a fold, one
+        probe sequence per pair: from the hash's home, linearly, to the id whose tag and pair
+        match (or ``-1`` at the first empty position)."""
+        mask = np.uint64(table.shape[0] - 1)
+        out = np.empty(packed.shape[0], np.int32)
+        for i in range(packed.shape[0]):
+            at = np.int64(hashes[i] & mask)
+            tag = np.uint8(hashes[i] >> np.uint64(56))
+            while True:
+                found = table[at]
+                if found < 0:
+                    out[i] = -1
+                    break
+                if tags[at] == tag and ((np.int64(left[found]) << 32) | right[found]) == packed[i]:
+                    out[i] = found
+                    break
+                at = (at + 1) & np.int64(mask)
+        return out

@@ -28,6 +28,7 @@ from monitor.engine.delta import DeltaEvaluator
 from monitor.engine.owned import ChangedTuples, decide
 from monitor.engine.static import count_matches, enumerate_matches
 from monitor.index import kernels, unique
+from monitor.index import keys as tuple_keys
 from monitor.index.event_relations import EventIndex, Selection, selections_of
 from monitor.index.events import EventChanges
 from monitor.index.graph import Change, GraphIndex, StagedEpoch
@@ -138,6 +139,7 @@ class EpochProcessor:
         sorting.warm()
         match_id_kernels.warm()
         unique.warm()
+        tuple_keys.warm()
         found = [Selection(r, t) for q in self.rewritten for r, t in q.selections]
         unknown = set(settings.retention) - events
         if unknown:

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from monitor.index import adjacency, kernels
-from monitor.index.levels import pack
+from monitor.index.levels import Level, pack
 from monitor.plan.cut import Cut
 
 
@@ -44,6 +44,8 @@ def cases(draw: st.DrawFn) -> tuple[np.ndarray, ...]:  # type: ignore[type-arg]
             max_size=30,
         )
     )
+    if draw(st.booleans()):  # as a stage's proposals come: by key, in order (galloping)
+        probes.sort()
     probe_keys = np.array([k for k, _ in probes], np.int64)
     probe_values = np.array([v for _, v in probes], np.int32)
     expected = np.array([p in current for p in probes], np.bool_)
@@ -56,6 +58,28 @@ def test_both_kernels_answer_as_the_set_of_current_pairs(case: tuple[np.ndarray,
     *arguments, expected = case
     assert kernels.numpy_contains(*arguments).tolist() == expected.tolist()
     assert kernels.contains(*arguments).tolist() == expected.tolist()
+
+
+@settings(max_examples=300, deadline=None)
+@given(cases())
+def test_both_proposals_are_the_current_values_of_each_key(case: tuple[np.ndarray, ...]) -> None:  # type: ignore[type-arg]
+    """Every key probed (repeated, in any order, hubs and empty ones) proposes exactly its
+    current values: the compiled merge in order, the numpy path in any order."""
+    offsets, targets, level_pairs, level_diff, probe_keys, _, _ = case
+    view = adjacency.AdjacencyView(offsets, targets, Level.of(level_pairs, level_diff))
+    current: dict[int, list[int]] = {}
+    for k in range(offsets.shape[0] - 1):
+        values = set(targets[offsets[k] : offsets[k + 1]].tolist())
+        for pair, diff in zip(level_pairs.tolist(), level_diff.tolist(), strict=True):
+            if pair >> 32 == k:
+                (values.add if diff > 0 else values.discard)(pair & 0xFFFFFFFF)
+        current[k] = sorted(values)
+    want = [(i, v) for i, k in enumerate(probe_keys.tolist()) for v in current[k]]
+    owner, values = view.propose(probe_keys)
+    assert list(zip(owner.tolist(), values.tolist(), strict=True)) == want
+    assert view.count(probe_keys).tolist() == [len(current[k]) for k in probe_keys.tolist()]
+    owner, values = view._numpy_propose(probe_keys)
+    assert sorted(zip(owner.tolist(), values.tolist(), strict=True)) == want
 
 
 def test_the_compiled_kernel_is_in_use() -> None:
