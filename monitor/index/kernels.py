@@ -1,15 +1,23 @@
-"""Compiled membership kernels for the intersection, the engine's hottest loop.
+"""Compiled kernels for the engine's hottest loops: the intersection and the proposal.
 
 ``contains`` answers, for every candidate ``(key, value)`` of a stage, whether an adjacency
 holds it: a binary search in the key's sorted CSR segment, then, where the adjacency has a delta
 level on top, a binary search for the packed pair among the level's pairs, whose sign decides
-(``+1`` added since the compaction, ``-1`` removed). It is the paper's ``intersect``.
+(``+1`` added since the compaction, ``-1`` removed). It is the paper's ``intersect``. A key's
+candidates come in order (a prefix's proposals are sorted), so the search for the next one
+gallops on from where the previous one ended: a hub's segment is walked about once, not
+searched from its start for every candidate.
+
+``compiled_propose`` lists every value of every key (the paper's ``propose``): per key, one
+merge of its CSR segment with its pairs in the level, which drops the removed values and adds
+the new ones in order, instead of a lookup of every proposed pair among the level's pairs.
 
 With numba installed (a dependency of the package), this is one compiled loop over the
 candidates: no intermediate arrays, one pass, about 3x faster than the whole-array binary
 lifting of :func:`numpy_contains` on ego-Facebook 4-cliques. :func:`numpy_contains` stays as the
 reference implementation (tests compare both on random inputs) and as the fallback where numba
-cannot be imported or ``SGM_NUMBA=0`` says not to use it.
+cannot be imported or ``SGM_NUMBA=0`` says not to use it; so does ``AdjacencyView``'s numpy
+proposal for ``compiled_propose``.
 
 Compiled code is cached on disk (numba's ``cache=True``: beside this file, or under
 ``NUMBA_CACHE_DIR``; the container image sets it to ``/tmp/numba``), so only the first run on a
