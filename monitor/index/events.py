@@ -31,7 +31,7 @@ from core.errors import InputError
 from core.fields import FieldTest, affine, column_kind, compare
 from monitor.index.field_columns import FieldColumn, StringPool
 from monitor.index.idmap import IdMap
-from monitor.index.levels import I8, I32, I64, resized
+from monitor.index.levels import I8, I32, I64, grow
 from monitor.index.netting import net
 from monitor.index.unique import first_appearances
 
@@ -104,17 +104,15 @@ class EventStore:
 
     def _grow_slots(self, n: int) -> None:
         if n > self.current.shape[0]:
-            self.current = resized(self.current, max(n, grown(self.current.shape[0])), -1)
+            grow(self, "current", max(n, grown(self.current.shape[0])), -1)
 
     def _allocate(self, n: int) -> I32:
         """``n`` new eids (dead until staged alive)."""
         start, self.size = self.size, self.size + n
         if self.size > self.alive.shape[0]:
             capacity = max(self.size, grown(self.alive.shape[0]))
-            self.src = resized(self.src, capacity)
-            self.dst = resized(self.dst, capacity)
-            self.slot = resized(self.slot, capacity)
-            self.alive = resized(self.alive, capacity, False)
+            for name in ("src", "dst", "slot", "alive"):
+                grow(self, name, capacity)
             for column in self.fields.values():
                 column.grow(capacity)
         return np.arange(start, self.size, dtype=np.int32)

@@ -32,7 +32,7 @@ import numpy.typing as npt
 from core.columns import Coded, Column
 from core.compiled import AVAILABLE, ENABLED, njit
 from core.fields import ABSENT, DTYPES
-from monitor.index.levels import I32, resized
+from monitor.index.levels import I32, grow
 
 #: The largest decimal exponent of a scaled number column (ten-thousandths).
 MAX_EXPONENT = 4
@@ -103,8 +103,7 @@ class FieldColumn:
         return SCALED_ABSENT if self.scaled else ABSENT[self.kind]
 
     def grow(self, capacity: int) -> None:
-        if capacity > self.values.shape[0]:
-            self.values = resized(self.values, capacity, self.absent)
+        grow(self, "values", capacity, self.absent)
 
     def code(self, literal: object) -> Any:
         """The form of a literal that :meth:`get`'s values compare with (-2: a string never

@@ -25,7 +25,7 @@ import numpy.typing as npt
 from core.errors import InputError
 from monitor.index import id_blob
 from monitor.index.hashtable import U64, SlotTable, mix
-from monitor.index.levels import I32, I64, resized
+from monitor.index.levels import I32, I64, grow
 from monitor.index.numbered import NumberedStrings, split
 from monitor.index.texts import (
     U8,
@@ -275,13 +275,13 @@ class IdMap:
         if start + n > self._capacity:
             self._capacity = max(start + n, self._capacity + self._capacity // 8, 1024)
             if self._value is not None:
-                self._value = resized(self._value, self._capacity, 0)
+                grow(self, "_value", self._capacity)
             if self._texts is not None:
                 self._texts.grow(self._capacity)
             if self._numbers is not None:
                 self._numbers.grow(self._capacity)
             if self._is_string is not None:
-                self._is_string = resized(self._is_string, self._capacity, False)
+                grow(self, "_is_string", self._capacity)
         if not strings and self._sorted:  # the binary search needs string ids only
             self._build_string_table()
         had_strings = self._has_strings

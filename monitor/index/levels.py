@@ -152,6 +152,26 @@ def search(haystack: npt.NDArray[np.integer], needles: I64) -> npt.NDArray[np.in
     return found if inverse is None else found[inverse]
 
 
+def grow(owner: object, name: str, capacity: int, fill: object = 0) -> None:
+    """Grow the array ``owner.<name>`` to ``capacity`` entries, the new ones ``fill``: in place
+    (numpy's ``resize``, a ``realloc``: the old entries are neither copied nor paged in again,
+    5x faster than a copy for a 20 MB column) where nothing else references the array, else as
+    :func:`resized` copies it. A copy into fresh memory page-faults every page of the column:
+    for the event store's columns at 5M events that was 20-340 ms a growth, by how the kernel
+    could back it."""
+    size = getattr(owner, name).shape[0]
+    if capacity <= size:
+        return
+    try:
+        # No local reference: refcheck counts the attribute's and the call's only.
+        getattr(owner, name).resize(capacity, refcheck=True)
+    except ValueError:  # a view or another reference: copying is the safe way
+        setattr(owner, name, resized(getattr(owner, name), capacity, fill))
+        return
+    if fill != 0:  # resize zero-fills
+        getattr(owner, name)[size:] = fill
+
+
 def resized(array: npt.NDArray[S], capacity: int, fill: object = 0) -> npt.NDArray[S]:
     """``array`` at the start of a new array of ``capacity`` entries (cut if longer), the rest
     ``fill``: how every growing column of the index grows."""

@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from core.compiled import AVAILABLE, ENABLED, njit
-from monitor.index.levels import I32, I64, resized
+from monitor.index.levels import I32, I64, grow
 from monitor.index.texts import U8
 
 #: Digits of the numbers kept (below 10**18, so every one fits in ``int64``).
@@ -140,9 +140,9 @@ class NumberedStrings:
         return out
 
     def grow(self, capacity: int) -> None:
-        self.numbers = resized(self.numbers, capacity)
+        grow(self, "numbers", capacity)
         if self.codes is not None:
-            self.codes = resized(self.codes, capacity)
+            grow(self, "codes", capacity)
 
     @property
     def several(self) -> bool:
