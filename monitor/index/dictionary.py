@@ -1,7 +1,7 @@
 """The vertex dictionary: external vertex ids (``int`` or ``str``) <-> dense ``int32`` ids.
 
-Dense ids are handed out in order of first appearance and never reused, so every index can be
-addressed by them. Integer ids are mapped with array operations (an
+Dense ids are handed out batch by batch (a batch's new ids in the order of their values) and
+never reused, so every index can be addressed by them. Integer ids are mapped with array operations (an
 :class:`~monitor.index.intmap.IntMap`); string ids go
 through a Python dict, one lookup per distinct string of a batch.
 
@@ -17,6 +17,7 @@ import numpy.typing as npt
 from core.errors import InputError
 from monitor.index.intmap import IntMap
 from monitor.index.levels import I32, I64
+from monitor.index.unique import unique_inverse
 
 #: Dense ids are int32; one less than 2**31 keeps ``key << 32 | value`` packing positive.
 MAX_VERTICES = 2**31 - 1
@@ -60,8 +61,8 @@ class VertexDictionary:
         return out
 
     def _encode_ints(self, values: I64, add: bool) -> I32:
-        unique, inverse = np.unique(values, return_inverse=True)
-        ids = self._ints.find(unique)
+        unique, inverse = unique_inverse(values)
+        ids = self._ints.find(unique, ordered=True)
         missing = ids < 0
         if missing.any() and add:
             fresh = unique[missing]
@@ -69,7 +70,7 @@ class VertexDictionary:
             ids[missing] = new_ids
             self._int_value[new_ids] = fresh
             self._ints.add(fresh, new_ids)
-        return ids[inverse.reshape(-1)]
+        return ids[inverse]
 
     def _encode_strings(self, values: npt.NDArray[np.generic], add: bool) -> I32:
         unique, inverse = np.unique(values.astype(str), return_inverse=True)

@@ -145,8 +145,13 @@ def distinct(keys: I64, haystack: int) -> tuple[I64, npt.NDArray[np.intp] | None
     return unique_inverse(keys)
 
 
-def search(haystack: npt.NDArray[np.integer], needles: I64) -> npt.NDArray[np.intp]:
-    """``np.searchsorted(haystack, needles)``, with the needles searched in sorted order."""
+def search(
+    haystack: npt.NDArray[np.integer], needles: I64, ordered: bool = False
+) -> npt.NDArray[np.intp]:
+    """``np.searchsorted(haystack, needles)``, with the needles searched in sorted order
+    (``ordered``: they are sorted and distinct already)."""
+    if ordered:
+        return np.searchsorted(haystack, needles)
     unique, inverse = distinct(needles, haystack.shape[0])
     found = np.searchsorted(haystack, unique)
     return found if inverse is None else found[inverse]
