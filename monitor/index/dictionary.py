@@ -1,9 +1,9 @@
 """The vertex dictionary: external vertex ids (``int`` or ``str``) <-> dense ``int32`` ids.
 
 Dense ids are handed out batch by batch (a batch's new ids in the order of their values) and
-never reused, so every index can be addressed by them. Integer ids are mapped with array operations (an
-:class:`~monitor.index.intmap.IntMap`); string ids go
-through a Python dict, one lookup per distinct string of a batch.
+never reused, so every index can be addressed by them. Integer ids are mapped with array
+operations (an :class:`~monitor.index.intmap.IntMap`); string ids go through a Python dict, one
+lookup per distinct string of a batch.
 
 The *order* of vertices, used by filters such as ``a < b``, is that of the external ids: integers
 by value, strings lexicographically, every integer before every string.
