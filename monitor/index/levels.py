@@ -8,6 +8,7 @@ sorted. Every operation takes and returns whole arrays.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -157,6 +158,12 @@ def search(
     return found if inverse is None else found[inverse]
 
 
+#: Whether :func:`grow` resizes in place. Python 3.14 changed the reference counts that
+#: ``ndarray.resize``'s check reads (numpy issues 30265 and 30991: aliases missed by some
+#: numpy versions, spurious refusals by others), so from 3.14 on columns are copied.
+IN_PLACE = sys.version_info < (3, 14)
+
+
 def grow(owner: object, name: str, capacity: int, fill: object = 0) -> None:
     """Grow the array ``owner.<name>`` to ``capacity`` entries, the new ones ``fill``: in place
     (numpy's ``resize``, a ``realloc``: the old entries are neither copied nor paged in again,
@@ -166,6 +173,9 @@ def grow(owner: object, name: str, capacity: int, fill: object = 0) -> None:
     could back it."""
     size = getattr(owner, name).shape[0]
     if capacity <= size:
+        return
+    if not IN_PLACE:
+        setattr(owner, name, resized(getattr(owner, name), capacity, fill))
         return
     try:
         # No local reference: refcheck counts the attribute's and the call's only.

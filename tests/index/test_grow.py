@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from monitor.index import levels
 from monitor.index.levels import grow
 
 
@@ -14,6 +15,7 @@ class Owner:
         self.values = values
 
 
+@pytest.mark.skipif(not levels.IN_PLACE, reason="Python 3.14+: columns are always copied")
 @pytest.mark.parametrize("fill", [0, -1, False, np.nan])
 def test_a_column_nothing_else_holds_grows_in_place(fill: object) -> None:
     dtype = np.float64 if fill is np.nan else (np.bool_ if fill is False else np.int32)
@@ -50,3 +52,11 @@ def test_growing_to_a_smaller_capacity_changes_nothing() -> None:
     owner = Owner(np.arange(4, dtype=np.int32))
     grow(owner, "values", 2)
     assert owner.values.tolist() == [0, 1, 2, 3]
+
+
+def test_without_resizing_in_place_a_column_is_copied(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(levels, "IN_PLACE", False)
+    owner = Owner(np.arange(3, dtype=np.int32))
+    before = owner.values
+    grow(owner, "values", 5, -1)
+    assert owner.values is not before and owner.values.tolist() == [0, 1, 2, -1, -1]
