@@ -62,7 +62,7 @@ class VertexDictionary:
 
     def _encode_ints(self, values: I64, add: bool) -> I32:
         unique, inverse = unique_inverse(values)
-        ids = self._ints.find(unique, ordered=True)
+        ids = self._ints.find(unique)
         missing = ids < 0
         if missing.any() and add:
             fresh = unique[missing]

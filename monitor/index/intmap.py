@@ -34,14 +34,13 @@ class IntMap:
             + self._recent_ids.nbytes
         )
 
-    def find(self, keys: I64, ordered: bool = False) -> I32:
-        """The id of each key, or -1 where the key is unknown (``ordered``: the keys are
-        sorted and distinct, as ``np.unique`` gives them)."""
-        ids = _find(self._big_keys, self._big_ids, keys, ordered)
+    def find(self, keys: I64) -> I32:
+        """The id of each key, or -1 where the key is unknown."""
+        ids = _find(self._big_keys, self._big_ids, keys)
         if self._recent_keys.shape[0]:
             missing = ids < 0
             if missing.any():
-                ids[missing] = _find(self._recent_keys, self._recent_ids, keys[missing], ordered)
+                ids[missing] = _find(self._recent_keys, self._recent_ids, keys[missing])
         return ids
 
     def add(self, keys: I64, ids: I32) -> None:
@@ -67,9 +66,9 @@ class IntMap:
         )
 
 
-def _find(sorted_keys: I64, ids: I32, keys: I64, ordered: bool) -> I32:
+def _find(sorted_keys: I64, ids: I32, keys: I64) -> I32:
     if not sorted_keys.shape[0]:
         return np.full(keys.shape[0], -1, np.int32)
-    pos = np.minimum(search(sorted_keys, keys, ordered), sorted_keys.shape[0] - 1)
+    pos = np.minimum(search(sorted_keys, keys), sorted_keys.shape[0] - 1)
     found: I32 = np.where(sorted_keys[pos] == keys, ids[pos], np.int32(-1)).astype(np.int32)
     return found

@@ -15,8 +15,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from core.compiled import AVAILABLE, ENABLED, njit
-from monitor.index.hashtable import SlotTable, mix
-from monitor.index.levels import I32, I64, pack
+from monitor.index.hashtable import U64, SlotTable, mix
+from monitor.index.levels import I32, I64, grow, pack
 from monitor.index.unique import unique_inverse
 
 
@@ -49,18 +49,7 @@ class _Fold:
         ids = self.table.find(hashes, lambda rows, found: self._packed(found) == unique[rows])
         missing = ids < 0
         if add and missing.any():
-            fresh = unique[missing]
-            start = self._size
-            new = self._grow(fresh.shape[0])
-            ids[missing] = new
-            self.left[new] = (fresh >> 32).astype(np.int32)
-            self.right[new] = (fresh & 0xFFFFFFFF).astype(np.int32)
-            everything = np.arange(1, start, dtype=np.int32)
-            self.table.add(
-                hashes[missing],
-                new,
-                lambda: (mix(self._packed(everything).view(np.uint64)), everything),
-            )
+            ids[missing] = self._add(unique[missing], hashes[missing])
         out = np.full(left.shape[0], -1, np.int32)
         out[valid] = ids[inverse.reshape(-1)]
         return out
@@ -78,18 +67,20 @@ class _Fold:
         missing = np.flatnonzero((ids < 0) & valid)
         if add and missing.shape[0]:
             fresh, inverse = unique_inverse(packed[missing])
-            start = self._size
-            new = self._grow(fresh.shape[0])
-            ids[missing] = new[inverse]
-            self.left[new] = (fresh >> 32).astype(np.int32)
-            self.right[new] = (fresh & 0xFFFFFFFF).astype(np.int32)
-            everything = np.arange(1, start, dtype=np.int32)
-            self.table.add(
-                mix(fresh.view(np.uint64)),
-                new,
-                lambda: (mix(self._packed(everything).view(np.uint64)), everything),
-            )
+            ids[missing] = self._add(fresh, mix(fresh.view(np.uint64)))[inverse]
         return ids
+
+    def _add(self, fresh: I64, hashes: U64) -> I32:
+        """New ids for ``fresh``, distinct packed pairs unknown so far (``hashes``: theirs)."""
+        start = self._size
+        new = self._grow(fresh.shape[0])
+        self.left[new] = (fresh >> 32).astype(np.int32)
+        self.right[new] = (fresh & 0xFFFFFFFF).astype(np.int32)
+        everything = np.arange(1, start, dtype=np.int32)
+        self.table.add(
+            hashes, new, lambda: (mix(self._packed(everything).view(np.uint64)), everything)
+        )
+        return new
 
     def _packed(self, ids: I32) -> I64:
         return pack(self.left[ids], self.right[ids])
@@ -99,8 +90,8 @@ class _Fold:
         start, self._size = self._size, self._size + n
         if self._size > self.left.shape[0]:
             capacity = max(self._size, self.left.shape[0] * 9 // 8, 1024)
-            self.left = np.resize(self.left, capacity)
-            self.right = np.resize(self.right, capacity)
+            grow(self, "left", capacity)
+            grow(self, "right", capacity)
         return np.arange(start, self._size, dtype=np.int32)
 
 

@@ -72,11 +72,6 @@ class Level:
         hi = np.searchsorted(self.pairs, k + (1 << VALUE_BITS), side="left").astype(np.int64)
         return (lo, hi) if inverse is None else (lo[inverse], hi[inverse])
 
-    def net(self, keys: npt.NDArray[np.integer]) -> I64:
-        """For each key, the sum of the diffs of its pairs."""
-        lo, hi = self.key_ranges(keys)
-        return self.running[hi] - self.running[lo]
-
     def lookup(self, packed: I64) -> I8:
         """For each packed pair, its diff in this level, or 0 where the level does not hold it."""
         if not len(self):
@@ -137,22 +132,20 @@ SORTED_SEARCH_HAYSTACK = 1 << 18
 
 def distinct(keys: I64, haystack: int) -> tuple[I64, npt.NDArray[np.intp] | None]:
     """The sorted distinct keys and where each key is among them (None: ``keys`` as they are,
-    too few to be worth it, or searched in a ``haystack`` too small to miss the caches).
+    sorted and distinct already, too few to be worth it, or searched in a ``haystack`` too
+    small to miss the caches).
     Binary searches for sorted needles walk the haystack in order: for millions of random
     needles in a large array they are several times faster, cache misses being most of a
     search."""
     if keys.shape[0] < SORTED_SEARCH_MIN or haystack < SORTED_SEARCH_HAYSTACK:
         return keys, None
+    if (keys[1:] > keys[:-1]).all():  # sorted and distinct already (np.unique's output)
+        return keys, None
     return unique_inverse(keys)
 
 
-def search(
-    haystack: npt.NDArray[np.integer], needles: I64, ordered: bool = False
-) -> npt.NDArray[np.intp]:
-    """``np.searchsorted(haystack, needles)``, with the needles searched in sorted order
-    (``ordered``: they are sorted and distinct already)."""
-    if ordered:
-        return np.searchsorted(haystack, needles)
+def search(haystack: npt.NDArray[np.integer], needles: I64) -> npt.NDArray[np.intp]:
+    """``np.searchsorted(haystack, needles)``, with the needles searched in sorted order."""
     unique, inverse = distinct(needles, haystack.shape[0])
     found = np.searchsorted(haystack, unique)
     return found if inverse is None else found[inverse]
@@ -174,17 +167,17 @@ def grow(owner: object, name: str, capacity: int, fill: object = 0) -> None:
     size = getattr(owner, name).shape[0]
     if capacity <= size:
         return
-    if not IN_PLACE:
-        setattr(owner, name, resized(getattr(owner, name), capacity, fill))
-        return
-    try:
-        # No local reference: refcheck counts the attribute's and the call's only.
-        getattr(owner, name).resize(capacity, refcheck=True)
-    except ValueError:  # a view or another reference: copying is the safe way
-        setattr(owner, name, resized(getattr(owner, name), capacity, fill))
-        return
-    if fill != 0:  # resize zero-fills
-        getattr(owner, name)[size:] = fill
+    if IN_PLACE:
+        try:
+            # No local reference: refcheck counts the attribute's and the call's only.
+            getattr(owner, name).resize(capacity, refcheck=True)
+        except ValueError:  # a view or another reference: copying is the safe way
+            pass
+        else:
+            if fill != 0:  # resize zero-fills
+                getattr(owner, name)[size:] = fill
+            return
+    setattr(owner, name, resized(getattr(owner, name), capacity, fill))
 
 
 def resized(array: npt.NDArray[S], capacity: int, fill: object = 0) -> npt.NDArray[S]:
