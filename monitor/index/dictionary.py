@@ -1,9 +1,11 @@
 """The vertex dictionary: external vertex ids (``int`` or ``str``) <-> dense ``int32`` ids.
 
 Dense ids are handed out batch by batch (a batch's new ids in the order of their values) and
-never reused, so every index can be addressed by them. Integer ids are mapped with array
-operations (an :class:`~monitor.index.intmap.IntMap`); string ids go through a Python dict, one
-lookup per distinct string of a batch.
+never reused, so every index can be addressed by them. Integer ids are found with array
+operations in a hash table of dense ids (a :class:`~monitor.index.hashtable.SlotTable`, about 7
+bytes per vertex) whose keys are the dictionary's own column of values: one probe per distinct id
+of a batch, where a sorted map's binary search missed the caches a dozen times. String ids go
+through a Python dict, one lookup per distinct string of a batch.
 
 The *order* of vertices, used by filters such as ``a < b``, is that of the external ids: integers
 by value, strings lexicographically, every integer before every string.
@@ -15,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from core.errors import InputError
-from monitor.index.intmap import IntMap
+from monitor.index.hashtable import U64, SlotTable, mix
 from monitor.index.levels import I32, I64
 from monitor.index.unique import unique_inverse
 
@@ -27,7 +29,7 @@ class VertexDictionary:
     """External vertex ids <-> dense ids."""
 
     def __init__(self) -> None:
-        self._ints = IntMap()
+        self._ints = SlotTable()
         self._strings: dict[str, int] = {}
         self._int_value: I64 = np.empty(0, np.int64)
         self._is_string: npt.NDArray[np.bool_] = np.empty(0, np.bool_)
@@ -62,15 +64,24 @@ class VertexDictionary:
 
     def _encode_ints(self, values: I64, add: bool) -> I32:
         unique, inverse = unique_inverse(values)
-        ids = self._ints.find(unique)
+        hashes = mix(unique.view(np.uint64))
+        known = self._int_value  # only integer ids are in the table: no kind to check
+        ids = self._ints.find(hashes, lambda rows, dense: known[dense] == unique[rows])
         missing = ids < 0
         if missing.any() and add:
             fresh = unique[missing]
             new_ids = self._grow(fresh.shape[0])
             ids[missing] = new_ids
             self._int_value[new_ids] = fresh
-            self._ints.add(fresh, new_ids)
+            start = int(new_ids[0])
+            self._ints.add(hashes[missing], new_ids, lambda: self._int_entries(start))
         return ids[inverse]
+
+    def _int_entries(self, end: int) -> tuple[U64, I32]:
+        """The hashes and dense ids of the integer ids below dense id ``end`` (what the table
+        holds before an addition, placed again when it grows)."""
+        ids = np.flatnonzero(~self._is_string[:end]).astype(np.int32)
+        return mix(self._int_value[ids].view(np.uint64)), ids
 
     def _encode_strings(self, values: npt.NDArray[np.generic], add: bool) -> I32:
         unique, inverse = np.unique(values.astype(str), return_inverse=True)
@@ -151,8 +162,9 @@ class VertexDictionary:
         self._is_string[ids] = kinds
         int_ids = ids[~kinds]
         if int_ids.shape[0]:
-            order = np.argsort(ints[~kinds], kind="stable")
-            self._ints.add(ints[~kinds][order], int_ids[order])
+            start = int(ids[0])
+            hashes = mix(ints[~kinds].view(np.uint64))
+            self._ints.add(hashes, int_ids, lambda: self._int_entries(start))
         ends = np.cumsum(lengths) + offset
         for dense, stop, length in zip(
             ids[kinds].tolist(), ends.tolist(), lengths.tolist(), strict=True

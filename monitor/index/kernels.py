@@ -103,6 +103,42 @@ if COMPILED:
                 hi = mid
         return lo
 
+    @njit(cache=True, nogil=True, inline="always")
+    def _gallop(array, lo, hi, needle):  # type: ignore[no-untyped-def]
+        """:func:`_lower_bound` for a needle expected near ``lo``: steps of 1, 2, 4, ... from
+        ``lo``, then a binary search within the last step (``log`` of the distance)."""
+        step = 1
+        while lo + step <= hi and array[lo + step - 1] < needle:
+            lo += step
+            step <<= 1
+        return _lower_bound(array, lo, min(lo + step, hi), needle)
+
+    @njit(cache=True, nogil=True)
+    def compiled_key_ranges(level_pairs, keys):  # type: ignore[no-untyped-def]
+        """For each key, the range ``[lo, hi)`` of its pairs among a level's sorted packed
+        pairs (``Level.key_ranges``, the reference), one pass: the start by binary search, or
+        galloping on from the previous key's range when the keys ascend (sorted needles walk
+        the level once), and the end galloping on from the start (a key holds few pairs)."""
+        n = keys.shape[0]
+        size = level_pairs.shape[0]
+        lo = np.empty(n, np.int64)
+        hi = np.empty(n, np.int64)
+        previous = np.int64(-1)
+        first = last = 0
+        for i in range(n):
+            key = np.int64(keys[i])
+            if key != previous:
+                start = key << VALUE_BITS
+                if previous >= 0 and key > previous:
+                    first = _gallop(level_pairs, last, size, start)
+                else:
+                    first = _lower_bound(level_pairs, 0, size, start)
+                last = _gallop(level_pairs, first, size, (key + 1) << VALUE_BITS)
+                previous = key
+            lo[i] = first
+            hi[i] = last
+        return lo, hi
+
     @njit(cache=True, nogil=True)
     def compiled_contains(offsets, targets, level_pairs, level_diff, keys, values):  # type: ignore[no-untyped-def]
         """:func:`numpy_contains` as one loop: per candidate a binary search in its key's CSR

@@ -15,7 +15,7 @@ from typing import TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from monitor.index.unique import unique_inverse
+from monitor.index.unique import Ints, T, unique_inverse
 
 I64 = npt.NDArray[np.int64]
 I32 = npt.NDArray[np.int32]
@@ -130,7 +130,7 @@ SORTED_SEARCH_MIN = 1024
 SORTED_SEARCH_HAYSTACK = 1 << 18
 
 
-def distinct(keys: I64, haystack: int) -> tuple[I64, npt.NDArray[np.intp] | None]:
+def distinct(keys: Ints[T], haystack: int) -> tuple[Ints[T], npt.NDArray[np.intp] | None]:
     """The sorted distinct keys and where each key is among them (None: ``keys`` as they are,
     sorted and distinct already, too few to be worth it, or searched in a ``haystack`` too
     small to miss the caches).

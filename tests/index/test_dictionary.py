@@ -32,3 +32,39 @@ def test_integer_vertex_ids_are_a_dense_dict(steps: list[tuple[list[int], bool]]
     if model:
         dense = np.array(list(model.values()), np.int32)
         assert dictionary.decode(dense).tolist() == list(model)
+
+
+mixed = st.one_of(st.integers(-50, 50), st.sampled_from(["a", "b", "0", "x" * 40]))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.lists(mixed, max_size=60), min_size=1, max_size=6), st.integers(0, 6))
+def test_a_restored_dictionary_finds_every_id_and_goes_on_numbering(
+    steps: list[list[object]], cut: int
+) -> None:
+    """Integer and string ids exported in two parts (the batches before ``cut`` and after, as
+    checkpoints of a state directory are) and restored into a new dictionary: every id keeps
+    its dense id, and new ids are numbered on after the restored ones."""
+    dictionary = VertexDictionary()
+    model: dict[object, int] = {}
+    blobs = []
+    for k, values in enumerate(steps):
+        if k == cut:
+            blobs.append(dictionary.export(0))
+        got = dictionary.encode(np.array(values, dtype=object)).tolist()
+        model.update(zip(values, got, strict=True))
+    blobs.append(dictionary.export(len(blobs) and _size(blobs[0])))
+    restored = VertexDictionary()
+    for blob in blobs:
+        restored.restore(blob)
+    assert len(restored) == len(dictionary) == len(model)
+    keys = list(model)
+    assert restored.encode(np.array(keys, dtype=object), add=False).tolist() == list(model.values())
+    assert restored.decode(np.array(list(model.values()), np.int32)).tolist() == keys
+    fresh = restored.encode(np.array([10**12, "new", 10**12], dtype=object)).tolist()
+    assert fresh == [len(model), len(model) + 1, len(model)]
+
+
+def _size(blob: bytes) -> int:
+    """How many entries an export holds."""
+    return int(np.frombuffer(blob, "<u4", 1)[0])

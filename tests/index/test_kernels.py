@@ -82,6 +82,22 @@ def test_both_proposals_are_the_current_values_of_each_key(case: tuple[np.ndarra
     assert sorted(zip(owner.tolist(), values.tolist(), strict=True)) == want
 
 
+@settings(max_examples=300, deadline=None)
+@given(cases())
+def test_both_key_ranges_are_the_positions_of_each_keys_pairs(case: tuple[np.ndarray, ...]) -> None:  # type: ignore[type-arg]
+    """The level's range of every probed key (absent keys, repeats, ascending runs that gallop,
+    keys past the last pair): the compiled pass and the numpy searches against a scan."""
+    _, _, level_pairs, level_diff, probe_keys, _, _ = case
+    keys = level_pairs >> 32
+    want_lo = [int(np.count_nonzero(keys < k)) for k in probe_keys.tolist()]
+    want_hi = [int(np.count_nonzero(keys <= k)) for k in probe_keys.tolist()]
+    for lo, hi in (
+        Level.of(level_pairs, level_diff).key_ranges(probe_keys),
+        kernels.compiled_key_ranges(level_pairs, probe_keys),
+    ):
+        assert (lo.tolist(), hi.tolist()) == (want_lo, want_hi)
+
+
 def test_the_compiled_kernel_is_in_use() -> None:
     pytest.importorskip("numba")
     assert kernels.KERNELS == "numba", "set SGM_NUMBA=1 (or unset) to test the compiled kernel"
