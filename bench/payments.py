@@ -204,6 +204,28 @@ def before_and_after(args: argparse.Namespace) -> list[str]:
     return lines
 
 
+def by_epoch_size(args: argparse.Namespace, data: dict[str, np.ndarray]) -> list[str]:
+    """``big_ring`` streamed once in epochs of each size of ``args.epochs``: what a longer
+    epoch buys (fixed costs per epoch, and sorted searches over more keys at once) and what it
+    costs (each epoch's updates wait for it to close)."""
+    lines = [
+        "`big_ring` by epoch size (`--epochs`), one run each in this process, the same stream: "
+        "an epoch has fixed costs (index commits, one pass of every delta query), and its "
+        "deltas come out when it closes.",
+        "",
+        "| epoch (events) | events/s | match deltas/s | mean ms per epoch |",
+        "|---|---|---|---|",
+    ]
+    for size in (int(s) for s in args.epochs.split(",")):
+        r = run(QUERIES["big_ring"], data, args.load, args.stream, size, True)
+        print("big_ring epochs of", size, r, flush=True)
+        lines.append(
+            f"| {size:,} | {r['events_s']:,.0f} | {r['deltas_s']:,.0f} | "
+            f"{1000 * size * 1.05 / r['events_s']:,.0f} |"
+        )
+    return lines
+
+
 def where_the_bytes_go(breakdown: dict[str, dict[str, float]]) -> list[str]:
     """A table of bytes per live event by component (arrays at their capacity), per query:
     the event store (ids, pair, fields), then the relations derived for the selections."""
@@ -241,6 +263,12 @@ def main() -> int:
         "--before", default=BEFORE_COMMIT, help="the commit to A/B against ('' for none)"
     )
     parser.add_argument("--rounds", type=int, default=2, help="A/B rounds per query and side")
+    parser.add_argument(
+        "--epochs",
+        default="10000,25000,50000",
+        help="epoch sizes big_ring is streamed in once each, for the throughput against the "
+        "epoch's length ('' for none)",
+    )
     args = parser.parse_args()
     data = payments(args.load + args.stream, args.accounts, seed=1)
     lines = [
@@ -270,6 +298,8 @@ def main() -> int:
         )
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     lines += ["", f"Peak RSS of the run: {peak:,.0f} MiB.", ""]
+    if args.epochs:
+        lines += [*by_epoch_size(args, data), ""]
     if args.before:
         lines += [*before_and_after(args), ""]
     lines += where_the_bytes_go(breakdown)
