@@ -231,6 +231,15 @@ class FieldColumn:
         return int(self.values.nbytes)
 
 
+def warm() -> None:
+    """Load (or compile, the first time on a machine) the gather of scaled numbers for the eid
+    types the engine passes, before the first epoch."""
+    if ENABLED:
+        values, out = np.full(1, SCALED_ABSENT, np.int32), np.empty(1, np.float64)
+        for eids in (np.zeros(1, np.int32), np.zeros(1, np.int64)):
+            _gather_scaled(values, eids, 0.0, 1.0, out)
+
+
 if AVAILABLE:
 
     @njit(cache=True, nogil=True)

@@ -253,3 +253,5 @@ def warm() -> None:
             if ENABLED:
                 ranges = np.zeros(1, np.int64)
                 compiled_propose(offsets, targets, level_pairs, level_diff, keys, ranges, ranges)
+                if offsets.dtype == np.int32:  # the ranges read no offsets
+                    compiled_key_ranges(level_pairs, keys)

@@ -108,6 +108,13 @@ def format_rows(
     return out, lengths
 
 
+def warm() -> None:
+    """Load (or compile, the first time on a machine) the digits' loop before the first
+    epoch."""
+    if ENABLED:
+        _write_digits(np.zeros(1, np.int64), np.ones(1, np.int64), np.zeros((1, 8), np.uint8))
+
+
 if AVAILABLE:
 
     @njit(cache=True, nogil=True)

@@ -47,6 +47,13 @@ def padded(
     return out
 
 
+def warm() -> None:
+    """Load (or compile, the first time on a machine) the row copy before the first epoch."""
+    if ENABLED:  # strings packed by pack_strings are a read-only view of their bytes
+        for buffer in (np.zeros(1, np.uint8), np.frombuffer(b"a", np.uint8)):
+            padded(buffer, np.zeros(1, np.int64), np.ones(1, np.int64))
+
+
 if AVAILABLE:
 
     @njit(cache=True, nogil=True)

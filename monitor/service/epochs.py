@@ -27,7 +27,7 @@ from monitor.engine import sorting
 from monitor.engine.delta import DeltaEvaluator
 from monitor.engine.owned import ChangedTuples, decide
 from monitor.engine.static import count_matches, enumerate_matches
-from monitor.index import kernels, unique
+from monitor.index import field_columns, kernels, numbered, texts, unique
 from monitor.index import keys as tuple_keys
 from monitor.index.event_relations import EventIndex, Selection, selections_of
 from monitor.index.events import EventChanges
@@ -140,6 +140,9 @@ class EpochProcessor:
         match_id_kernels.warm()
         unique.warm()
         tuple_keys.warm()
+        field_columns.warm()
+        texts.warm()
+        numbered.warm()
         found = [Selection(r, t) for q in self.rewritten for r, t in q.selections]
         unknown = set(settings.retention) - events
         if unknown:
