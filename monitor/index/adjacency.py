@@ -23,17 +23,7 @@ import numpy.typing as npt
 
 from monitor.index import kernels
 from monitor.index.kernels import Offsets, contains
-from monitor.index.levels import (
-    I8,
-    I32,
-    I64,
-    Level,
-    distinct,
-    gather_ranges,
-    merge,
-    pack,
-    unpack,
-)
+from monitor.index.levels import I8, I32, I64, Level, gather_ranges, merge, pack, unpack
 from monitor.plan.cut import Cut
 
 #: CSR offsets are ``int32`` below this many pairs (2**30: a binary search's ``lo + hi`` over
@@ -87,12 +77,8 @@ class AdjacencyView:
         proposing."""
         if not len(self.delta):
             return Probe(keys, None, None)
-        if kernels.KERNELS != "numba":
-            lo, hi = self.delta.key_ranges(keys)
-            return Probe(keys, lo, hi)
-        unique, inverse = distinct(keys, len(self.delta))
-        lo, hi = kernels.compiled_key_ranges(self.delta.pairs, unique)
-        return Probe(keys, lo, hi) if inverse is None else Probe(keys, lo[inverse], hi[inverse])
+        lo, hi = self.delta.key_ranges(keys)
+        return Probe(keys, lo, hi)
 
     def count(self, keys: npt.NDArray[np.integer] | Probe) -> I64:
         """Number of values of each key."""

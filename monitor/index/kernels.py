@@ -35,6 +35,9 @@ import numpy.typing as npt
 from core.compiled import AVAILABLE, ENABLED, njit
 from monitor.index.levels import I8, I32, I64, VALUE_BITS, VALUE_MASK, pack
 
+if AVAILABLE:
+    from monitor.index.levels import gallop, lower_bound
+
 Offsets = npt.NDArray[np.signedinteger[Any]]
 """CSR offsets: ``int32`` while they fit (half the bytes per key), else ``int64``."""
 
@@ -92,53 +95,6 @@ COMPILED = AVAILABLE
 
 if COMPILED:
 
-    @njit(cache=True, nogil=True, inline="always")
-    def _lower_bound(array, lo, hi, needle):  # type: ignore[no-untyped-def]
-        """The first position in ``array[lo:hi]`` (sorted) whose value is ``>= needle``."""
-        while lo < hi:
-            mid = (lo + hi) >> 1
-            if array[mid] < needle:
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo
-
-    @njit(cache=True, nogil=True, inline="always")
-    def _gallop(array, lo, hi, needle):  # type: ignore[no-untyped-def]
-        """:func:`_lower_bound` for a needle expected near ``lo``: steps of 1, 2, 4, ... from
-        ``lo``, then a binary search within the last step (``log`` of the distance)."""
-        step = 1
-        while lo + step <= hi and array[lo + step - 1] < needle:
-            lo += step
-            step <<= 1
-        return _lower_bound(array, lo, min(lo + step, hi), needle)
-
-    @njit(cache=True, nogil=True)
-    def compiled_key_ranges(level_pairs, keys):  # type: ignore[no-untyped-def]
-        """For each key, the range ``[lo, hi)`` of its pairs among a level's sorted packed
-        pairs (``Level.key_ranges``, the reference), one pass: the start by binary search, or
-        galloping on from the previous key's range when the keys ascend (sorted needles walk
-        the level once), and the end galloping on from the start (a key holds few pairs)."""
-        n = keys.shape[0]
-        size = level_pairs.shape[0]
-        lo = np.empty(n, np.int64)
-        hi = np.empty(n, np.int64)
-        previous = np.int64(-1)
-        first = last = 0
-        for i in range(n):
-            key = np.int64(keys[i])
-            if key != previous:
-                start = key << VALUE_BITS
-                if previous >= 0 and key > previous:
-                    first = _gallop(level_pairs, last, size, start)
-                else:
-                    first = _lower_bound(level_pairs, 0, size, start)
-                last = _gallop(level_pairs, first, size, (key + 1) << VALUE_BITS)
-                previous = key
-            lo[i] = first
-            hi[i] = last
-        return lo, hi
-
     @njit(cache=True, nogil=True)
     def compiled_contains(offsets, targets, level_pairs, level_diff, keys, values):  # type: ignore[no-untyped-def]
         """:func:`numpy_contains` as one loop: per candidate a binary search in its key's CSR
@@ -155,25 +111,20 @@ if COMPILED:
             value = values[i]
             if levels and key != previous:
                 previous = key
-                first = _lower_bound(level_pairs, 0, levels, np.int64(key) << VALUE_BITS)
-                last = _lower_bound(level_pairs, first, levels, np.int64(key + 1) << VALUE_BITS)
+                first = lower_bound(level_pairs, 0, levels, np.int64(key) << VALUE_BITS)
+                last = gallop(level_pairs, first, levels, np.int64(key + 1) << VALUE_BITS)
             end = offsets[key + 1]
             if key == key_before and value >= value_before:
                 # The key's next candidate, in order: gallop on from the last position (a
                 # proposal of a prefix comes sorted, so a hub's segment is walked once).
-                lo = at_before
-                step = 1
-                while lo + step < end and targets[lo + step] < value:
-                    lo += step
-                    step <<= 1
-                at = _lower_bound(targets, lo, min(lo + step + 1, end), value)
+                at = gallop(targets, at_before, end, value)
             else:
-                at = _lower_bound(targets, offsets[key], end, value)
+                at = lower_bound(targets, offsets[key], end, value)
             key_before, value_before, at_before = key, value, at
             present = at < end and targets[at] == value
             if first < last:
                 packed = (np.int64(key) << VALUE_BITS) | np.int64(value)
-                at = _lower_bound(level_pairs, first, last, packed)
+                at = lower_bound(level_pairs, first, last, packed)
                 if at < last and level_pairs[at] == packed:
                     present = level_diff[at] > 0
             out[i] = present
@@ -253,5 +204,3 @@ def warm() -> None:
             if ENABLED:
                 ranges = np.zeros(1, np.int64)
                 compiled_propose(offsets, targets, level_pairs, level_diff, keys, ranges, ranges)
-                if offsets.dtype == np.int32:  # the ranges read no offsets
-                    compiled_key_ranges(level_pairs, keys)

@@ -15,6 +15,7 @@ from typing import TypeVar
 import numpy as np
 import numpy.typing as npt
 
+from core.compiled import AVAILABLE, ENABLED, njit
 from monitor.index.unique import Ints, T, unique_inverse
 
 I64 = npt.NDArray[np.int64]
@@ -64,12 +65,18 @@ class Level:
     def __len__(self) -> int:
         return int(self.pairs.shape[0])
 
-    def key_ranges(self, keys: npt.NDArray[np.integer]) -> tuple[I64, I64]:
-        """For each key, the range ``[lo, hi)`` of its pairs."""
-        unique, inverse = distinct(keys.astype(np.int64), len(self))
-        k = unique << VALUE_BITS
-        lo = np.searchsorted(self.pairs, k, side="left").astype(np.int64)
-        hi = np.searchsorted(self.pairs, k + (1 << VALUE_BITS), side="left").astype(np.int64)
+    def key_ranges(
+        self, keys: npt.NDArray[np.integer], *, compiled: bool = ENABLED
+    ) -> tuple[I64, I64]:
+        """For each key, the range ``[lo, hi)`` of its pairs: one compiled pass
+        (:func:`compiled_key_ranges`), or two ``searchsorted`` calls in numpy."""
+        unique, inverse = distinct(keys, len(self))
+        if compiled:
+            lo, hi = compiled_key_ranges(self.pairs, unique)
+        else:
+            k = unique.astype(np.int64) << VALUE_BITS
+            lo = np.searchsorted(self.pairs, k, side="left").astype(np.int64)
+            hi = np.searchsorted(self.pairs, k + (1 << VALUE_BITS), side="left").astype(np.int64)
         return (lo, hi) if inverse is None else (lo[inverse], hi[inverse])
 
     def lookup(self, packed: I64) -> I8:
@@ -191,3 +198,62 @@ def resized(array: npt.NDArray[S], capacity: int, fill: object = 0) -> npt.NDArr
         out[kept:] = fill
     out[:kept] = array[:kept]
     return out
+
+
+def warm() -> None:
+    """Load (or compile, the first time on a machine) the key ranges for the key types the
+    engine passes, before the first epoch."""
+    if ENABLED:
+        for keys in (np.zeros(1, np.int32), np.zeros(1, np.int64)):
+            compiled_key_ranges(np.zeros(0, np.int64), keys)
+
+
+if AVAILABLE:
+
+    @njit(cache=True, nogil=True, inline="always")
+    def lower_bound(array, lo, hi, needle):  # type: ignore[no-untyped-def]
+        """The first position in ``array[lo:hi]`` (sorted) whose value is ``>= needle``."""
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if array[mid] < needle:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    @njit(cache=True, nogil=True, inline="always")
+    def gallop(array, lo, hi, needle):  # type: ignore[no-untyped-def]
+        """:func:`lower_bound` for a needle expected near ``lo``: steps of 1, 2, 4, ... from
+        ``lo``, then a binary search within the last step (``log`` of the distance)."""
+        step = 1
+        while lo + step <= hi and array[lo + step - 1] < needle:
+            lo += step
+            step <<= 1
+        return lower_bound(array, lo, min(lo + step, hi), needle)
+
+    @njit(cache=True, nogil=True)
+    def compiled_key_ranges(level_pairs, keys):  # type: ignore[no-untyped-def]
+        """For each key, the range ``[lo, hi)`` of its pairs among a level's sorted packed
+        pairs, in one pass (``Level.key_ranges``'s numpy path is the reference): the start by
+        binary search, or galloping on from the previous key's range when the keys ascend
+        (sorted needles walk the level once), and the end galloping on from the start (a key
+        holds few pairs)."""
+        n = keys.shape[0]
+        size = level_pairs.shape[0]
+        lo = np.empty(n, np.int64)
+        hi = np.empty(n, np.int64)
+        previous = np.int64(-1)
+        first = last = 0
+        for i in range(n):
+            key = np.int64(keys[i])
+            if key != previous:
+                start = key << VALUE_BITS
+                if previous >= 0 and key > previous:
+                    first = gallop(level_pairs, last, size, start)
+                else:
+                    first = lower_bound(level_pairs, 0, size, start)
+                last = gallop(level_pairs, first, size, (key + 1) << VALUE_BITS)
+                previous = key
+            lo[i] = first
+            hi[i] = last
+        return lo, hi

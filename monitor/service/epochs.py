@@ -27,8 +27,7 @@ from monitor.engine import sorting
 from monitor.engine.delta import DeltaEvaluator
 from monitor.engine.owned import ChangedTuples, decide
 from monitor.engine.static import count_matches, enumerate_matches
-from monitor.index import field_columns, kernels, numbered, texts, unique
-from monitor.index import keys as tuple_keys
+from monitor.index import warmup as index_kernels
 from monitor.index.event_relations import EventIndex, Selection, selections_of
 from monitor.index.events import EventChanges
 from monitor.index.graph import Change, GraphIndex, StagedEpoch
@@ -135,14 +134,9 @@ class EpochProcessor:
         self.rewritten = [rewrite(q, events) for q in self.queries]
         self.internal = [r.internal for r in self.rewritten]
         self.index = GraphIndex(settings.compaction_ratio, settings.compaction_min)
-        kernels.warm()
+        index_kernels.warm()
         sorting.warm()
         match_id_kernels.warm()
-        unique.warm()
-        tuple_keys.warm()
-        field_columns.warm()
-        texts.warm()
-        numbered.warm()
         found = [Selection(r, t) for q in self.rewritten for r, t in q.selections]
         unknown = set(settings.retention) - events
         if unknown:

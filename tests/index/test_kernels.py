@@ -91,10 +91,9 @@ def test_both_key_ranges_are_the_positions_of_each_keys_pairs(case: tuple[np.nda
     keys = level_pairs >> 32
     want_lo = [int(np.count_nonzero(keys < k)) for k in probe_keys.tolist()]
     want_hi = [int(np.count_nonzero(keys <= k)) for k in probe_keys.tolist()]
-    for lo, hi in (
-        Level.of(level_pairs, level_diff).key_ranges(probe_keys),
-        kernels.compiled_key_ranges(level_pairs, probe_keys),
-    ):
+    level = Level.of(level_pairs, level_diff)
+    for compiled in (False, True) if kernels.COMPILED else (False,):
+        lo, hi = level.key_ranges(probe_keys, compiled=compiled)
         assert (lo.tolist(), hi.tolist()) == (want_lo, want_hi)
 
 
