@@ -1,10 +1,11 @@
 """The vertex dictionary: external vertex ids (``int`` or ``str``) <-> dense ``int32`` ids.
 
 Dense ids are handed out batch by batch (a batch's new ids in the order of their values) and
-never reused, so every index can be addressed by them. Integer ids are found with array
-operations in a hash table of dense ids (a :class:`~monitor.index.hashtable.SlotTable`, about 7
-bytes per vertex) whose keys are the dictionary's own column of values: one probe per distinct id
-of a batch, where a sorted map's binary search missed the caches a dozen times. String ids go
+never reused, so every index can be addressed by them. Integer ids are found in a hash
+table of dense ids (a :class:`~monitor.index.hashtable.SlotTable`, about 7 bytes per vertex)
+whose keys are the dictionary's own column of values: one compiled probe per id of a batch, where
+a sorted map's binary search missed the caches a dozen times; only the ids not found are sorted,
+to be numbered. String ids go
 through a Python dict, one lookup per distinct string of a batch.
 
 The *order* of vertices, used by filters such as ``a < b``, is that of the external ids: integers
@@ -63,19 +64,18 @@ class VertexDictionary:
         return out
 
     def _encode_ints(self, values: I64, add: bool) -> I32:
-        unique, inverse = unique_inverse(values)
-        hashes = mix(unique.view(np.uint64))
-        known = self._int_value  # only integer ids are in the table: no kind to check
-        ids = self._ints.find(hashes, lambda rows, dense: known[dense] == unique[rows])
-        missing = ids < 0
-        if missing.any() and add:
-            fresh = unique[missing]
+        hashes = mix(values.view(np.uint64))
+        # only integer ids are in the table: no kind to check
+        ids = self._ints.find_values(hashes, self._int_value, values)
+        missing = np.flatnonzero(ids < 0)
+        if missing.shape[0] and add:
+            fresh, inverse = unique_inverse(values[missing])
             new_ids = self._grow(fresh.shape[0])
-            ids[missing] = new_ids
             self._int_value[new_ids] = fresh
             start = int(new_ids[0])
-            self._ints.add(hashes[missing], new_ids, lambda: self._int_entries(start))
-        return ids[inverse]
+            self._ints.add(mix(fresh.view(np.uint64)), new_ids, lambda: self._int_entries(start))
+            ids[missing] = new_ids[inverse]
+        return ids
 
     def _int_entries(self, end: int) -> tuple[U64, I32]:
         """The hashes and dense ids of the integer ids below dense id ``end`` (what the table

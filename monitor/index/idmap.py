@@ -37,6 +37,7 @@ from monitor.index.texts import (
     plain_ascii,
     same_rows,
 )
+from monitor.index.unique import first_appearances
 
 #: Slots are int32.
 MAX_IDS = 2**31 - 1
@@ -115,21 +116,20 @@ class IdMap:
         return out
 
     def _encode_ints(self, values: I64, add: bool) -> I32:
-        unique, first, inverse = np.unique(values, return_index=True, return_inverse=True)
-        hashes = mix(unique.view(np.uint64))
+        hashes = mix(values.view(np.uint64))
         if self._value is None:
-            slots = np.full(unique.shape[0], -1, np.int32)
+            slots = np.full(values.shape[0], -1, np.int32)
         else:
-            known = self._value
-            slots = self._ints.find(hashes, lambda rows, s: known[s] == unique[rows])
-        missing = _in_order(np.flatnonzero(slots < 0), first)
+            slots = self._ints.find_values(hashes, self._value, values)
+        missing = np.flatnonzero(slots < 0)
         if missing.shape[0] and add:
-            new = self._grow(missing.shape[0], strings=False)
+            fresh, groups = first_appearances(values[missing])  # new slots in order of arrival
+            new = self._grow(fresh.shape[0], strings=False)
             assert self._value is not None
-            self._value[new] = unique[missing]
-            slots[missing] = new
-            self._ints.add(hashes[missing], new, lambda: self._int_entries(int(new[0])))
-        return slots[inverse.reshape(-1)]
+            self._value[new] = fresh
+            self._ints.add(mix(fresh.view(np.uint64)), new, lambda: self._int_entries(int(new[0])))
+            slots[missing] = new[groups]
+        return slots
 
     def _encode_strings(self, strings: list[str], add: bool) -> I32:
         buffer, lengths = pack_strings(strings)

@@ -9,10 +9,19 @@ call and a new loop is warmed by adding its module here
 
 from __future__ import annotations
 
-from monitor.index import field_columns, kernels, keys, levels, numbered, texts, unique
+from monitor.index import (
+    field_columns,
+    hashtable,
+    kernels,
+    keys,
+    levels,
+    numbered,
+    texts,
+    unique,
+)
 
 
 def warm() -> None:
     """Load every compiled loop of the index for the types the engine passes."""
-    for module in (levels, kernels, unique, keys, field_columns, texts, numbered):
+    for module in (levels, kernels, unique, keys, hashtable, field_columns, texts, numbered):
         module.warm()

@@ -5,30 +5,50 @@ ones are -1 when not added, and decoding gives every id back."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from monitor.index import dictionary as dictionary_module
+from monitor.index import hashtable
 from monitor.index.dictionary import VertexDictionary
 
 ids = st.one_of(st.integers(-(2**63), 2**63 - 1), st.integers(-50, 50))
 batches = st.lists(st.tuples(st.lists(ids, max_size=200), st.booleans()), min_size=1, max_size=12)
 
 
-@settings(max_examples=150, deadline=None)
-@given(batches)
-def test_integer_vertex_ids_are_a_dense_dict(steps: list[tuple[list[int], bool]]) -> None:
-    dictionary = VertexDictionary()
-    model: dict[int, int] = {}
-    for values, add in steps:
-        got = dictionary.encode(np.array(values, np.int64), add=add).tolist()
-        before, fresh = len(model), len(set(values) - set(model))
-        for value, dense in zip(values, got, strict=True):
-            if value not in model and add:
-                assert before <= dense < before + fresh
-                assert dense not in model.values()
-                model[value] = dense
-            assert dense == model.get(value, -1), value
-        assert len(dictionary) == len(model)
+def weak_mix(values: np.ndarray) -> np.ndarray:
+    """A hash with seven values, one home and one tag each: long probe sequences of keys that
+    share both, so only the stored values tell them apart."""
+    return (values.astype(np.uint64) % np.uint64(7)) * np.uint64(0x0101010101010101)
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "numpy"])
+@pytest.mark.parametrize("weak", [False, True], ids=["mixed", "colliding"])
+@settings(max_examples=100, deadline=None)
+@given(steps=batches)
+def test_integer_vertex_ids_are_a_dense_dict(
+    steps: list[tuple[list[int], bool]], compiled: bool, weak: bool
+) -> None:
+    """Each batch's new ids are numbered in the order of their values (repeated ones once)."""
+    if compiled and not hashtable.ENABLED:
+        pytest.skip("numba is switched off")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(hashtable, "ENABLED", compiled)
+        if weak:
+            patch.setattr(dictionary_module, "mix", weak_mix)
+        dictionary = VertexDictionary()
+        model: dict[int, int] = {}
+        for values, add in steps:
+            got = dictionary.encode(np.array(values, np.int64), add=add).tolist()
+            before = len(model)
+            fresh = sorted(set(values) - set(model))
+            for value, dense in zip(values, got, strict=True):
+                if value not in model and add:
+                    assert dense == before + fresh.index(value), value
+                    model[value] = dense
+                assert dense == model.get(value, -1), value
+            assert len(dictionary) == len(model)
     if model:
         dense = np.array(list(model.values()), np.int32)
         assert dictionary.decode(dense).tolist() == list(model)
