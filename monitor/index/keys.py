@@ -14,21 +14,19 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from core.compiled import AVAILABLE, ENABLED, njit
 from monitor.index.hashtable import U64, SlotTable, mix
 from monitor.index.levels import I32, I64, grow, pack
 from monitor.index.unique import unique_inverse
 
 
 class _Fold:
-    """One fold: ``(left id, next vertex)`` -> id, and back: the pair of each id in ``left``
-    and ``right`` (ids from 1), found through a :class:`~monitor.index.hashtable.SlotTable`
-    of the packed pair's hash, which compares the pair itself."""
+    """One fold: ``(left id, next vertex)`` -> id, and back: the packed pair of each id in
+    ``pairs`` (ids from 1), found through a :class:`~monitor.index.hashtable.SlotTable` of the
+    packed pair's hash, which compares the pair itself."""
 
     def __init__(self) -> None:
         self.table = SlotTable()
-        self.left: I32 = np.zeros(1, np.int32)
-        self.right: I32 = np.zeros(1, np.int32)
+        self.pairs: I64 = np.zeros(1, np.int64)
         self._size = 1
 
     @property
@@ -37,32 +35,14 @@ class _Fold:
 
     @property
     def nbytes(self) -> int:
-        return self.table.nbytes + int(self.left.nbytes + self.right.nbytes)
+        return self.table.nbytes + int(self.pairs.nbytes)
 
     def encode(self, left: I32, right: I32, add: bool) -> I32:
-        if ENABLED:
-            return self._compiled_encode(left, right, add)
+        """The id of each pair (``-1`` where ``left`` is): one probe per pair, no sort of the
+        pairs first; the missing pairs, each once, get the next ids in order."""
         valid = left >= 0
         packed = pack(np.where(valid, left, 0), right)
-        unique, inverse = np.unique(packed[valid], return_inverse=True)
-        hashes = mix(unique.view(np.uint64))
-        ids = self.table.find(hashes, lambda rows, found: self._packed(found) == unique[rows])
-        missing = ids < 0
-        if add and missing.any():
-            ids[missing] = self._add(unique[missing], hashes[missing])
-        out = np.full(left.shape[0], -1, np.int32)
-        out[valid] = ids[inverse.reshape(-1)]
-        return out
-
-    def _compiled_encode(self, left: I32, right: I32, add: bool) -> I32:
-        """:meth:`encode` with one compiled probe per pair (no sort of the pairs first); the
-        missing pairs, each once, are added as there."""
-        valid = left >= 0
-        packed = pack(np.where(valid, left, 0), right)
-        hashes = mix(packed.view(np.uint64))
-        ids: I32 = _find_pairs(
-            self.table.table, self.table.tags, self.left, self.right, hashes, packed
-        )
+        ids = self.table.find_values(mix(packed.view(np.uint64)), self.pairs, packed)
         ids[~valid] = -1
         missing = np.flatnonzero((ids < 0) & valid)
         if add and missing.shape[0]:
@@ -70,28 +50,27 @@ class _Fold:
             ids[missing] = self._add(fresh, mix(fresh.view(np.uint64)))[inverse]
         return ids
 
+    def decode(self, ids: I32) -> tuple[I32, I32]:
+        """The left id and the vertex of each id's pair."""
+        pairs = self.pairs[ids]
+        return (pairs >> 32).astype(np.int32), (pairs & 0xFFFFFFFF).astype(np.int32)
+
     def _add(self, fresh: I64, hashes: U64) -> I32:
         """New ids for ``fresh``, distinct packed pairs unknown so far (``hashes``: theirs)."""
         start = self._size
         new = self._grow(fresh.shape[0])
-        self.left[new] = (fresh >> 32).astype(np.int32)
-        self.right[new] = (fresh & 0xFFFFFFFF).astype(np.int32)
+        self.pairs[new] = fresh
         everything = np.arange(1, start, dtype=np.int32)
         self.table.add(
-            hashes, new, lambda: (mix(self._packed(everything).view(np.uint64)), everything)
+            hashes, new, lambda: (mix(self.pairs[everything].view(np.uint64)), everything)
         )
         return new
 
-    def _packed(self, ids: I32) -> I64:
-        return pack(self.left[ids], self.right[ids])
-
     def _grow(self, n: int) -> I32:
-        """``n`` new ids; the pair arrays grow by an eighth (amortized copies)."""
+        """``n`` new ids; the pairs grow by an eighth (amortized copies)."""
         start, self._size = self._size, self._size + n
-        if self._size > self.left.shape[0]:
-            capacity = max(self._size, self.left.shape[0] * 9 // 8, 1024)
-            grow(self, "left", capacity)
-            grow(self, "right", capacity)
+        if self._size > self.pairs.shape[0]:
+            grow(self, "pairs", max(self._size, self.pairs.shape[0] * 9 // 8, 1024))
         return np.arange(start, self._size, dtype=np.int32)
 
 
@@ -125,38 +104,7 @@ class TupleKeys:
         columns: list[I32] = []
         ids = keys.astype(np.int32)
         for fold in reversed(self._folds):
-            columns.append(fold.right[ids])
-            ids = fold.left[ids]
+            ids, vertex = fold.decode(ids)
+            columns.append(vertex)
         columns.append(ids)
         return columns[::-1]
-
-
-def warm() -> None:
-    """Load (or compile, the first time on a machine) the fold's probe before the first
-    epoch."""
-    if ENABLED:
-        TupleKeys(2).encode([np.zeros(1, np.int32), np.zeros(1, np.int32)])
-
-
-if AVAILABLE:
-
-    @njit(cache=True, nogil=True)
-    def _find_pairs(table, tags, left, right, hashes, packed):  # type: ignore[no-untyped-def]
-        """:meth:`SlotTable.find <monitor.index.hashtable.SlotTable.find>` for a fold, one
-        probe sequence per pair: from the hash's home, linearly, to the id whose tag and pair
-        match (or ``-1`` at the first empty position)."""
-        mask = np.uint64(table.shape[0] - 1)
-        out = np.empty(packed.shape[0], np.int32)
-        for i in range(packed.shape[0]):
-            at = np.int64(hashes[i] & mask)
-            tag = np.uint8(hashes[i] >> np.uint64(56))
-            while True:
-                found = table[at]
-                if found < 0:
-                    out[i] = -1
-                    break
-                if tags[at] == tag and ((np.int64(left[found]) << 32) | right[found]) == packed[i]:
-                    out[i] = found
-                    break
-                at = (at + 1) & np.int64(mask)
-        return out

@@ -13,7 +13,6 @@ from monitor.index import (
     field_columns,
     hashtable,
     kernels,
-    keys,
     levels,
     numbered,
     texts,
@@ -23,5 +22,5 @@ from monitor.index import (
 
 def warm() -> None:
     """Load every compiled loop of the index for the types the engine passes."""
-    for module in (levels, kernels, unique, keys, hashtable, field_columns, texts, numbered):
+    for module in (levels, kernels, unique, hashtable, field_columns, texts, numbered):
         module.warm()

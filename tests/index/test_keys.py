@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from monitor.index import hashtable
 from monitor.index import keys as keys_module
 from monitor.index.keys import TupleKeys
 
@@ -39,9 +40,9 @@ def test_tuple_keys_are_a_dense_dict_of_tuples(
 ) -> None:
     width, steps = case
     with pytest.MonkeyPatch.context() as patch:
-        if compiled and not keys_module.ENABLED:
+        if compiled and not hashtable.ENABLED:
             pytest.skip("numba is switched off")
-        patch.setattr(keys_module, "ENABLED", compiled)
+        patch.setattr(hashtable, "ENABLED", compiled)
         if weak:
             patch.setattr(keys_module, "mix", weak_mix)
         keys = TupleKeys(width)
