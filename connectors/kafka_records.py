@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import compress, repeat
 from operator import is_not
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -78,7 +78,7 @@ DEAD_LETTER_CATEGORIES = (
 @dataclass
 class Records:
     """Consumed data messages as columns: what decoding needs of each, taken out of the
-    ``Message`` objects by one list comprehension (:func:`message_columns`)."""
+    ``Message`` objects a column at a time (:func:`message_columns`)."""
 
     topics: list[str] = field(default_factory=list)
     partitions: list[int] = field(default_factory=list)
@@ -119,21 +119,28 @@ class Records:
 def message_columns(messages: Sequence[Message]) -> Records:
     """The data messages of a ``consume`` as :class:`Records`; end-of-partition events are
     skipped, any other error raised (as :class:`KafkaException`)."""
-    rows = [
-        (m.topic(), m.partition(), m.offset(), m.value() or b"", m.timestamp(), m.error())
-        for m in messages
-    ]
-    if not rows:
+    if not messages:
         return Records()
-    topics, partitions, offsets, values, stamps, errors = map(list, zip(*rows, strict=True))
-    records = Records(topics, partitions, offsets, values, stamps)
+    # A ``map`` of ``Message``'s own method per column: a C call per message and no Python
+    # frame, half the time of a comprehension that builds a tuple per message.
+    values: list[bytes | None] = list(map(Message.value, messages))
+    if None in values:
+        values = [b"" if value is None else value for value in values]
+    errors = list(map(Message.error, messages))
+    records = Records(
+        cast(list[str], list(map(Message.topic, messages))),
+        cast(list[int], list(map(Message.partition, messages))),
+        cast(list[int], list(map(Message.offset, messages))),
+        cast(list[bytes], values),
+        list(map(Message.timestamp, messages)),
+    )
     if any(map(is_not, errors, repeat(None))):
         for error in errors:
             if error is not None and error.code() != KafkaError._PARTITION_EOF:
                 raise KafkaException(error)
         records = records.take([error is None for error in errors])
     if None in records.topics or None in records.partitions or None in records.offsets:
-        raise KafkaException(f"a message without a position among {len(rows)} consumed")
+        raise KafkaException(f"a message without a position among {len(messages)} consumed")
     return records
 
 

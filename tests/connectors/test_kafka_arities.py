@@ -23,7 +23,7 @@ from connectors.kafka_records import Polled, decode_messages, merge_polled, mess
 from monitor.service.cluster.worker import decode_epoch
 from monitor.service.settings import Settings
 from tests.connectors.kafka_reference import reference_epoch, reference_poll
-from tests.connectors.test_kafka_records import DEFAULT, TOPIC_RELATIONS, FakeMessage, same_batch
+from tests.connectors.test_kafka_records import DEFAULT, TOPIC_RELATIONS, kafka_message, same_batch
 
 
 def messages(records: list[dict[str, Any] | bytes], partition: int = 0) -> list[Message]:
@@ -32,7 +32,7 @@ def messages(records: list[dict[str, Any] | bytes], partition: int = 0) -> list[
     stamp = (1, 1_700_000_000_000)
     return cast(
         list[Message],
-        [FakeMessage("t1", partition, offset, v, stamp) for offset, v in enumerate(values)],
+        [kafka_message("t1", partition, offset, v, stamp) for offset, v in enumerate(values)],
     )
 
 

@@ -17,7 +17,6 @@ broker.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, cast
 
 import numpy as np
@@ -44,34 +43,24 @@ DEFAULT = "e"
 TOPIC_RELATIONS = {"t2": "transfer"}
 
 
-@dataclass(frozen=True)
-class FakeMessage:
-    """What decoding reads of a ``confluent_kafka.Message``."""
-
-    topic_: str
-    partition_: int
-    offset_: int
-    value_: bytes | None
-    timestamp_: tuple[int, int]
-    error_: KafkaError | None = None
-
-    def topic(self) -> str:
-        return self.topic_
-
-    def partition(self) -> int:
-        return self.partition_
-
-    def offset(self) -> int:
-        return self.offset_
-
-    def value(self) -> bytes | None:
-        return self.value_
-
-    def timestamp(self) -> tuple[int, int]:
-        return self.timestamp_
-
-    def error(self) -> KafkaError | None:
-        return self.error_
+def kafka_message(
+    topic: str,
+    partition: int,
+    offset: int,
+    value: bytes | None,
+    timestamp: tuple[int, int],
+    error: KafkaError | None = None,
+) -> Message:
+    """A real ``confluent_kafka.Message`` as a consumer would return it (the decoding takes
+    columns out of messages through ``Message``'s own methods, so no stand-in will do)."""
+    return Message(
+        topic=topic,
+        partition=partition,
+        offset=offset,
+        value=value,
+        timestamp=timestamp,
+        error=error,
+    )
 
 
 # Records ---------------------------------------------------------------------------------------
@@ -202,7 +191,7 @@ def mixed_arity(draw: st.DrawFn) -> bytes:
 
 
 @st.composite
-def messages(draw: st.DrawFn) -> list[FakeMessage]:
+def messages(draw: st.DrawFn) -> list[Message]:
     """Records of topics ``t1`` (default relation ``e``) and ``t2`` (``transfer``) over two
     partitions each, offsets increasing per partition."""
     mode = draw(st.sampled_from(["clean", "fields", "arities", "anything"]))
@@ -215,7 +204,7 @@ def messages(draw: st.DrawFn) -> list[FakeMessage]:
         offset = next_offset.get((topic, partition), draw(st.integers(0, 100)))
         next_offset[(topic, partition)] = offset + draw(st.integers(1, 3))
         stamp = (draw(st.integers(0, 2)), draw(st.sampled_from([-1, 0, 1_700_000_000_123])))
-        out.append(FakeMessage(topic, partition, offset, value or None, stamp))
+        out.append(kafka_message(topic, partition, offset, value or None, stamp))
     return out
 
 
@@ -302,7 +291,7 @@ def learned(types: FieldTypes | None) -> list[tuple[str, list[tuple[str, str]]]]
 @settings(max_examples=400, deadline=None)
 @given(messages(), TYPES, KNOWN, st.integers(0, 1000), st.data())
 def test_batch_decoding_is_the_per_record_decoding(
-    batch: list[FakeMessage], spec: Any, known: dict[str, int], first_seq: int, data: st.DataObject
+    batch: list[Message], spec: Any, known: dict[str, int], first_seq: int, data: st.DataObject
 ) -> None:
     """One batch, and the same records in two chunks merged, against the per-record decoder."""
     types_ref = field_types(spec)
@@ -345,7 +334,7 @@ def test_batch_decoding_is_the_per_record_decoding(
 @settings(max_examples=200, deadline=None)
 @given(messages(), TYPES, KNOWN, st.data())
 def test_epoch_decoding_is_the_per_record_decoding(
-    batch: list[FakeMessage], spec: Any, known: dict[str, int], data: st.DataObject
+    batch: list[Message], spec: Any, known: dict[str, int], data: st.DataObject
 ) -> None:
     """The scale-out worker's epoch, partition by partition, against the per-record decoder."""
     by_partition: dict[tuple[str, int], list[Message]] = {}
@@ -380,11 +369,11 @@ def test_epoch_decoding_is_the_per_record_decoding(
 
 
 def test_message_columns_skip_partition_ends_and_raise_other_errors() -> None:
-    data = FakeMessage("t1", 0, 7, b'{"src": 1, "dst": 2}', (1, 5))
-    end = FakeMessage("t1", 0, 8, None, (0, 0), KafkaError(KafkaError._PARTITION_EOF))
+    data = kafka_message("t1", 0, 7, b'{"src": 1, "dst": 2}', (1, 5))
+    end = kafka_message("t1", 0, 8, None, (0, 0), KafkaError(KafkaError._PARTITION_EOF))
     records = message_columns(cast(list[Message], [data, end]))
-    assert (records.topics, records.offsets, records.values) == (["t1"], [7], [data.value_])
-    broken = FakeMessage("t1", 0, 8, None, (0, 0), KafkaError(KafkaError._MSG_TIMED_OUT))
+    assert (records.topics, records.offsets, records.values) == (["t1"], [7], [data.value()])
+    broken = kafka_message("t1", 0, 8, None, (0, 0), KafkaError(KafkaError._MSG_TIMED_OUT))
     with pytest.raises(KafkaException):
         message_columns(cast(list[Message], [data, broken]))
 
@@ -392,7 +381,7 @@ def test_message_columns_skip_partition_ends_and_raise_other_errors() -> None:
 def test_a_record_without_a_value_is_an_empty_one() -> None:
     """``value()`` is None for a tombstone: an invalid JSON dead letter with an empty value."""
     polled = decode_messages(
-        message_columns(cast(list[Message], [FakeMessage("t1", 0, 3, None, (0, 0))])),
+        message_columns(cast(list[Message], [kafka_message("t1", 0, 3, None, (0, 0))])),
         0,
         DEFAULT,
         {},
