@@ -21,6 +21,7 @@ last committed epoch (its JSON logs). ``--repeat`` interleaves the two and print
 from __future__ import annotations
 
 import argparse
+import gc
 import math
 import pstats
 import re
@@ -41,7 +42,9 @@ from confluent_kafka import Consumer
 from bench.kafka_serve import log_lines, produce_records, serve_env, throughput, topics, wait
 from bench.payments import QUERIES, payments
 from connectors.events import FieldTypes
+from connectors.kafka import CONSUMER_DEFAULTS
 from connectors.kafka_records import decode_messages, message_columns
+from monitor.service.serve import COLLECTOR_THRESHOLDS
 from scripts.kafka_local import KafkaBroker
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -163,9 +166,20 @@ def serve(
 def consumer_alone(bootstrap: str, topic: str, count: int) -> tuple[float, float]:
     """Milliseconds per epoch of ``BATCH`` records that a consumer configured as the service's
     spends in ``consume`` and in decoding (:func:`~connectors.kafka_records.message_columns`
-    and :func:`~connectors.kafka_records.decode_messages`), reading the whole topic."""
+    and :func:`~connectors.kafka_records.decode_messages`), reading the whole topic: the
+    service's consumer defaults and its garbage collector's thresholds."""
+    thresholds = gc.get_threshold()
+    gc.set_threshold(*COLLECTOR_THRESHOLDS)
+    try:
+        return _consume_alone(bootstrap, topic, count)
+    finally:
+        gc.set_threshold(*thresholds)
+
+
+def _consume_alone(bootstrap: str, topic: str, count: int) -> tuple[float, float]:
     consumer = Consumer(
         {
+            **CONSUMER_DEFAULTS,
             "bootstrap.servers": bootstrap,
             "group.id": f"alone-{uuid.uuid4().hex[:8]}",
             "enable.auto.commit": False,

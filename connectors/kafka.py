@@ -50,6 +50,17 @@ from connectors.sinks import CHUNK_ROWS, check_deltas
 from core.columns import Column
 from core.records import UpdateBatch
 
+CONSUMER_DEFAULTS: dict[str, object] = {
+    "queued.min.messages": 1_000_000,
+    "fetch.queue.backoff.ms": 10,
+}
+"""librdkafka settings of the consumers that read the input (the service's and a scale-out
+worker's), each overridden by the same key in ``SGM_KAFKA``: once a partition's pre-fetch queue
+holds ``queued.min.messages`` (librdkafka's default: 100,000), its fetcher backs off for
+``fetch.queue.backoff.ms`` (default: a second), and ``consume`` then waits for records the
+broker already has (README, *Input throughput and consumer settings*). The queue's memory stays
+bounded by ``queued.max.messages.kbytes`` (64 MiB)."""
+
 
 class KafkaSource:
     """The consumer of the edge topics."""
@@ -74,6 +85,7 @@ class KafkaSource:
             "auto.offset.reset": "earliest",
             "statistics.interval.ms": 5000,
             "logger": logging.getLogger("librdkafka.consumer"),
+            **CONSUMER_DEFAULTS,
             **config,
         }
         if on_stats is not None:

@@ -26,6 +26,7 @@ from confluent_kafka import (
 )
 from confluent_kafka import TopicPartition as TP
 
+from connectors.kafka import CONSUMER_DEFAULTS
 from connectors.kafka_records import Partition, partition_key
 from connectors.kafka_retry import retry
 from core.errors import StateError
@@ -80,6 +81,7 @@ class Reader:
     ) -> None:
         self.consumer = Consumer(
             {
+                **CONSUMER_DEFAULTS,
                 **config,
                 "enable.auto.commit": False,
                 "enable.auto.offset.store": False,
