@@ -1,12 +1,11 @@
 """The vertex dictionary: external vertex ids (``int`` or ``str``) <-> dense ``int32`` ids.
 
 Dense ids are handed out batch by batch (a batch's new ids in the order of their values) and
-never reused, so every index can be addressed by them. Integer ids are found in a hash
-table of dense ids (a :class:`~monitor.index.hashtable.SlotTable`, about 7 bytes per vertex)
-whose keys are the dictionary's own column of values: one compiled probe per id of a batch, where
-a sorted map's binary search missed the caches a dozen times; only the ids not found are sorted,
-to be numbered. String ids go
-through a Python dict, one lookup per distinct string of a batch.
+never reused, so every index can be addressed by them. Integer ids are found in a hash table of
+dense ids (a :class:`~monitor.index.hashtable.SlotTable`, about 7 bytes per vertex) whose keys
+are the dictionary's own column of values: one compiled probe per id of a batch, where a sorted
+map's binary search missed the caches a dozen times; only the ids not found are sorted, to be
+numbered. String ids go through a Python dict, one lookup per distinct string of a batch.
 
 The *order* of vertices, used by filters such as ``a < b``, is that of the external ids: integers
 by value, strings lexicographically, every integer before every string.

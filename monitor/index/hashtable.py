@@ -14,6 +14,10 @@ per key and round (one cache line of ids), so the loop runs once per ``WINDOW`` 
 longest probe sequence, never once per key (the first round reads each key's home position
 only: most keys are there). 5 bytes per position, at least 1/0.7 positions
 per id.
+
+Where a key is an integer the caller keeps in a column by id (a vertex's value, a pair packed
+into an ``int64``), :meth:`SlotTable.find_values` probes in one compiled loop instead, the
+comparison inside it; :meth:`SlotTable.find` stays its fallback and the way for any other key.
 """
 
 from __future__ import annotations
