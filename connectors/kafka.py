@@ -62,6 +62,12 @@ broker already has (README, *Input throughput and consumer settings*). The queue
 bounded by ``queued.max.messages.kbytes`` (64 MiB)."""
 
 
+def with_consumer_defaults(config: Mapping[str, object]) -> dict[str, object]:
+    """``config`` (the user's ``SGM_KAFKA`` and the service's own keys) over
+    :data:`CONSUMER_DEFAULTS`: what every consumer of the input starts from."""
+    return {**CONSUMER_DEFAULTS, **config}
+
+
 class KafkaSource:
     """The consumer of the edge topics."""
 
@@ -85,8 +91,7 @@ class KafkaSource:
             "auto.offset.reset": "earliest",
             "statistics.interval.ms": 5000,
             "logger": logging.getLogger("librdkafka.consumer"),
-            **CONSUMER_DEFAULTS,
-            **config,
+            **with_consumer_defaults(config),
         }
         if on_stats is not None:
             settings["stats_cb"] = on_stats

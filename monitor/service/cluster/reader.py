@@ -26,7 +26,7 @@ from confluent_kafka import (
 )
 from confluent_kafka import TopicPartition as TP
 
-from connectors.kafka import CONSUMER_DEFAULTS
+from connectors.kafka import with_consumer_defaults
 from connectors.kafka_records import Partition, partition_key
 from connectors.kafka_retry import retry
 from core.errors import StateError
@@ -81,8 +81,7 @@ class Reader:
     ) -> None:
         self.consumer = Consumer(
             {
-                **CONSUMER_DEFAULTS,
-                **config,
+                **with_consumer_defaults(config),
                 "enable.auto.commit": False,
                 "enable.auto.offset.store": False,
                 "isolation.level": "read_committed",
