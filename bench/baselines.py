@@ -26,7 +26,7 @@ import numpy.typing as npt
 
 from core.records import UpdateBatch
 from monitor.engine.delta import DeltaEvaluator
-from monitor.engine.extend import IndexReader, Keys, StageRunner, adjacency_keys
+from monitor.engine.extend import IndexReader, Keys, StageRunner
 from monitor.engine.prefixes import Prefixes
 from monitor.engine.static import count_matches
 from monitor.index.levels import I64
@@ -50,10 +50,7 @@ class BinaryJoinStageRunner(StageRunner):
         A prefix with no value in the first atom cannot extend, so dropping it is still exact.
         """
         winner, counts, first = self._first.counts(prefixes)
-        others = [
-            view.probe(adjacency_keys(e, prefixes, self.index))
-            for e, view in zip(self.stage.extenders[1:], self.views[1:], strict=True)
-        ]
+        others = [s.probe(prefixes) for s in self.sources[1:]]
         return winner, counts, [*first, *others]
 
 

@@ -137,6 +137,24 @@ def events_name(relation: str, tests: tuple[FieldTest, ...]) -> str:
     return f"{selection_name(relation, tests)}#events"
 
 
+#: The sides a time-ordered index keeps a selection's events by: their source or destination.
+TIME_ORDERS = ("by_src", "by_dst")
+
+
+def time_order_name(relation: str, tests: tuple[FieldTest, ...], side: str) -> str:
+    """The index relation keeping a selection's events by one end and time bucket:
+    ``transfer{...}#by_src`` holds ``(src, bucket, eid)``, ``#by_dst`` ``(dst, bucket, eid)``."""
+    if side not in TIME_ORDERS:
+        raise ValueError(f"a time order is by_src or by_dst, not {side!r}")
+    return f"{selection_name(relation, tests)}#{side}"
+
+
+def time_order_side(name: str) -> str | None:
+    """``by_src`` or ``by_dst`` for a time-ordered index relation's name, else None."""
+    side = name.rsplit("#", 1)[-1] if "#" in name else ""
+    return side if side in TIME_ORDERS else None
+
+
 def base_relation(name: str) -> str:
     """The event relation an index relation derives from (``transfer{..}#events``: transfer)."""
     return name.split("{", 1)[0].split("#", 1)[0]

@@ -14,6 +14,9 @@ import math
 import re
 from datetime import UTC, datetime
 
+import numpy as np
+import numpy.typing as npt
+
 from core.errors import InputError
 
 #: The field that holds an event's time.
@@ -98,3 +101,13 @@ def format_time(ms: float) -> str:
     moment = datetime.fromtimestamp(ms / 1000.0, tz=UTC)
     text = moment.isoformat(timespec="milliseconds" if ms % 1000 else "seconds")
     return text.replace("+00:00", "Z")
+
+
+#: Time buckets are numbered modulo this (a positive ``int32``): times this many buckets apart
+#: share a number, which only adds candidates that a range step's join filters drop.
+BUCKET_MODULUS = 1 << 30
+
+
+def bucket_of(ts: npt.NDArray[np.float64], width: float) -> npt.NDArray[np.int32]:
+    """The number of each (finite) time's bucket, ``width`` ms per bucket."""
+    return np.mod(np.floor(ts / width), BUCKET_MODULUS).astype(np.int32)

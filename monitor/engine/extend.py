@@ -16,13 +16,23 @@ import numpy.typing as npt
 
 from core.fields import affine, compare
 from monitor.engine.prefixes import Candidates, Prefixes
+from monitor.engine.time_order import EndpointSource, RangeSource
 from monitor.index.adjacency import AdjacencyView, Probe
 from monitor.index.levels import I32, I64
 from monitor.plan.cut import Cut
-from monitor.plan.plan import Check, Comparison, Extender, FieldFilter, Stage
+from monitor.plan.plan import (
+    Check,
+    Comparison,
+    EndpointExtender,
+    Extender,
+    FieldFilter,
+    RangeExtender,
+    Stage,
+)
 
-#: Per extender of a stage, the adjacency key of every prefix (with its level's range).
-Keys = list[Probe]
+#: Per extender of a stage, its probe of every prefix (for an adjacency: the key, with its
+#: level's range).
+Keys = list[Any]
 
 
 class IndexReader(Protocol):
@@ -37,6 +47,54 @@ class IndexReader(Protocol):
     def order_keys(self) -> I64: ...
 
     def field_values(self, relation: str, name: str, eids: I32) -> npt.NDArray[Any] | None: ...
+
+    def bucket_width(self, relation: str) -> float: ...
+
+    def endpoints(self, relation: str, position: int, eids: npt.NDArray[np.integer]) -> I32: ...
+
+
+class Source(Protocol):
+    """One extender of a stage, bound to what it reads: it probes a batch of prefixes once,
+    then counts, proposes and intersects from the probe (rows of it for a part of the batch)."""
+
+    def probe(self, prefixes: Prefixes) -> Any: ...
+
+    def count(self, probe: Any) -> I64: ...
+
+    def propose(self, probe: Any) -> tuple[I64, I32]: ...
+
+    def contains(self, probe: Any, values: I32) -> npt.NDArray[np.bool_]: ...
+
+
+class AdjacencySource:
+    """An extender over an atom's adjacency, as one cut sees it."""
+
+    def __init__(self, extender: Extender, view: AdjacencyView, index: IndexReader) -> None:
+        self.extender = extender
+        self.view = view
+        self.index = index
+
+    def probe(self, prefixes: Prefixes) -> Probe:
+        return self.view.probe(adjacency_keys(self.extender, prefixes, self.index))
+
+    def count(self, probe: Probe) -> I64:
+        return self.view.count(probe)
+
+    def propose(self, probe: Probe) -> tuple[I64, I32]:
+        return self.view.propose(probe)
+
+    def contains(self, probe: Probe, values: I32) -> npt.NDArray[np.bool_]:
+        return self.view.contains(probe.keys, values)
+
+
+def source(extender: Extender, index: IndexReader) -> Source:
+    """The source an extender reads: its adjacency, or a range step's time index or event."""
+    if isinstance(extender, EndpointExtender):
+        return EndpointSource(extender, index)
+    view = index.view(extender.relation, extender.position, extender.cut)
+    if isinstance(extender, RangeExtender):
+        return RangeSource(extender, view, index)
+    return AdjacencySource(extender, view, index)
 
 
 def adjacency_keys(
@@ -63,7 +121,7 @@ class StageRunner:
     def __init__(self, stage: Stage, index: IndexReader) -> None:
         self.stage = stage
         self.index = index
-        self.views = [index.view(e.relation, e.position, e.cut) for e in stage.extenders]
+        self.sources = [source(e, index) for e in stage.extenders]
         self.comparisons = Filters((), stage.comparisons, index)
         self.checks = Filters(stage.checks, (), index, stage.fields)
 
@@ -72,14 +130,10 @@ class StageRunner:
         extender's adjacency keys of the prefixes with their ranges in its level, which
         :meth:`extend` reads again (a tuple key is a hash lookup, a range two binary searches:
         once a stage, not once a count and once a proposal)."""
-        extenders = self.stage.extenders
-        keys = [
-            view.probe(adjacency_keys(e, prefixes, self.index))
-            for e, view in zip(extenders, self.views, strict=True)
-        ]
-        if len(extenders) == 1:
-            return np.zeros(len(prefixes), np.intp), self.views[0].count(keys[0]), keys
-        counts = np.stack([v.count(k) for k, v in zip(keys, self.views, strict=True)])
+        keys = [s.probe(prefixes) for s in self.sources]
+        if len(self.sources) == 1:
+            return np.zeros(len(prefixes), np.intp), self.sources[0].count(keys[0]), keys
+        counts = np.stack([s.count(k) for k, s in zip(keys, self.sources, strict=True)])
         winner = np.argmin(counts, axis=0)
         return winner, counts[winner, np.arange(len(prefixes))], keys
 
@@ -89,20 +143,20 @@ class StageRunner:
         extenders = self.stage.extenders
         all_rows: list[npt.NDArray[np.int64]] = []
         all_values: list[I32] = []
-        for e, view in enumerate(self.views):
+        for e, chosen in enumerate(self.sources):
             rows = np.flatnonzero(winner == e) if len(extenders) > 1 else np.arange(len(prefixes))
             if not rows.shape[0]:
                 continue
-            owner, values = view.propose(keys[e][rows])
+            owner, values = chosen.propose(keys[e][rows])
             rows = rows[owner]
             if self.comparisons.comparisons:
                 # Comparisons are cheap: drop candidates before intersecting them.
                 keep = self.comparisons.compare(Candidates(prefixes, rows, values))
                 rows, values = rows[keep], values[keep]
-            for f, other_view in enumerate(self.views):
+            for f, other in enumerate(self.sources):
                 if f == e or not rows.shape[0]:
                     continue
-                keep = other_view.contains(keys[f].keys[rows], values)
+                keep = other.contains(keys[f][rows], values)
                 rows, values = rows[keep], values[keep]
             all_rows.append(rows)
             all_values.append(values)

@@ -13,7 +13,13 @@ relations, derived from the events that pass it:
   relations of one event relation's selections share the keys of their pairs
   (:attr:`EventIndex.pair_keys`): a pair several selections hold is one key.
 
-Both are staged with the epoch, from the effective event changes, so delta queries are seeded
+A selection some plan reads by time (a range step) keeps two more, ternary and indexed by
+their first two positions: ``R{S}#by_src`` holds ``(src, bucket, eid)`` and ``R{S}#by_dst``
+``(dst, bucket, eid)`` for each selected event with a time, its bucket ``floor(ts / width)``
+(:attr:`EventIndex.time_orders`), so the events of a vertex in a range of time are those of a
+few keys.
+
+All of them are staged with the epoch, from the effective event changes, so delta queries are seeded
 by changed events with the same cuts as any relation. Only the selections some atom reads are
 kept (the plain one too only when read): the epoch's event changes themselves, which the store
 and the changelog record, are :attr:`EventIndex.changed`, not a relation's change.
@@ -28,9 +34,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from core.fields import FieldTest, events_name, selection_name
+from core.fields import TIME_ORDERS, FieldTest, events_name, selection_name, time_order_name
 from core.records import EventUpdates
-from core.times import TIME_FIELD
+from core.times import TIME_FIELD, bucket_of
 from monitor.index.compaction import COMPACTION_MIN, compact_pool, compact_store, due, pool_due
 from monitor.index.events import EventChanges, EventStore
 from monitor.index.field_columns import StringPool
@@ -84,6 +90,9 @@ class EventIndex:
     #: Per event relation, the keys of its pairs, shared by the ``#events`` relations of all
     #: its selections (a pair two selections hold has one key, not two).
     pair_keys: dict[str, TupleKeys] = field(default_factory=dict)
+    #: The time-ordered relations some plan reads (``R{S}#by_src``, ``R{S}#by_dst``), with the
+    #: width of their time buckets (ms).
+    time_orders: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.graph.event_stores = self.stores
@@ -93,6 +102,9 @@ class EventIndex:
             keys = self.pair_keys.setdefault(selection.relation, TupleKeys(2))
             self.graph.relation(selection.pairs, 2)
             self.graph.relation(selection.events, 3, indexed=(2,), shared_keys=keys)
+            for name in self._ordered(selection).values():
+                self.graph.relation(name, 3, indexed=(2,))
+                self.graph.bucket_widths[name] = self.time_orders[name]
         self.graph.derived = self.derived
         self.retention = {r: ms for r, ms in self.retention.items() if math.isfinite(ms)}
         for relation in self.retention:
@@ -107,7 +119,15 @@ class EventIndex:
     @property
     def derived(self) -> frozenset[str]:
         """The index relations kept from the events."""
-        return frozenset(n for s in self.selections for n in (s.pairs, s.events))
+        kept = {n for s in self.selections for n in (s.pairs, s.events)}
+        return frozenset(kept | {n for s in self.selections for n in self._ordered(s).values()})
+
+    def _ordered(self, selection: Selection) -> dict[str, str]:
+        """The time-ordered relations kept for ``selection``: side -> name."""
+        names = {
+            side: time_order_name(selection.relation, selection.tests, side) for side in TIME_ORDERS
+        }
+        return {side: name for side, name in names.items() if name in self.time_orders}
 
     @property
     def nbytes(self) -> int:
@@ -144,7 +164,9 @@ class EventIndex:
             out.update(store.breakdown())
         out["string pool"] = sum({id(s.pool): s.pool.nbytes for s in self.stores.values()}.values())
         for selection in self.selections:
-            for kind, name in (("pairs", selection.pairs), ("events", selection.events)):
+            kinds = [("pairs", selection.pairs), ("events", selection.events)]
+            kinds += [("time-ordered", name) for name in self._ordered(selection).values()]
+            for kind, name in kinds:
                 rel = self.graph.relations[name]
                 for _, adjacency in rel.adjacencies():
                     offsets = adjacency.offsets.nbytes
@@ -287,6 +309,7 @@ class EventIndex:
         keys = events.keys(2, [src, dst], eids.shape[0], add=True)
         change = self.graph.stage_effective(events, [src, dst, eids], diff, seq, keys)
         changes[selection.events] = change
+        self._stage_time_orders(selection, store, change, changes)
         # Selected events of each changed pair before the epoch, then after it.
         pairs, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
         inverse = inverse.reshape(-1)
@@ -302,6 +325,30 @@ class EventIndex:
             changes[selection.pairs] = self.graph.stage_effective(
                 rel, [src[first[flips]], dst[first[flips]]], appears, pair_seq[flips]
             )
+
+    def _stage_time_orders(
+        self, selection: Selection, store: EventStore, events: Change, changes: dict[str, Change]
+    ) -> None:
+        """The ``events`` changes of ``selection`` with a time, by end and time bucket, in its
+        time-ordered relations (effective as the events' changes are)."""
+        eids, diff, seq = events.columns[2], events.diff, events.seq
+        assert seq is not None  # staged with the updates' sequence numbers
+        for side, name in self._ordered(selection).items():
+            timed, columns = self._time_ordered(store, eids, side, name)
+            rel = self.graph.relations[name]
+            changes[name] = self.graph.stage_effective(rel, columns, diff[timed], seq[timed])
+
+    def _time_ordered(
+        self, store: EventStore, eids: I32, side: str, name: str
+    ) -> tuple[np.ndarray, list[I32]]:
+        """Which of ``eids`` have a time, and their tuples ``(end, bucket, eid)`` in the
+        time-ordered relation ``name``."""
+        column = store.fields.get(TIME_FIELD)
+        ts = column.get(eids) if column is not None else np.full(eids.shape[0], np.nan)
+        timed = np.isfinite(ts)
+        eids = eids[timed]
+        ends = (store.src if side == "by_src" else store.dst)[eids]
+        return timed, [ends, bucket_of(ts[timed], self.time_orders[name]), eids]
 
     def rebuild(self, relations: Collection[str] | None = None) -> None:
         """The derived relations of the selections of ``relations`` (all by default) from the
@@ -330,6 +377,10 @@ class EventIndex:
             keys, values = unpack(np.unique(pack(src, dst)))
             self.graph.clear_relation(selection.pairs)
             self.graph.load_relation(selection.pairs, 2, [keys.astype(np.int32), values])
+            for side, name in self._ordered(selection).items():
+                _, columns = self._time_ordered(store, eids, side, name)
+                self.graph.clear_relation(name)
+                self.graph.load_relation(name, 3, columns)
 
     def compact(self, minimum: int = COMPACTION_MIN) -> list[str]:
         """After :meth:`commit`: compact the event stores that are due and the string pool if

@@ -171,6 +171,8 @@ class GraphIndex:
         self.event_stores: dict[str, EventStore] = {}
         #: Relations derived from the events (never stored: rebuilt from the events on load).
         self.derived: frozenset[str] = frozenset()
+        #: Per time-ordered relation, the width of its time buckets (ms).
+        self.bucket_widths: dict[str, float] = {}
 
     # -- relations ---------------------------------------------------------------------------
 
@@ -225,6 +227,16 @@ class GraphIndex:
     def field_values(self, relation: str, name: str, eids: I32) -> npt.NDArray[Any] | None:
         """Field ``name`` of the events ``eids`` of ``relation`` (None: no event has it)."""
         return self.event_stores[relation].column(name, eids)
+
+    def bucket_width(self, relation: str) -> float:
+        """The time bucket width (ms) of a time-ordered relation (``R{S}#by_src``)."""
+        return self.bucket_widths[relation]
+
+    def endpoints(self, relation: str, position: int, eids: npt.NDArray[np.integer]) -> I32:
+        """The sources (``position`` 0) or destinations (1) of events ``eids`` of ``relation``."""
+        store = self.event_stores[relation]
+        ends: I32 = (store.src if position == 0 else store.dst)[eids]
+        return ends
 
     def order_keys(self) -> I64:
         """Per dense id, a key ordering vertices as their external ids."""

@@ -16,6 +16,11 @@ atom beside an events atom is its *projection* (:mod:`monitor.plan.cut`): it rea
 atom's cut and seeds nothing, so the delta queries are seeded by changed events (and by the
 changed pairs of atoms without ``as``) and sum to the original's change.
 
+With a retention well beyond a gap (:func:`time_ordered`), an edge variable also gets two
+*time-ordered* atoms, ``R{S}#by_src(x, t)`` and ``R{S}#by_dst(y, t)``: access paths the planner
+may bind ``t`` through (a range step, :mod:`monitor.plan.planner`), projections of its events
+atom like the pairs atom, never seeds or checks.
+
 Predicates across edge variables become join filters (:class:`~monitor.plan.plan.FieldFilter`),
 placed by the planner at the first stage where both variables are bound. ``distinct`` becomes
 ``!=`` filters between vertex variables and between edge variables of one relation.
@@ -23,11 +28,14 @@ placed by the planner at the first stage where both variables are bound. ``disti
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from itertools import combinations
 
-from core.fields import FieldTest, events_name, selection_name
+from core.fields import TIME_ORDERS, FieldTest, events_name, selection_name, time_order_name
 from core.times import TIME_FIELD
+from monitor.plan.windows import time_bounds
 from monitor.query.ast import Atom, FieldRef, Filter, Literal, Predicate, Query
 
 
@@ -64,8 +72,19 @@ def selection_of(query: Query, edge: str) -> tuple[FieldTest, ...]:
     return tuple(sorted(tests, key=str))
 
 
-def rewrite(query: Query, events: set[str]) -> EventQuery:
-    """``query`` over the index relations (unchanged when it reads no event relation)."""
+#: A time-ordered index is offered for an edge variable when its relation's retention is at
+#: least this many times the span its gap leaves it against another edge variable.
+TIME_ORDER_RATIO = 2.0
+
+
+def rewrite(
+    query: Query, events: set[str], retention: Mapping[str, float] | None = None
+) -> EventQuery:
+    """``query`` over the index relations (unchanged when it reads no event relation).
+
+    Given the event relations' ``retention``, an edge variable whose time a gap predicate
+    bounds against another's to a span well inside the retention (:data:`TIME_ORDER_RATIO`)
+    gets its time-ordered atoms too (:func:`time_ordered`)."""
     if not query.has_events:  # set semantics only: the atoms read the relations as named
         reads = tuple((a.relation, ()) for a in query.atoms if a.relation in events)
         return EventQuery(query, query, {}, tuple(dict.fromkeys(reads)))
@@ -87,6 +106,8 @@ def rewrite(query: Query, events: set[str]) -> EventQuery:
             atoms.append(
                 replace(pairs, relation=events_name(atom.relation, tests), variables=variables)
             )
+    if retention is not None:
+        atoms += time_ordered(query, retention)
     filters = list(query.filters)
     if query.distinct:
         filters += [Filter(a, "!=", b) for a, b in combinations(query.head, 2)]
@@ -103,6 +124,32 @@ def rewrite(query: Query, events: set[str]) -> EventQuery:
         predicates=joins,
     )
     return EventQuery(source, internal, edges, tuple(dict.fromkeys(selections)))
+
+
+def time_ordered(query: Query, retention: Mapping[str, float]) -> list[Atom]:
+    """``R{S}#by_src(x, u)`` and ``R{S}#by_dst(y, u)`` for each edge variable ``u`` of
+    ``R(x, y) as u`` that a gap predicate ties to another edge variable within a span at most
+    1 / :data:`TIME_ORDER_RATIO` of ``R``'s retention: the index keeps ``R{S}``'s events by
+    source (destination) and time bucket, so that a stage can bind ``u``, and then ``y``
+    (``x``), from the events of a bound ``x`` (``y``) in the gap's range of time, instead of
+    from all of its neighbours in the window (:mod:`monitor.plan.planner`)."""
+    bounds = time_bounds(query.edges, query.predicates, query.within)
+    out: list[Atom] = []
+    for atom in query.atoms:
+        u = atom.edge
+        if u is None or len(atom.variables) != 2:
+            continue
+        widths = [bounds[t, u] + bounds[u, t] for t in query.edges if t != u]
+        width = min(widths, default=math.inf)
+        if not math.isfinite(width) or retention.get(atom.relation, math.inf) < (
+            TIME_ORDER_RATIO * width
+        ):
+            continue
+        tests = selection_of(query, u)
+        for side, vertex in zip(TIME_ORDERS, atom.variables, strict=True):
+            name = time_order_name(atom.relation, tests, side)
+            out.append(replace(atom, relation=name, variables=(vertex, u), edge=None))
+    return out
 
 
 def within(query: Query) -> tuple[Predicate, ...]:

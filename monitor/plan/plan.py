@@ -52,6 +52,42 @@ class Extender:
 
 
 @dataclass(frozen=True)
+class RangeExtender(Extender):
+    """An edge variable bound from a time-ordered index (``R{S}#by_src(x, bucket, eid)``):
+    the events of the vertex in ``key[0]`` whose time lies in ``[low, high]`` of the time of
+    the event in column ``anchor`` (of relation ``anchor_relation``), read by time bucket
+    (a superset: the stage's join filters then hold the predicates exactly)."""
+
+    anchor: int = 0
+    anchor_relation: str = ""
+    low: float = 0.0
+    high: float = 0.0
+
+    def describe(self, order: tuple[str, ...]) -> str:
+        span = f"{_signed(self.low)} .. {_signed(self.high)}"
+        return (
+            f"{self.relation}#{self.atom + 1}[{order[self.key[0]]}, "
+            f"{order[self.anchor]}.ts {span}, {self.cut.name}]"
+        )
+
+
+@dataclass(frozen=True)
+class EndpointExtender(Extender):
+    """A vertex bound as one end of the bound event in ``key[0]`` (``position`` 1: its
+    destination, 0: its source): one value per prefix, read from the event store."""
+
+    def describe(self, order: tuple[str, ...]) -> str:
+        end = "dst" if self.position == 1 else "src"
+        return f"{self.relation}#{self.atom + 1}[{end} of {order[self.key[0]]}]"
+
+
+def _signed(ms: float) -> str:
+    if ms == 0:
+        return "0"
+    return ("-" if ms < 0 else "+") + format_duration(abs(ms))
+
+
+@dataclass(frozen=True)
 class Check:
     """An atom whose variables are all bound: keep the prefixes whose tuple is present."""
 

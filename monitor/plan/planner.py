@@ -4,25 +4,34 @@
 ``dQ_i``); ``static_plan(q)`` one plan that enumerates all current matches (BiGJoin). Both use
 :func:`attribute_order` and :func:`build`, so the two evaluations share every stage rule; cuts come
 from :func:`~monitor.plan.cut.cut_of` only.
+
+A :class:`RangeStep` binds an edge variable from a time-ordered atom (the events of a bound
+vertex in a gap's range of an anchor event's time), then the far end of its event: the plans of
+``pass_through`` over a long window read ten minutes of a hub's transfers, not a day of them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from itertools import combinations, pairwise
 
 from core.errors import PlanError
-from core.fields import base_relation
+from core.fields import base_relation, time_order_side
 from monitor.plan.cut import Cut, cut_of
 from monitor.plan.plan import (
     Check,
     Comparison,
     DeltaQuery,
+    EndpointExtender,
     Extender,
     FieldFilter,
+    RangeExtender,
     Seed,
     Stage,
 )
+from monitor.plan.windows import time_bounds
 from monitor.query.ast import Atom, FieldRef, Query
 
 
@@ -35,12 +44,20 @@ def delta_queries(query: Query) -> tuple[DeltaQuery, ...]:
 
 def projections(query: Query) -> dict[int, int]:
     """Each projection atom's index -> the index of the events atom it is the pairs of:
-    ``R{S}(a, b)`` followed by ``R{S}#events(a, b, t)``."""
-    return {
+    ``R{S}(a, b)`` followed by ``R{S}#events(a, b, t)``; and each time-ordered atom
+    (``R{S}#by_src(a, t)``, ``R{S}#by_dst(b, t)``) -> the events atom of its edge variable."""
+    out = {
         i: i + 1
         for i, (atom, events) in enumerate(pairwise(query.atoms))
         if events.relation == f"{atom.relation}#events" and events.variables[:-1] == atom.variables
     }
+    events_of = {
+        a.variables[-1]: i for i, a in enumerate(query.atoms) if a.relation.endswith("#events")
+    }
+    for i, atom in enumerate(query.atoms):
+        if time_order_side(atom.relation) is not None:
+            out[i] = events_of[atom.variables[-1]]
+    return out
 
 
 def static_plan(query: Query) -> DeltaQuery:
@@ -49,20 +66,49 @@ def static_plan(query: Query) -> DeltaQuery:
     return build(query, seed, delta=False)
 
 
+#: The narrowest time bucket a time-ordered relation is kept by (ms).
+MIN_BUCKET = 1000.0
+
+
+def bucket_widths(plans: Iterable[DeltaQuery]) -> dict[str, float]:
+    """Per time-ordered relation some of ``plans`` reads, the width of its time buckets: the
+    narrowest range a range step reads it over (at least :data:`MIN_BUCKET`), so that a
+    range covers about two buckets."""
+    out: dict[str, float] = {}
+    for plan in plans:
+        for stage in plan.stages:
+            for e in stage.extenders:
+                if isinstance(e, RangeExtender):
+                    width = max(MIN_BUCKET, e.high - e.low)
+                    out[e.relation] = min(out.get(e.relation, width), width)
+    return out
+
+
 def attribute_order(query: Query, seed: int) -> tuple[str, ...]:
     """The seed atom's variables, then, greedily, the variable most constrained by bound ones.
 
     A variable can come next when some atom holds it and otherwise only bound variables; among
-    those, the one with the most such atoms wins (ties go to head order).
+    those, the one with the most such atoms wins (ties go to head order). A :func:`range_step`,
+    when one is possible, comes first: its edge variable, then the far end of its event.
     """
     order = list(dict.fromkeys(query.atoms[seed].variables))
     while len(order) < len(query.head):
+        step = range_step(query, order)
+        if step is not None:
+            order += [step.edge, step.far]
+            continue
         bound = set(order)
         best: tuple[int, int, str] | None = None
         for rank, var in enumerate(query.head):
             if var in bound:
                 continue
-            links = [a for a in query.atoms if var in a.variables and _binds(a, var, bound)]
+            links = [
+                a
+                for a in query.atoms
+                if var in a.variables
+                and _binds(a, var, bound)
+                and time_order_side(a.relation) is None
+            ]
             connected = any(set(a.variables) - {var} for a in links)
             if not connected:
                 continue
@@ -88,7 +134,9 @@ def build(query: Query, seed: int, *, delta: bool) -> DeltaQuery:
     seed_cut = seed if delta else None
     seed_atom = query.atoms[seed]
     projected = projections(query)
-    used = {seed}
+    # Time-ordered atoms are access paths, never checks: used from the start (a range step
+    # reads one).
+    used = {seed} | {i for i, a in enumerate(query.atoms) if time_order_side(a.relation)}
     if delta:  # the seed's own pairs hold wherever its changed events do
         used.update(i for i, events in projected.items() if events == seed)
 
@@ -132,8 +180,38 @@ def build(query: Query, seed: int, *, delta: bool) -> DeltaQuery:
     first_joins = joins_until(width)
     first_guards = _guards(query, order, width, used, column, cut)
     stages = []
-    for var in order[width:]:
-        extenders = []
+    pending: RangeStep | None = None  # the range step whose far vertex comes next
+    for p in range(width, len(order)):
+        var = order[p]
+        extenders: list[Extender] = []
+        step = None if pending is not None else range_step(query, order[:p])
+        if pending is not None and var == pending.far:
+            events = pending.events
+            position = 1 if pending.side == "by_src" else 0
+            relation = base_relation(query.atoms[events].relation)
+            key = (column[pending.edge],)
+            extenders.append(EndpointExtender(events, relation, 2, position, key, cut(events)))
+            pending = None
+        elif step is not None and step.edge == var:
+            used.update(step.implied)
+            relation = query.atoms[step.atom].relation
+            key = (column[step.vertex],)
+            anchor = column[step.anchor]
+            extenders.append(
+                RangeExtender(
+                    step.atom,
+                    relation,
+                    3,
+                    2,
+                    key,
+                    cut(step.atom),
+                    anchor,
+                    step.anchor_relation,
+                    step.low,
+                    step.high,
+                )
+            )
+            pending = step
         for i, atom in enumerate(query.atoms):
             if i in used or var not in atom.variables:
                 continue
@@ -167,6 +245,73 @@ def build(query: Query, seed: int, *, delta: bool) -> DeltaQuery:
         first_joins,
         first_guards,
     )
+
+
+@dataclass(frozen=True)
+class RangeStep:
+    """Binding an edge variable from a time-ordered atom, then the far end of its event.
+
+    Taken when the atom's vertex is bound and some bound edge variable (the *anchor*) bounds
+    the edge variable's time to ``anchor.ts + [low, high]``, and the far end is a variable
+    no other atom holds (a chain, such as ``pass_through``'s ``c``): the far end is then
+    bound by the event alone, and the events of the vertex in that time range are far fewer
+    than its neighbours' events in the whole window. A far end that another atom holds (the
+    closing vertex of a ring) is bound by count / propose / intersect as before.
+    """
+
+    atom: int
+    events: int
+    #: The atoms this step makes redundant: the edge variable's events and pairs atoms and
+    #: its other time-ordered atom (each holds wherever the proposed event does).
+    implied: frozenset[int]
+    vertex: str
+    edge: str
+    far: str
+    side: str
+    anchor: str
+    anchor_relation: str
+    low: float
+    high: float
+
+
+def range_step(query: Query, order: Sequence[str]) -> RangeStep | None:
+    """The first range step possible once ``order``'s variables are bound (None: none)."""
+    bound = set(order)
+    events_of = {
+        a.variables[-1]: i for i, a in enumerate(query.atoms) if a.relation.endswith("#events")
+    }
+    edges = list(events_of)
+    projected = projections(query)
+    bounds: dict[tuple[str, str], float] | None = None
+    for i, atom in enumerate(query.atoms):
+        side = time_order_side(atom.relation)
+        if side is None:
+            continue
+        vertex, edge = atom.variables
+        if vertex not in bound or edge in bound:
+            continue
+        events = events_of[edge]
+        src, dst, _ = query.atoms[events].variables
+        far = dst if side == "by_src" else src
+        implied = frozenset({events} | {j for j, e in projected.items() if e == events})
+        if far in bound or far == vertex:
+            continue
+        if any(far in a.variables for j, a in enumerate(query.atoms) if j not in implied):
+            continue
+        if bounds is None:
+            bounds = time_bounds(edges, query.predicates)
+        anchors = [
+            (bounds[t, edge] + bounds[edge, t], k, t)
+            for k, t in enumerate(edges)
+            if t in bound and t != edge and math.isfinite(bounds[t, edge] + bounds[edge, t])
+        ]
+        if not anchors:
+            continue
+        _, _, t = min(anchors)
+        anchor_relation = base_relation(query.atoms[events_of[t]].relation)
+        low, high = -bounds[edge, t], bounds[t, edge]
+        return RangeStep(i, events, implied, vertex, edge, far, side, t, anchor_relation, low, high)
+    return None
 
 
 def _field_filters(query: Query, column: dict[str, int]) -> list[FieldFilter]:
@@ -247,7 +392,7 @@ def _rule(query: Query, seed: int, delta: bool, cut: Callable[[int], Cut]) -> st
     parts = []
     for i, atom in enumerate(query.atoms):
         args = ", ".join(atom.variables)
-        if i in own:
+        if i in own or time_order_side(atom.relation) is not None:
             continue
         if delta and i == seed:
             parts.append(f"d{atom.relation}({args})")

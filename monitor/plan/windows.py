@@ -21,7 +21,7 @@ import math
 from collections.abc import Mapping, Sequence
 
 from core.times import FOREVER, TIME_FIELD, format_duration
-from monitor.query.ast import FieldRef, Query
+from monitor.query.ast import FieldRef, Predicate, Query
 
 
 def span(query: Query) -> float:
@@ -31,10 +31,22 @@ def span(query: Query) -> float:
     n = len(edges)
     if n == 0 or (n == 1 and query.within is None):  # no time constraint at all: no window
         return FOREVER
+    bound = time_bounds(edges, query.predicates, query.within)
+    return max(0.0, max(bound.values()))
+
+
+def time_bounds(
+    edges: Sequence[str], predicates: Sequence[Predicate], within: float | None = None
+) -> dict[tuple[str, str], float]:
+    """For every two edge variables ``(t, u)``, the largest ``u.ts - t.ts`` the order and gap
+    predicates (and ``within``) allow (``inf``: unbounded): shortest paths in the graph of
+    the difference constraints. Predicates on other fields, or on variables not in ``edges``,
+    bound nothing."""
+    n = len(edges)
     at = {edge: k for k, edge in enumerate(edges)}
     # bound[t][u]: the largest u.ts - t.ts allowed so far.
     bound = [[0.0 if t == u else math.inf for u in range(n)] for t in range(n)]
-    for predicate in query.predicates:
+    for predicate in predicates:
         right = predicate.right
         if (
             predicate.left.name != TIME_FIELD
@@ -42,6 +54,8 @@ def span(query: Query) -> float:
             or right.name != TIME_FIELD
             or predicate.factor != 1.0
             or predicate.left.edge == right.edge
+            or predicate.left.edge not in at
+            or right.edge not in at
         ):
             continue
         left, other, offset = at[predicate.left.edge], at[right.edge], predicate.offset
@@ -49,16 +63,16 @@ def span(query: Query) -> float:
             bound[other][left] = min(bound[other][left], offset)
         if predicate.op in (">", ">=", "="):  # other - left <= -offset
             bound[left][other] = min(bound[left][other], -offset)
-    if query.within is not None:
+    if within is not None:
         for t in range(n):
             for u in range(n):
                 if t != u:
-                    bound[t][u] = min(bound[t][u], query.within)
+                    bound[t][u] = min(bound[t][u], within)
     for k in range(n):
         for t in range(n):
             for u in range(n):
                 bound[t][u] = min(bound[t][u], bound[t][k] + bound[k][u])
-    return max(0.0, max(max(row) for row in bound))
+    return {(t, u): bound[at[t]][at[u]] for t in edges for u in edges}
 
 
 def retentions(

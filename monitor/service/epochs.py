@@ -21,6 +21,7 @@ import numpy.typing as npt
 from connectors.events import FieldTypes
 from core.columns import Column
 from core.errors import ConfigError, StateError
+from core.fields import time_order_side
 from core.records import EventUpdates, UpdateBatch, mirrored
 from core.times import TIME_FIELD
 from monitor.engine import sorting
@@ -36,6 +37,7 @@ from monitor.index.store import StateStore
 from monitor.index.window import Tick
 from monitor.plan.cut import Cut
 from monitor.plan.events import event_relations, rewrite
+from monitor.plan.planner import bucket_widths, static_plan
 from monitor.plan.windows import retentions
 from monitor.query.ast import Query
 from monitor.query.types import field_types
@@ -131,13 +133,6 @@ class EpochProcessor:
         #: (``monitor.plan.events``: event relations become pairs and events relations).
         self.queries = list(queries)
         events = event_relations(tuple(self.queries))
-        self.rewritten = [rewrite(q, events) for q in self.queries]
-        self.internal = [r.internal for r in self.rewritten]
-        self.index = GraphIndex(settings.compaction_ratio, settings.compaction_min)
-        index_kernels.warm()
-        sorting.warm()
-        match_id_kernels.warm()
-        found = [Selection(r, t) for q in self.rewritten for r, t in q.selections]
         unknown = set(settings.retention) - events
         if unknown:
             raise ConfigError(
@@ -146,18 +141,34 @@ class EpochProcessor:
             )
         #: Per event relation, how long its events live (ms; inf: until deleted).
         self.retention = retentions(self.queries, events, settings.retention)
-        self.events = EventIndex(self.index, selections_of(found), retention=self.retention)
+        self.rewritten = [rewrite(q, events, self.retention) for q in self.queries]
+        self.internal = [r.internal for r in self.rewritten]
+        self.index = GraphIndex(settings.compaction_ratio, settings.compaction_min)
+        index_kernels.warm()
+        sorting.warm()
+        match_id_kernels.warm()
+        found = [Selection(r, t) for q in self.rewritten for r, t in q.selections]
+        self.evaluator = DeltaEvaluator(self.internal, settings.max_prefixes)
+        self.events = EventIndex(
+            self.index,
+            selections_of(found),
+            retention=self.retention,
+            time_orders=bucket_widths(
+                [p for plans in self.evaluator.plans.values() for p in plans]
+                + [static_plan(q) for q in self.internal]
+            ),
+        )
         self.clock = EventClock(settings.allowed_lateness, settings.watermark_outliers)
         self._changes: dict[str, Change] = {}
         for query in self.internal:
             for relation, arity in query.relations.items():
-                self.index.relation(relation, arity)
+                if time_order_side(relation) is None:  # the events index keeps those it reads
+                    self.index.relation(relation, arity)
         #: Each relation's arity, for the sources (a tuple of another length is a dead letter;
         #: they learn the first tuple's length of a relation they do not find here): the
         #: index's relations, kept up to date on restore and commit.
         self.arities: dict[str, int] = {}
         self._note_arities()
-        self.evaluator = DeltaEvaluator(self.internal, settings.max_prefixes)
         #: The event relations and their field types, for the sources (None: no events).
         self.field_types = _field_types(self.queries, self.events.relations)
         self.epoch = 0

@@ -1,0 +1,120 @@
+"""Range steps: an edge variable bound from its vertex's events in a gap's time range.
+
+With a retention well beyond a gap (``pass_through`` over a day's window, its gap ten minutes),
+the plans bind the second transfer from the bucketed events of the shared account, then the
+far account as the event's end; a ring's closing vertex is still bound by intersection, and a
+retention near the gap keeps the plans as they were.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from monitor.plan.events import event_relations, rewrite
+from monitor.plan.plan import EndpointExtender, RangeExtender
+from monitor.plan.planner import bucket_widths, delta_queries, projections, static_plan
+from monitor.plan.windows import retentions
+from monitor.query.ast import Query
+from monitor.query.parser import parse_queries
+
+GOLDEN = Path(__file__).parent / "golden"
+MINUTE = 60_000.0
+DAY = 24 * 60 * MINUTE
+QUERIES = {
+    q.name: q
+    for q in parse_queries(
+        """
+        pass_through(a, b, c) :=
+            transfer(a, b) as t1, transfer(b, c) as t2,
+            t1.ts <= t2.ts, t2.ts <= t1.ts + 10m,
+            t2.amount >= 0.9 * t1.amount,
+            distinct.
+        fast_ring(a, b, c) :=
+            transfer(a, b) as t1, transfer(b, c) as t2, transfer(c, a) as t3,
+            t1.ts < t2.ts, t2.ts < t3.ts, within 10m, distinct.
+        cash_out(a, b, c) :=
+            deposit(a, b) as d, withdrawal(b, c) as w, d.ts <= w.ts, w.ts <= d.ts + 1h.
+        """
+    )
+}
+
+
+def internal(name: str, retention: dict[str, float]) -> Query:
+    query = QUERIES[name]
+    return rewrite(query, event_relations((query,)), retention).internal
+
+
+def ranges(query: Query) -> list[tuple[RangeExtender, EndpointExtender]]:
+    """Per delta query, its range stage's extender and the next stage's endpoint."""
+    out = []
+    for plan in delta_queries(query):
+        for stage, after in zip(plan.stages, plan.stages[1:], strict=False):
+            if isinstance(stage.extenders[0], RangeExtender):
+                assert len(stage.extenders) == 1, stage
+                assert isinstance(after.extenders[0], EndpointExtender), after
+                out.append((stage.extenders[0], after.extenders[0]))
+    return out
+
+
+def test_a_gap_well_inside_the_retention_binds_the_next_transfer_by_time() -> None:
+    query = internal("pass_through", {"transfer": DAY})
+    (forward, src_end), (backward, dst_end) = ranges(query)
+    by_t1, by_t2 = delta_queries(query)
+    # seeded by t1 = (a, b): t2 from b's transfers out in t1.ts + [0, 10m], then c = t2's dst
+    assert forward.relation == "transfer#by_src" and by_t1.order == ("a", "b", "t1", "t2", "c")
+    assert by_t1.order[forward.key[0]] == "b" and by_t1.order[forward.anchor] == "t1"
+    assert (forward.low, forward.high) == (0, 10 * MINUTE)
+    assert src_end.position == 1 and by_t1.order[src_end.key[0]] == "t2"
+    # seeded by t2 = (b, c): t1 from b's transfers in, in t2.ts - [10m, 0], then a = t1's src
+    assert backward.relation == "transfer#by_dst" and by_t2.order[backward.key[0]] == "b"
+    assert (backward.low, backward.high) == (-10 * MINUTE, 0)
+    assert dst_end.position == 0 and by_t2.order[dst_end.key[0]] == "t1"
+    # the cut of the edge variable's events atom; the gap predicates join at the range stage
+    projected = projections(query)
+    assert forward.cut is by_t1.stages[0].extenders[0].cut
+    assert projected[forward.atom] == 3 and projected[backward.atom] == 1
+    assert len(by_t1.stages[0].fields) == 3
+    assert bucket_widths([*delta_queries(query), static_plan(query)]) == {
+        "transfer#by_src": 10 * MINUTE,
+        "transfer#by_dst": 10 * MINUTE,
+    }
+
+
+def test_a_retention_near_the_gap_keeps_the_plans_of_the_pairs() -> None:
+    default = retentions([QUERIES["pass_through"]], {"transfer"}, {})
+    assert default == {"transfer": 10 * MINUTE}  # the query's own span
+    for retention in (default, {"transfer": 19 * MINUTE}):
+        query = internal("pass_through", retention)
+        assert not any("#by_" in atom.relation for atom in query.atoms), retention
+        assert ranges(query) == []
+    assert ranges(internal("pass_through", {"transfer": 20 * MINUTE}))
+    assert ranges(internal("pass_through", {}))  # a relation without a window: kept forever
+
+
+def test_a_rings_closing_vertex_is_still_intersected() -> None:
+    query = internal("fast_ring", {"transfer": DAY})
+    assert ranges(query) == []
+    for plan in delta_queries(query):
+        assert len(plan.stages[0].extenders) == 2, plan.describe()
+
+
+def test_two_relations_and_their_own_windows() -> None:
+    both = {"deposit": DAY, "withdrawal": DAY}
+    (forward, _), (backward, _) = ranges(internal("cash_out", both))
+    assert forward.relation == "withdrawal#by_src" and forward.anchor_relation == "deposit"
+    assert backward.relation == "deposit#by_dst" and backward.anchor_relation == "withdrawal"
+    # only the relation whose window is wide gets its time order
+    query = internal("cash_out", {"deposit": DAY, "withdrawal": 90 * MINUTE})
+    ((only, _),) = ranges(query)
+    assert only.relation == "deposit#by_dst"
+
+
+def test_explain_of_a_range_step_matches_golden_file() -> None:
+    query = internal("pass_through", {"transfer": DAY})
+    plans = [p.describe() for p in delta_queries(query)] + [static_plan(query).describe()]
+    text = f"# {QUERIES['pass_through']} (transfer kept 1d)\n" + "\n".join(plans) + "\n"
+    path = GOLDEN / "pass_through_1d.txt"
+    if os.environ.get("UPDATE_GOLDEN"):
+        path.write_text(text)
+    assert path.read_text() == text
