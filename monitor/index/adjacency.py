@@ -221,11 +221,20 @@ class Adjacency:
         self._new_delta = None
 
     def compact(self) -> None:
-        """Merge the committed level into the CSR. Linear in the number of stored pairs."""
+        """Merge the committed level into the CSR. Linear in the number of stored pairs:
+        compiled, one merge per key of its segment with its level pairs (the proposal's
+        kernel); in numpy, the pairs without the removed ones, with the added ones inserted."""
         if not len(self.committed):
             return
-        current = self.pairs(Cut.OLD)
-        new_keys, self.targets = unpack(current)
+        if kernels.KERNELS == "numba":  # every key's merge, as a proposal of all keys is
+            keys = np.arange(self._keys, dtype=np.int64)
+            lo, hi = self.committed.key_ranges(keys)
+            level = self.committed
+            new_keys, self.targets = kernels.compiled_propose(
+                self.offsets, self.targets, level.pairs, level.diff, keys, lo, hi
+            )
+        else:
+            new_keys, self.targets = unpack(self.pairs(Cut.OLD))
         self._offsets = csr_offsets(np.bincount(new_keys, minlength=self._keys))
         self.committed = Level.empty()
         self.compactions += 1

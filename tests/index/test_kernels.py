@@ -97,6 +97,35 @@ def test_both_key_ranges_are_the_positions_of_each_keys_pairs(case: tuple[np.nda
         assert (lo.tolist(), hi.tolist()) == (want_lo, want_hi)
 
 
+@settings(max_examples=300, deadline=None)
+@given(cases(), st.booleans())
+def test_both_compactions_leave_the_current_pairs(
+    case: tuple[np.ndarray, ...],  # type: ignore[type-arg]
+    compiled: bool,
+) -> None:
+    """Compaction merges the committed level into the CSR: the compiled merge per key and
+    the numpy removal and insertion leave the same offsets and targets, the current pairs."""
+    offsets, targets, level_pairs, level_diff, _, _, _ = case
+    if compiled and not kernels.COMPILED:
+        return
+    adj = adjacency.Adjacency()
+    keys = np.repeat(np.arange(offsets.shape[0] - 1), np.diff(offsets))
+    adj.load(pack(keys, targets))
+    adj.ensure_keys(offsets.shape[0] - 1)
+    adj.stage(level_pairs, level_diff)
+    want = adj.pairs(Cut.NEW).tolist()
+    adj.committed, adj.uncommitted = Level.of(level_pairs, level_diff), Level.empty()
+    before = kernels.KERNELS
+    kernels.KERNELS = "numba" if compiled else "numpy"
+    try:
+        adj.compact()
+    finally:
+        kernels.KERNELS = before
+    assert not len(adj.committed)
+    assert adj.pairs(Cut.OLD).tolist() == want
+    assert adj.offsets.shape[0] == offsets.shape[0]
+
+
 def test_the_compiled_kernel_is_in_use() -> None:
     pytest.importorskip("numba")
     assert kernels.KERNELS == "numba", "set SGM_NUMBA=1 (or unset) to test the compiled kernel"
