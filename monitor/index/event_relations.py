@@ -1,66 +1,34 @@
-"""Event relations in the graph index: what their atoms read, kept up to date from the events.
+"""Event relations in the graph index: their stores, their windows, and the relations the
+atoms read, kept up to date from the events.
 
-An atom over an event relation reads it through one *selection* (its edge variable's tests;
-none for an atom without predicates). For each selection the index keeps two ordinary
-relations, derived from the events that pass it:
-
-- ``pairs`` (binary): ``(src, dst)`` is present while at least one selected event joins them.
-  The worst-case optimal extension counts, proposes and intersects over it, so a selective
-  predicate shrinks the adjacency before any prefix touches it. The selection with no tests is
-  the relation itself (``transfer``): what an atom without ``as`` reads (set semantics).
-- ``events`` (ternary, ``(src, dst, eid)``, indexed by its pair only): the selected events of
-  a pair, which expand an edge variable once both its vertices are bound. The ``events``
-  relations of one event relation's selections share the keys of their pairs
-  (:attr:`EventIndex.pair_keys`): a pair several selections hold is one key.
-
-A selection some plan reads by time (a range step) keeps two more, ternary and indexed by
-their first two positions: ``R{S}#by_src`` holds ``(src, bucket, eid)`` and ``R{S}#by_dst``
-``(dst, bucket, eid)`` for each selected event with a time, its bucket ``floor(ts / width)``
-(:attr:`EventIndex.time_orders`), so the events of a vertex in a range of time are those of a
-few keys.
-
-All of them are staged with the epoch, from the effective event changes, so delta queries are seeded
-by changed events with the same cuts as any relation. Only the selections some atom reads are
-kept (the plain one too only when read): the epoch's event changes themselves, which the store
-and the changelog record, are :attr:`EventIndex.changed`, not a relation's change.
+Each event relation has an :class:`~monitor.index.events.EventStore` (ids, ends and fields of
+its events) and, with a window, an expiry queue. An epoch's event updates are admitted (late
+and untimed inserts refused), the due events expire, the store stages the rest, and each
+selection some atom reads has its relations staged from the effective changes
+(:mod:`monitor.index.selections`). The epoch's event changes themselves, which the store and
+the changelog record, are :attr:`EventIndex.changed`, not a relation's change.
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from core.fields import TIME_ORDERS, FieldTest, events_name, selection_name, time_order_name
 from core.records import EventUpdates
-from core.times import TIME_FIELD, bucket_of
+from core.times import TIME_FIELD
 from monitor.index.compaction import COMPACTION_MIN, compact_pool, compact_store, due, pool_due
 from monitor.index.events import EventChanges, EventStore
 from monitor.index.field_columns import StringPool
 from monitor.index.graph import Change, GraphIndex
 from monitor.index.keys import TupleKeys
-from monitor.index.levels import I32, I64, pack, unpack
+from monitor.index.levels import I32, I64
+from monitor.index.selections import Selection, SelectionRelations
 from monitor.index.window import ExpiryQueue, Tick
-from monitor.plan.cut import Cut
-
-
-@dataclass(frozen=True)
-class Selection:
-    """One selection of an event relation, and the two relations kept for it."""
-
-    relation: str
-    tests: tuple[FieldTest, ...] = ()
-
-    @property
-    def pairs(self) -> str:
-        return selection_name(self.relation, self.tests)
-
-    @property
-    def events(self) -> str:
-        return events_name(self.relation, self.tests)
 
 
 @dataclass
@@ -93,6 +61,9 @@ class EventIndex:
     #: The time-ordered relations some plan reads (``R{S}#by_src``, ``R{S}#by_dst``), with the
     #: width of their time buckets (ms).
     time_orders: dict[str, float] = field(default_factory=dict)
+    #: Derived relations no delta query reads: not maintained (:mod:`monitor.index.selections`).
+    unread: frozenset[str] = frozenset()
+    kept: list[SelectionRelations] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.graph.event_stores = self.stores
@@ -100,11 +71,10 @@ class EventIndex:
         for selection in self.selections:
             self.stores.setdefault(selection.relation, EventStore(selection.relation, pool=pool))
             keys = self.pair_keys.setdefault(selection.relation, TupleKeys(2))
-            self.graph.relation(selection.pairs, 2)
-            self.graph.relation(selection.events, 3, indexed=(2,), shared_keys=keys)
-            for name in self._ordered(selection).values():
-                self.graph.relation(name, 3, indexed=(2,))
-                self.graph.bucket_widths[name] = self.time_orders[name]
+            relations = SelectionRelations(
+                self.graph, selection, keys, self.time_orders, self.unread
+            )
+            self.kept.append(relations)
         self.graph.derived = self.derived
         self.retention = {r: ms for r, ms in self.retention.items() if math.isfinite(ms)}
         for relation in self.retention:
@@ -119,15 +89,21 @@ class EventIndex:
     @property
     def derived(self) -> frozenset[str]:
         """The index relations kept from the events."""
-        kept = {n for s in self.selections for n in (s.pairs, s.events)}
-        return frozenset(kept | {n for s in self.selections for n in self._ordered(s).values()})
+        return frozenset(name for relations in self.kept for name in relations.names)
 
-    def _ordered(self, selection: Selection) -> dict[str, str]:
-        """The time-ordered relations kept for ``selection``: side -> name."""
-        names = {
-            side: time_order_name(selection.relation, selection.tests, side) for side in TIME_ORDERS
-        }
-        return {side: name for side, name in names.items() if name in self.time_orders}
+    @contextmanager
+    def complete(self) -> Iterator[None]:
+        """Every derived relation loaded, the unread ones too, for a static evaluation
+        (between epochs: nothing staged); the unread ones are emptied again after it."""
+        loaded = [r for r in self.kept if r.unread]
+        for relations in loaded:
+            relation = relations.selection.relation
+            relations.load(self.stores[relation], self.pair_keys[relation], relations.unread)
+        try:
+            yield
+        finally:
+            for relations in loaded:
+                relations.release(self.pair_keys[relations.selection.relation])
 
     @property
     def nbytes(self) -> int:
@@ -163,18 +139,8 @@ class EventIndex:
         for store in self.stores.values():
             out.update(store.breakdown())
         out["string pool"] = sum({id(s.pool): s.pool.nbytes for s in self.stores.values()}.values())
-        for selection in self.selections:
-            kinds = [("pairs", selection.pairs), ("events", selection.events)]
-            kinds += [("time-ordered", name) for name in self._ordered(selection).values()]
-            for kind, name in kinds:
-                rel = self.graph.relations[name]
-                for _, adjacency in rel.adjacencies():
-                    offsets = adjacency.offsets.nbytes
-                    out[f"{kind} relations: offsets"] += offsets
-                    out[f"{kind} relations: values"] += adjacency.nbytes - offsets
-                keys = sum(k.nbytes for k in rel.tuple_keys if k not in (None, rel.shared_keys))
-                if keys:
-                    out[f"{kind} relations: tuple keys"] += keys
+        for relations in self.kept:
+            relations.breakdown(out)
         for shared in self.pair_keys.values():
             out["events relations: tuple keys"] += shared.nbytes
         return dict(out)
@@ -215,16 +181,11 @@ class EventIndex:
                 self.changed[relation] = changed
             died, born = changed.eids[changed.diff < 0], changed.eids[changed.diff > 0]
             self.replaced += np.intersect1d(store.slot[died], store.slot[born]).shape[0]
-            for selection in self.selections:
-                if selection.relation == relation:
-                    keep = store.select(changed.eids, selection.tests)
-                    self._stage_selection(
-                        selection,
-                        store,
-                        changed.eids[keep],
-                        changed.diff[keep],
-                        changed.seq[keep],
-                        changes,
+            for relations in self.kept:
+                if relations.selection.relation == relation:
+                    keep = store.select(changed.eids, relations.selection.tests)
+                    relations.stage(
+                        store, changed.eids[keep], changed.diff[keep], changed.seq[keep], changes
                     )
         return changes
 
@@ -291,65 +252,6 @@ class EventIndex:
         self.graph.ensure_keys()
         return out
 
-    def _stage_selection(
-        self,
-        selection: Selection,
-        store: EventStore,
-        eids: I32,
-        diff: np.ndarray,
-        seq: np.ndarray,
-        changes: dict[str, Change],
-    ) -> None:
-        if not eids.shape[0]:
-            return
-        src, dst = store.src[eids], store.dst[eids]
-        events = self.graph.relations[selection.events]
-        # An event changes once per epoch (a new eid is born, a present one dies), so the
-        # changes of the events relation are effective as they are: no netting, one key each.
-        keys = events.keys(2, [src, dst], eids.shape[0], add=True)
-        change = self.graph.stage_effective(events, [src, dst, eids], diff, seq, keys)
-        changes[selection.events] = change
-        self._stage_time_orders(selection, store, change, changes)
-        # Selected events of each changed pair before the epoch, then after it.
-        pairs, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
-        inverse = inverse.reshape(-1)
-        delta = np.bincount(inverse, weights=diff, minlength=pairs.shape[0]).astype(np.int64)
-        before = events.primary.view(Cut.OLD).count(pairs)
-        after = before + delta
-        flips = np.flatnonzero((before > 0) != (after > 0))
-        if flips.shape[0]:  # a pair appears or disappears: effective as well
-            pair_seq = np.zeros(pairs.shape[0], np.int64)
-            np.maximum.at(pair_seq, inverse, seq)
-            appears = np.where(after[flips] > 0, np.int8(1), np.int8(-1)).astype(np.int8)
-            rel = self.graph.relations[selection.pairs]
-            changes[selection.pairs] = self.graph.stage_effective(
-                rel, [src[first[flips]], dst[first[flips]]], appears, pair_seq[flips]
-            )
-
-    def _stage_time_orders(
-        self, selection: Selection, store: EventStore, events: Change, changes: dict[str, Change]
-    ) -> None:
-        """The ``events`` changes of ``selection`` with a time, by end and time bucket, in its
-        time-ordered relations (effective as the events' changes are)."""
-        eids, diff, seq = events.columns[2], events.diff, events.seq
-        assert seq is not None  # staged with the updates' sequence numbers
-        for side, name in self._ordered(selection).items():
-            timed, columns = self._time_ordered(store, eids, side, name)
-            rel = self.graph.relations[name]
-            changes[name] = self.graph.stage_effective(rel, columns, diff[timed], seq[timed])
-
-    def _time_ordered(
-        self, store: EventStore, eids: I32, side: str, name: str
-    ) -> tuple[np.ndarray, list[I32]]:
-        """Which of ``eids`` have a time, and their tuples ``(end, bucket, eid)`` in the
-        time-ordered relation ``name``."""
-        column = store.fields.get(TIME_FIELD)
-        ts = column.get(eids) if column is not None else np.full(eids.shape[0], np.nan)
-        timed = np.isfinite(ts)
-        eids = eids[timed]
-        ends = (store.src if side == "by_src" else store.dst)[eids]
-        return timed, [ends, bucket_of(ts[timed], self.time_orders[name]), eids]
-
     def rebuild(self, relations: Collection[str] | None = None) -> None:
         """The derived relations of the selections of ``relations`` (all by default) from the
         stores' live events, and their expiry queues, as committed state (after the stores were
@@ -365,22 +267,10 @@ class EventIndex:
         for relation in self.pair_keys:  # the pairs of dead events go with their keys
             if relations is None or relation in relations:
                 self.pair_keys[relation] = TupleKeys(2)
-        for selection in self.selections:
-            if relations is not None and selection.relation not in relations:
-                continue
-            store = self.stores[selection.relation]
-            live = np.flatnonzero(store.alive[: store.size]).astype(np.int32)
-            eids = live[store.select(live, selection.tests)]
-            src, dst = store.src[eids], store.dst[eids]
-            self.graph.clear_relation(selection.events, self.pair_keys[selection.relation])
-            self.graph.load_relation(selection.events, 3, [src, dst, eids])
-            keys, values = unpack(np.unique(pack(src, dst)))
-            self.graph.clear_relation(selection.pairs)
-            self.graph.load_relation(selection.pairs, 2, [keys.astype(np.int32), values])
-            for side, name in self._ordered(selection).items():
-                _, columns = self._time_ordered(store, eids, side, name)
-                self.graph.clear_relation(name)
-                self.graph.load_relation(name, 3, columns)
+        for kept in self.kept:
+            relation = kept.selection.relation
+            if relations is None or relation in relations:
+                kept.load(self.stores[relation], self.pair_keys[relation])
 
     def compact(self, minimum: int = COMPACTION_MIN) -> list[str]:
         """After :meth:`commit`: compact the event stores that are due and the string pool if

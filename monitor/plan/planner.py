@@ -13,7 +13,7 @@ vertex in a gap's range of an anchor event's time), then the far end of its even
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import combinations, pairwise
 
@@ -64,24 +64,6 @@ def static_plan(query: Query) -> DeltaQuery:
     """The plan that enumerates every current match, seeded by the first binary atom."""
     seed = next((i for i, a in enumerate(query.atoms) if len(a.variables) == 2), 0)
     return build(query, seed, delta=False)
-
-
-#: The narrowest time bucket a time-ordered relation is kept by (ms).
-MIN_BUCKET = 1000.0
-
-
-def bucket_widths(plans: Iterable[DeltaQuery]) -> dict[str, float]:
-    """Per time-ordered relation some of ``plans`` reads, the width of its time buckets: the
-    narrowest range a range step reads it over (at least :data:`MIN_BUCKET`), so that a
-    range covers about two buckets."""
-    out: dict[str, float] = {}
-    for plan in plans:
-        for stage in plan.stages:
-            for e in stage.extenders:
-                if isinstance(e, RangeExtender):
-                    width = max(MIN_BUCKET, e.high - e.low)
-                    out[e.relation] = min(out.get(e.relation, width), width)
-    return out
 
 
 def attribute_order(query: Query, seed: int) -> tuple[str, ...]:

@@ -29,15 +29,17 @@ from monitor.engine.delta import DeltaEvaluator
 from monitor.engine.owned import ChangedTuples, decide
 from monitor.engine.static import count_matches, enumerate_matches
 from monitor.index import warmup as index_kernels
-from monitor.index.event_relations import EventIndex, Selection, selections_of
+from monitor.index.event_relations import EventIndex, selections_of
 from monitor.index.events import EventChanges
 from monitor.index.graph import Change, GraphIndex, StagedEpoch
 from monitor.index.levels import I32, I64
+from monitor.index.selections import Selection
 from monitor.index.store import StateStore
 from monitor.index.window import Tick
 from monitor.plan.cut import Cut
 from monitor.plan.events import event_relations, rewrite
-from monitor.plan.planner import bucket_widths, static_plan
+from monitor.plan.needs import bucket_widths, unread
+from monitor.plan.planner import static_plan
 from monitor.plan.windows import retentions
 from monitor.query.ast import Query
 from monitor.query.types import field_types
@@ -149,14 +151,14 @@ class EpochProcessor:
         match_id_kernels.warm()
         found = [Selection(r, t) for q in self.rewritten for r, t in q.selections]
         self.evaluator = DeltaEvaluator(self.internal, settings.max_prefixes)
+        selections = selections_of(found)
+        plans = [p for plans in self.evaluator.plans.values() for p in plans]
         self.events = EventIndex(
             self.index,
-            selections_of(found),
+            selections,
             retention=self.retention,
-            time_orders=bucket_widths(
-                [p for plans in self.evaluator.plans.values() for p in plans]
-                + [static_plan(q) for q in self.internal]
-            ),
+            time_orders=bucket_widths(plans + [static_plan(q) for q in self.internal]),
+            unread=unread([(s.pairs, s.events) for s in selections], plans),
         )
         self.clock = EventClock(settings.allowed_lateness, settings.watermark_outliers)
         self._changes: dict[str, Change] = {}
@@ -397,16 +399,20 @@ class EpochProcessor:
 
     def counts(self) -> dict[str, int]:
         """The number of current matches of every query (static evaluation)."""
-        return {
-            q.name: count_matches(q, self.index, max_prefixes=self.settings.max_prefixes)
-            for q in self.internal
-        }
+        with self.events.complete():
+            return {
+                q.name: count_matches(q, self.index, max_prefixes=self.settings.max_prefixes)
+                for q in self.internal
+            }
 
     def initial(
         self, emit: Callable[[QueryOutput], None], queries: Sequence[Query] | None = None
     ) -> None:
         """Emit every current match of every query (or of ``queries``) as +1 deltas."""
-        names = None if queries is None else {q.name for q in queries}
+        with self.events.complete():
+            self._initial(emit, None if queries is None else {q.name for q in queries})
+
+    def _initial(self, emit: Callable[[QueryOutput], None], names: set[str] | None) -> None:
         for i, query in enumerate(self.internal):
             if names is not None and query.name not in names:
                 continue

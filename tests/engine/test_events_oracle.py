@@ -367,11 +367,12 @@ def check_epochs(
     ops: list[Any],
     cuts: list[int],
     settings: Settings | None = None,
+    static: bool = False,
 ) -> list[list[Any]]:
     """Run ``ops`` in epochs cut at ``cuts``; after every epoch the accumulated deltas equal
     the brute force over ``model``, each binding at most once per epoch, running sums in
-    {0, 1}. Returns each epoch's output rows, in order (query, vertices, events' columns,
-    diff)."""
+    {0, 1} (and, if ``static``, so do the static counts). Returns each epoch's output rows,
+    in order (query, vertices, events' columns, diff)."""
     processor = EpochProcessor(queries, settings or Settings())
     outputs = []
     current: Counter[tuple[str, tuple[tuple[int, ...], tuple[str, ...]]]] = Counter()
@@ -391,6 +392,9 @@ def check_epochs(
         for query in queries:
             got = {b for (n, b), c in current.items() if n == query.name and c}
             assert got == brute_force(model, query), f"{query.name} after ops {lo}..{hi}"
+        if static:
+            want = {q.name: len(brute_force(model, q)) for q in queries}
+            assert processor.counts() == want, f"static counts after ops {lo}..{hi}"
     return outputs
 
 

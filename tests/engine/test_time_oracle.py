@@ -120,6 +120,22 @@ def test_time_predicates_match_the_brute_force_after_every_epoch(
     check_epochs(QUERIES, TimedModel(), batch, ops, cuts, FOREVER)
 
 
+@settings(max_examples=100, deadline=None)
+@given(
+    ops=st.lists(OPS, min_size=3, max_size=40),
+    cuts=st.lists(st.integers(1, 40), max_size=5),
+    which=st.sampled_from([q.name for q in QUERIES]),
+)
+def test_each_query_alone_with_its_static_counts(
+    ops: list[tuple[Any, ...]], cuts: list[int], which: str
+) -> None:
+    """One query alone: its range steps then read the only maintained relations of its
+    selections (``pass_through``'s pairs and events are unread), and the static counts,
+    which load the unread ones for their duration, agree after every epoch."""
+    query = [q for q in QUERIES if q.name == which]
+    check_epochs(query, TimedModel(), batch, ops, cuts, FOREVER, static=True)
+
+
 def test_the_time_oracle_sees_matches() -> None:
     """The examples' kind of workload matches every query (the check is not vacuous)."""
     model = TimedModel()

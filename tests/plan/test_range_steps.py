@@ -12,8 +12,9 @@ import os
 from pathlib import Path
 
 from monitor.plan.events import event_relations, rewrite
+from monitor.plan.needs import bucket_widths, unread
 from monitor.plan.plan import EndpointExtender, RangeExtender
-from monitor.plan.planner import bucket_widths, delta_queries, projections, static_plan
+from monitor.plan.planner import delta_queries, projections, static_plan
 from monitor.plan.windows import retentions
 from monitor.query.ast import Query
 from monitor.query.parser import parse_queries
@@ -118,3 +119,20 @@ def test_explain_of_a_range_step_matches_golden_file() -> None:
     if os.environ.get("UPDATE_GOLDEN"):
         path.write_text(text)
     assert path.read_text() == text
+
+
+def test_relations_no_delta_query_reads_are_not_maintained() -> None:
+    """``pass_through`` kept for a day reads its time orders only: its pairs and events are
+    unread. A set atom over the same relation reads the pairs (and needs the events to count
+    them); with its own window the plans read pairs and events as before."""
+    selection = [("transfer", "transfer#events")]
+    day = delta_queries(internal("pass_through", {"transfer": DAY}))
+    assert unread(selection, day) == {"transfer", "transfer#events"}
+    default = delta_queries(internal("pass_through", {"transfer": 10 * MINUTE}))
+    assert unread(selection, default) == set()
+    (mixed,) = parse_queries(
+        "mixed(a, b, c) := transfer(a, b) as t1, transfer(b, c) as t2, transfer(c, a), "
+        "t1.ts <= t2.ts, t2.ts <= t1.ts + 10m."
+    )
+    plans = delta_queries(rewrite(mixed, {"transfer"}, {"transfer": DAY}).internal)
+    assert unread(selection, plans) == set()

@@ -1,0 +1,205 @@
+"""The relations the index keeps for one selection of an event relation.
+
+An atom over an event relation reads it through one *selection* (its edge variable's tests;
+none for an atom without predicates). For each selection the index keeps ordinary relations,
+derived from the events that pass it:
+
+- ``pairs`` (binary): ``(src, dst)`` is present while at least one selected event joins them.
+  The worst-case optimal extension counts, proposes and intersects over it, so a selective
+  predicate shrinks the adjacency before any prefix touches it. The selection with no tests is
+  the relation itself (``transfer``): what an atom without ``as`` reads (set semantics).
+- ``events`` (ternary, ``(src, dst, eid)``, indexed by its pair only): the selected events of
+  a pair, which expand an edge variable once both its vertices are bound. The ``events``
+  relations of one event relation's selections share the keys of their pairs: a pair several
+  selections hold is one key.
+- ``by_src`` and ``by_dst`` (ternary, indexed by their first two positions), for a selection
+  some plan reads by time (a range step): ``(src, bucket, eid)`` and ``(dst, bucket, eid)``
+  for each selected event with a time, its bucket ``floor(ts / width)``, so that the events of
+  a vertex in a range of time are those of a few keys.
+
+All are staged with the epoch from the effective event changes, so delta queries are seeded
+by changed events with the same cuts as any relation. A relation no delta query reads is
+*unread*: it is not maintained (its changes still seed), and a static evaluation has it
+loaded for its duration (:meth:`SelectionRelations.load`). ``pass_through`` kept for a day
+reads only its time orders: its pairs and events cost nothing.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from core.fields import TIME_ORDERS, FieldTest, events_name, selection_name, time_order_name
+from core.times import TIME_FIELD, bucket_of
+from monitor.index.events import EventStore
+from monitor.index.graph import Change, GraphIndex
+from monitor.index.keys import TupleKeys
+from monitor.index.levels import I8, I32, I64, pack, unpack
+from monitor.plan.cut import Cut
+
+
+@dataclass(frozen=True)
+class Selection:
+    """One selection of an event relation: the relation and its edge variable's tests."""
+
+    relation: str
+    tests: tuple[FieldTest, ...] = ()
+
+    @property
+    def pairs(self) -> str:
+        return selection_name(self.relation, self.tests)
+
+    @property
+    def events(self) -> str:
+        return events_name(self.relation, self.tests)
+
+    def time_order(self, side: str) -> str:
+        return time_order_name(self.relation, self.tests, side)
+
+
+class SelectionRelations:
+    """The relations of one selection in a graph index, staged and loaded together."""
+
+    def __init__(
+        self,
+        graph: GraphIndex,
+        selection: Selection,
+        pair_keys: TupleKeys,
+        time_orders: Mapping[str, float],
+        unread: Collection[str] = (),
+    ) -> None:
+        self.graph = graph
+        self.selection = selection
+        #: side -> name of the time-ordered relations some plan reads, and their bucket widths.
+        self.ordered = {
+            side: selection.time_order(side)
+            for side in TIME_ORDERS
+            if selection.time_order(side) in time_orders
+        }
+        self.widths = {name: time_orders[name] for name in self.ordered.values()}
+        self.unread = frozenset(unread) & {selection.pairs, selection.events}
+        graph.relation(selection.pairs, 2)
+        graph.relation(selection.events, 3, indexed=(2,), shared_keys=pair_keys)
+        for name, width in self.widths.items():
+            graph.relation(name, 3, indexed=(2,))
+            graph.bucket_widths[name] = width
+
+    @property
+    def names(self) -> list[str]:
+        """Every relation kept for the selection (maintained or not)."""
+        return [self.selection.pairs, self.selection.events, *self.ordered.values()]
+
+    def kinds(self) -> list[tuple[str, str]]:
+        """(kind, name) of each relation, for the memory breakdown."""
+        kinds = [("pairs", self.selection.pairs), ("events", self.selection.events)]
+        return kinds + [("time-ordered", name) for name in self.ordered.values()]
+
+    def stage(
+        self, store: EventStore, eids: I32, diff: I8, seq: I64, changes: dict[str, Change]
+    ) -> None:
+        """Stage the effective changes ``eids`` (selected already) in every maintained
+        relation; their changes (of the unread ones too) into ``changes``."""
+        if not eids.shape[0]:
+            return
+        selection = self.selection
+        src, dst = store.src[eids], store.dst[eids]
+        # An event changes once per epoch (a new eid is born, a present one dies), so the
+        # changes of the events relation are effective as they are: no netting, one key each.
+        if selection.events in self.unread:
+            changes[selection.events] = Change([src, dst, eids], diff, seq)
+        else:
+            events = self.graph.relations[selection.events]
+            keys = events.keys(2, [src, dst], eids.shape[0], add=True)
+            change = self.graph.stage_effective(events, [src, dst, eids], diff, seq, keys)
+            changes[selection.events] = change
+            self._stage_pairs(src, dst, keys, diff, seq, changes)
+        for side, name in self.ordered.items():
+            timed, columns = self._time_ordered(store, eids, side, name)
+            rel = self.graph.relations[name]
+            changes[name] = self.graph.stage_effective(rel, columns, diff[timed], seq[timed])
+
+    def _stage_pairs(
+        self, src: I32, dst: I32, keys: I64, diff: I8, seq: I64, changes: dict[str, Change]
+    ) -> None:
+        """The pairs that appear or disappear: selected events of each changed pair before
+        the epoch, then after it (an unread pairs relation's change seeds all the same)."""
+        events = self.graph.relations[self.selection.events]
+        pairs, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        delta = np.bincount(inverse, weights=diff, minlength=pairs.shape[0]).astype(np.int64)
+        before = events.primary.view(Cut.OLD).count(pairs)
+        after = before + delta
+        flips = np.flatnonzero((before > 0) != (after > 0))
+        if not flips.shape[0]:
+            return
+        pair_seq = np.zeros(pairs.shape[0], np.int64)
+        np.maximum.at(pair_seq, inverse, seq)
+        appears = np.where(after[flips] > 0, np.int8(1), np.int8(-1)).astype(np.int8)
+        columns = [src[first[flips]], dst[first[flips]]]
+        name = self.selection.pairs
+        if name in self.unread:
+            changes[name] = Change(columns, appears, pair_seq[flips])
+        else:
+            rel = self.graph.relations[name]
+            changes[name] = self.graph.stage_effective(rel, columns, appears, pair_seq[flips])
+
+    def _time_ordered(
+        self, store: EventStore, eids: I32, side: str, name: str
+    ) -> tuple[np.ndarray, list[I32]]:
+        """Which of ``eids`` have a time, and their tuples ``(end, bucket, eid)`` in the
+        time-ordered relation ``name``."""
+        column = store.fields.get(TIME_FIELD)
+        ts = column.get(eids) if column is not None else np.full(eids.shape[0], np.nan)
+        timed = np.isfinite(ts)
+        eids = eids[timed]
+        ends = (store.src if side == "by_src" else store.dst)[eids]
+        return timed, [ends, bucket_of(ts[timed], self.widths[name]), eids]
+
+    def load(
+        self, store: EventStore, pair_keys: TupleKeys, which: Collection[str] | None = None
+    ) -> None:
+        """Replace the relations ``which`` (default: every maintained one, and the unread ones
+        emptied) by those of the store's live events, as committed state; nothing may be
+        staged. The events relation takes ``pair_keys`` as its shared keys."""
+        selection = self.selection
+        if which is None:
+            for name in self.unread:
+                self._clear(name, pair_keys)
+            which = [name for name in self.names if name not in self.unread]
+        live = np.flatnonzero(store.alive[: store.size]).astype(np.int32)
+        eids = live[store.select(live, selection.tests)]
+        src, dst = store.src[eids], store.dst[eids]
+        for name in which:
+            self._clear(name, pair_keys)
+            if name == selection.events:
+                self.graph.load_relation(name, 3, [src, dst, eids])
+            elif name == selection.pairs:
+                keys, values = unpack(np.unique(pack(src, dst)))
+                self.graph.load_relation(name, 2, [keys.astype(np.int32), values])
+            else:
+                side = next(side for side, n in self.ordered.items() if n == name)
+                self.graph.load_relation(name, 3, self._time_ordered(store, eids, side, name)[1])
+
+    def release(self, pair_keys: TupleKeys) -> None:
+        """Empty the unread relations again after a static evaluation had them loaded."""
+        for name in self.unread:
+            self._clear(name, pair_keys)
+
+    def _clear(self, name: str, pair_keys: TupleKeys) -> None:
+        shared = pair_keys if name == self.selection.events else None
+        self.graph.clear_relation(name, shared)
+
+    def breakdown(self, out: Counter[str]) -> None:
+        """Add the relations' bytes by kind: values, offsets and their own tuple keys."""
+        for kind, name in self.kinds():
+            rel = self.graph.relations[name]
+            for _, adjacency in rel.adjacencies():
+                offsets = adjacency.offsets.nbytes
+                out[f"{kind} relations: offsets"] += offsets
+                out[f"{kind} relations: values"] += adjacency.nbytes - offsets
+            keys = sum(k.nbytes for k in rel.tuple_keys if k not in (None, rel.shared_keys))
+            if keys:
+                out[f"{kind} relations: tuple keys"] += keys
