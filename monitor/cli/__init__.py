@@ -313,24 +313,14 @@ def count(
 
 @main.command()
 @click.argument("query_specs", nargs=-1, required=True)
-@click.option(
-    "--retention",
-    type=str,
-    default=None,
-    help="The retention the plans are made for, as for run (transfer=24h,logins=none): a "
-    "retention well beyond a gap gives the gap's edge variables range steps "
-    "[default: the longest span of the queries reading it].",
-)
-def explain(query_specs: tuple[str, ...], retention: str | None) -> None:
+def explain(query_specs: tuple[str, ...]) -> None:
     """Print every plan of the queries: the delta queries, then the static plan."""
     try:
         queries = _queries(query_specs)
         events = event_relations(tuple(queries))
-        overrides = _settings(retention=retention).retention
-        window = retentions(queries, events, overrides)
         for query in queries:
             click.echo(f"# {query}")
-            internal = rewrite(query, events, window).internal
+            internal = rewrite(query, events).internal
             if internal is not query:
                 click.echo(f"# over the index: {internal}")
             if query.edges:
@@ -343,8 +333,8 @@ def explain(query_specs: tuple[str, ...], retention: str | None) -> None:
             click.echo(static_plan(internal).describe())
             click.echo()
         if events:
-            given = "as given" if overrides else "by default (--retention overrides)"
-            click.echo(f"# retention {given}: {describe(window)}")
+            window = retentions(queries, events, {})
+            click.echo(f"# retention by default (--retention overrides): {describe(window)}")
     except MonitorError as error:
         _fail(error)
 

@@ -16,7 +16,7 @@ atom beside an events atom is its *projection* (:mod:`monitor.plan.cut`): it rea
 atom's cut and seeds nothing, so the delta queries are seeded by changed events (and by the
 changed pairs of atoms without ``as``) and sum to the original's change.
 
-With a retention well beyond a gap (:func:`time_ordered`), an edge variable also gets two
+With a gap bounding its time against another's (:func:`time_ordered`), an edge variable gets two
 *time-ordered* atoms, ``R{S}#by_src(x, t)`` and ``R{S}#by_dst(y, t)``: access paths the planner
 may bind ``t`` through (a range step, :mod:`monitor.plan.planner`), projections of its events
 atom like the pairs atom, never seeds or checks.
@@ -29,7 +29,6 @@ placed by the planner at the first stage where both variables are bound. ``disti
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from itertools import combinations
 
@@ -72,19 +71,12 @@ def selection_of(query: Query, edge: str) -> tuple[FieldTest, ...]:
     return tuple(sorted(tests, key=str))
 
 
-#: A time-ordered index is offered for an edge variable when its relation's retention is at
-#: least this many times the span its gap leaves it against another edge variable.
-TIME_ORDER_RATIO = 2.0
-
-
-def rewrite(
-    query: Query, events: set[str], retention: Mapping[str, float] | None = None
-) -> EventQuery:
+def rewrite(query: Query, events: set[str], time_orders: bool = True) -> EventQuery:
     """``query`` over the index relations (unchanged when it reads no event relation).
 
-    Given the event relations' ``retention``, an edge variable whose time a gap predicate
-    bounds against another's to a span well inside the retention (:data:`TIME_ORDER_RATIO`)
-    gets its time-ordered atoms too (:func:`time_ordered`)."""
+    An edge variable whose time a gap predicate bounds against another's gets its
+    time-ordered atoms too (:func:`time_ordered`), unless ``time_orders`` is false (the plans
+    then bind it over pairs only, as the tests of those plans want)."""
     if not query.has_events:  # set semantics only: the atoms read the relations as named
         reads = tuple((a.relation, ()) for a in query.atoms if a.relation in events)
         return EventQuery(query, query, {}, tuple(dict.fromkeys(reads)))
@@ -106,8 +98,8 @@ def rewrite(
             atoms.append(
                 replace(pairs, relation=events_name(atom.relation, tests), variables=variables)
             )
-    if retention is not None:
-        atoms += time_ordered(query, retention)
+    if time_orders:
+        atoms += time_ordered(query)
     filters = list(query.filters)
     if query.distinct:
         filters += [Filter(a, "!=", b) for a, b in combinations(query.head, 2)]
@@ -126,13 +118,13 @@ def rewrite(
     return EventQuery(source, internal, edges, tuple(dict.fromkeys(selections)))
 
 
-def time_ordered(query: Query, retention: Mapping[str, float]) -> list[Atom]:
+def time_ordered(query: Query) -> list[Atom]:
     """``R{S}#by_src(x, u)`` and ``R{S}#by_dst(y, u)`` for each edge variable ``u`` of
-    ``R(x, y) as u`` that a gap predicate ties to another edge variable within a span at most
-    1 / :data:`TIME_ORDER_RATIO` of ``R``'s retention: the index keeps ``R{S}``'s events by
-    source (destination) and time bucket, so that a stage can bind ``u``, and then ``y``
-    (``x``), from the events of a bound ``x`` (``y``) in the gap's range of time, instead of
-    from all of its neighbours in the window (:mod:`monitor.plan.planner`)."""
+    ``R(x, y) as u`` whose time a gap predicate (or ``within``) ties to another edge
+    variable's: the index keeps ``R{S}``'s events by source (destination) and time bucket, so
+    that a stage can bind ``u``, and then ``y`` (``x``), from the events of a bound ``x``
+    (``y``) in the gap's range of time, instead of from all of its neighbours in the window
+    (:mod:`monitor.plan.planner`: where the planner takes that path)."""
     bounds = time_bounds(query.edges, query.predicates, query.within)
     out: list[Atom] = []
     for atom in query.atoms:
@@ -140,10 +132,7 @@ def time_ordered(query: Query, retention: Mapping[str, float]) -> list[Atom]:
         if u is None or len(atom.variables) != 2:
             continue
         widths = [bounds[t, u] + bounds[u, t] for t in query.edges if t != u]
-        width = min(widths, default=math.inf)
-        if not math.isfinite(width) or retention.get(atom.relation, math.inf) < (
-            TIME_ORDER_RATIO * width
-        ):
+        if not math.isfinite(min(widths, default=math.inf)):
             continue
         tests = selection_of(query, u)
         for side, vertex in zip(TIME_ORDERS, atom.variables, strict=True):

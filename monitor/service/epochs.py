@@ -143,7 +143,7 @@ class EpochProcessor:
             )
         #: Per event relation, how long its events live (ms; inf: until deleted).
         self.retention = retentions(self.queries, events, settings.retention)
-        self.rewritten = [rewrite(q, events, self.retention) for q in self.queries]
+        self.rewritten = [rewrite(q, events) for q in self.queries]
         self.internal = [r.internal for r in self.rewritten]
         self.index = GraphIndex(settings.compaction_ratio, settings.compaction_min)
         index_kernels.warm()

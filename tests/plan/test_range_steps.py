@@ -1,9 +1,8 @@
 """Range steps: an edge variable bound from its vertex's events in a gap's time range.
 
-With a retention well beyond a gap (``pass_through`` over a day's window, its gap ten minutes),
-the plans bind the second transfer from the bucketed events of the shared account, then the
-far account as the event's end; a ring's closing vertex is still bound by intersection, and a
-retention near the gap keeps the plans as they were.
+With a gap between two edge variables (``pass_through``: ten minutes), the plans bind the
+second transfer from the bucketed events of the shared account, then the far account as the
+event's end; a ring's closing vertex is still bound by intersection.
 """
 
 from __future__ import annotations
@@ -15,13 +14,11 @@ from monitor.plan.events import event_relations, rewrite
 from monitor.plan.needs import bucket_widths, unread
 from monitor.plan.plan import EndpointExtender, RangeExtender
 from monitor.plan.planner import delta_queries, projections, static_plan
-from monitor.plan.windows import retentions
 from monitor.query.ast import Query
 from monitor.query.parser import parse_queries
 
 GOLDEN = Path(__file__).parent / "golden"
 MINUTE = 60_000.0
-DAY = 24 * 60 * MINUTE
 QUERIES = {
     q.name: q
     for q in parse_queries(
@@ -41,9 +38,9 @@ QUERIES = {
 }
 
 
-def internal(name: str, retention: dict[str, float]) -> Query:
+def internal(name: str, time_orders: bool = True) -> Query:
     query = QUERIES[name]
-    return rewrite(query, event_relations((query,)), retention).internal
+    return rewrite(query, event_relations((query,)), time_orders).internal
 
 
 def ranges(query: Query) -> list[tuple[RangeExtender, EndpointExtender]]:
@@ -59,7 +56,7 @@ def ranges(query: Query) -> list[tuple[RangeExtender, EndpointExtender]]:
 
 
 def test_a_gap_well_inside_the_retention_binds_the_next_transfer_by_time() -> None:
-    query = internal("pass_through", {"transfer": DAY})
+    query = internal("pass_through")
     (forward, src_end), (backward, dst_end) = ranges(query)
     by_t1, by_t2 = delta_queries(query)
     # seeded by t1 = (a, b): t2 from b's transfers out in t1.ts + [0, 10m], then c = t2's dst
@@ -82,57 +79,49 @@ def test_a_gap_well_inside_the_retention_binds_the_next_transfer_by_time() -> No
     }
 
 
-def test_a_retention_near_the_gap_keeps_the_plans_of_the_pairs() -> None:
-    default = retentions([QUERIES["pass_through"]], {"transfer"}, {})
-    assert default == {"transfer": 10 * MINUTE}  # the query's own span
-    for retention in (default, {"transfer": 19 * MINUTE}):
-        query = internal("pass_through", retention)
-        assert not any("#by_" in atom.relation for atom in query.atoms), retention
-        assert ranges(query) == []
-    assert ranges(internal("pass_through", {"transfer": 20 * MINUTE}))
-    assert ranges(internal("pass_through", {}))  # a relation without a window: kept forever
+def test_without_time_orders_the_plans_bind_over_pairs() -> None:
+    query = internal("pass_through", time_orders=False)
+    assert not any("#by_" in atom.relation for atom in query.atoms)
+    assert ranges(query) == []
+    assert not any("#by_" in atom.relation for atom in internal("cash_out", False).atoms)
 
 
 def test_a_rings_closing_vertex_is_still_intersected() -> None:
-    query = internal("fast_ring", {"transfer": DAY})
+    query = internal("fast_ring")
     assert ranges(query) == []
     for plan in delta_queries(query):
         assert len(plan.stages[0].extenders) == 2, plan.describe()
 
 
-def test_two_relations_and_their_own_windows() -> None:
-    both = {"deposit": DAY, "withdrawal": DAY}
-    (forward, _), (backward, _) = ranges(internal("cash_out", both))
+def test_two_relations_anchor_each_other() -> None:
+    (forward, _), (backward, _) = ranges(internal("cash_out"))
     assert forward.relation == "withdrawal#by_src" and forward.anchor_relation == "deposit"
+    assert (forward.low, forward.high) == (0, 60 * MINUTE)
     assert backward.relation == "deposit#by_dst" and backward.anchor_relation == "withdrawal"
-    # only the relation whose window is wide gets its time order
-    query = internal("cash_out", {"deposit": DAY, "withdrawal": 90 * MINUTE})
-    ((only, _),) = ranges(query)
-    assert only.relation == "deposit#by_dst"
 
 
 def test_explain_of_a_range_step_matches_golden_file() -> None:
-    query = internal("pass_through", {"transfer": DAY})
+    query = internal("pass_through")
     plans = [p.describe() for p in delta_queries(query)] + [static_plan(query).describe()]
-    text = f"# {QUERIES['pass_through']} (transfer kept 1d)\n" + "\n".join(plans) + "\n"
-    path = GOLDEN / "pass_through_1d.txt"
+    text = f"# {QUERIES['pass_through']}\n" + "\n".join(plans) + "\n"
+    path = GOLDEN / "pass_through.txt"
     if os.environ.get("UPDATE_GOLDEN"):
         path.write_text(text)
     assert path.read_text() == text
 
 
 def test_relations_no_delta_query_reads_are_not_maintained() -> None:
-    """``pass_through`` kept for a day reads its time orders only: its pairs and events are
-    unread. A set atom over the same relation reads the pairs (and needs the events to count
-    them); with its own window the plans read pairs and events as before."""
+    """``pass_through`` reads its time orders only: its pairs and events are unread. A set
+    atom over the same relation reads the pairs (and needs the events to count them); plans
+    over pairs read both."""
     selection = [("transfer", "transfer#events")]
-    day = delta_queries(internal("pass_through", {"transfer": DAY}))
-    assert unread(selection, day) == {"transfer", "transfer#events"}
-    default = delta_queries(internal("pass_through", {"transfer": 10 * MINUTE}))
-    assert unread(selection, default) == set()
+    timed = delta_queries(internal("pass_through"))
+    assert unread(selection, timed) == {"transfer", "transfer#events"}
+    over_pairs = delta_queries(internal("pass_through", time_orders=False))
+    assert unread(selection, over_pairs) == set()
     (mixed,) = parse_queries(
         "mixed(a, b, c) := transfer(a, b) as t1, transfer(b, c) as t2, transfer(c, a), "
         "t1.ts <= t2.ts, t2.ts <= t1.ts + 10m."
     )
-    plans = delta_queries(rewrite(mixed, {"transfer"}, {"transfer": DAY}).internal)
+    plans = delta_queries(rewrite(mixed, {"transfer"}).internal)
     assert unread(selection, plans) == set()
