@@ -23,7 +23,17 @@ import numpy.typing as npt
 
 from monitor.index import kernels
 from monitor.index.kernels import Offsets, contains
-from monitor.index.levels import I8, I32, I64, Level, gather_ranges, merge, pack, unpack
+from monitor.index.levels import (
+    I8,
+    I32,
+    I64,
+    VALUE_BITS,
+    Level,
+    gather_ranges,
+    merge,
+    pack,
+    unpack,
+)
 from monitor.plan.cut import Cut
 
 #: CSR offsets are ``int32`` below this many pairs (2**30: a binary search's ``lo + hi`` over
@@ -228,8 +238,11 @@ class Adjacency:
             return
         if kernels.KERNELS == "numba":  # every key's merge, as a proposal of all keys is
             keys = np.arange(self._keys, dtype=np.int64)
-            lo, hi = self.committed.key_ranges(keys)
             level = self.committed
+            # Every key's range of the level at once: its pairs are sorted by key.
+            counts = np.bincount(level.pairs >> VALUE_BITS, minlength=self._keys)
+            hi = np.cumsum(counts)
+            lo = hi - counts
             new_keys, self.targets = kernels.compiled_propose(
                 self.offsets, self.targets, level.pairs, level.diff, keys, lo, hi
             )
