@@ -14,20 +14,26 @@ from monitor.plan.plan import DeltaQuery, EndpointExtender, RangeExtender
 
 #: The narrowest time bucket a time-ordered relation is kept by (ms).
 MIN_BUCKET = 1000.0
+#: The most buckets a range step's range may touch (a wide gap beside a narrow one on the
+#: same relation widens the buckets rather than probing thousands of them a prefix).
+MAX_BUCKETS = 32
 
 
 def bucket_widths(plans: Iterable[DeltaQuery]) -> dict[str, float]:
     """Per time-ordered relation some of ``plans`` reads, the width of its time buckets: the
-    narrowest range a range step reads it over (at least :data:`MIN_BUCKET`), so that a
-    range covers about two buckets."""
-    out: dict[str, float] = {}
+    narrowest range a range step reads it over, so that a range touches about two buckets;
+    but at least :data:`MIN_BUCKET`, and wide enough that the widest range touches at most
+    :data:`MAX_BUCKETS` + 1."""
+    ranges: dict[str, list[float]] = {}
     for plan in plans:
         for stage in plan.stages:
             for e in stage.extenders:
                 if isinstance(e, RangeExtender):
-                    width = max(MIN_BUCKET, e.high - e.low)
-                    out[e.relation] = min(out.get(e.relation, width), width)
-    return out
+                    ranges.setdefault(e.relation, []).append(e.high - e.low)
+    return {
+        name: max(MIN_BUCKET, min(widths), max(widths) / MAX_BUCKETS)
+        for name, widths in ranges.items()
+    }
 
 
 def relations_read(plans: Iterable[DeltaQuery]) -> set[str]:

@@ -136,6 +136,25 @@ def test_each_query_alone_with_its_static_counts(
     check_epochs(query, TimedModel(), batch, ops, cuts, FOREVER, static=True)
 
 
+NARROW = parse_queries(
+    """
+    echo(a, b, c) := transfer(a, b) as t1, transfer(b, c) as t2,
+        t1.ts <= t2.ts, t2.ts <= t1.ts + 1m.
+    """
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(ops=st.lists(OPS, min_size=3, max_size=40), cuts=st.lists(st.integers(1, 40), max_size=5))
+def test_a_narrow_gap_beside_a_wide_one_probes_many_buckets(
+    ops: list[tuple[Any, ...]], cuts: list[int]
+) -> None:
+    """``echo``'s one-minute gap makes the buckets of the transfers' time orders a minute
+    wide, so each of ``pass_through``'s ten-minute ranges touches eleven of them."""
+    queries = [*NARROW, *(q for q in QUERIES if q.name == "pass_through")]
+    check_epochs(queries, TimedModel(), batch, ops, cuts, FOREVER, static=True)
+
+
 def test_the_time_oracle_sees_matches() -> None:
     """The examples' kind of workload matches every query (the check is not vacuous)."""
     model = TimedModel()

@@ -79,6 +79,23 @@ def test_a_gap_well_inside_the_retention_binds_the_next_transfer_by_time() -> No
     }
 
 
+def test_buckets_are_the_narrowest_range_unless_a_wide_one_would_touch_too_many() -> None:
+    queries = parse_queries(
+        """
+        quick(a, b, c) := transfer(a, b) as t1, transfer(b, c) as t2,
+            t1.ts <= t2.ts, t2.ts <= t1.ts + 2s.
+        slow(a, b, c) := transfer(a, b) as t1, transfer(b, c) as t2,
+            t1.ts <= t2.ts, t2.ts <= t1.ts + 7d.
+        instant(a, b, c) := transfer(a, b) as t1, transfer(b, c) as t2, t1.ts = t2.ts.
+        """
+    )
+    plans = {q.name: [*delta_queries(rewrite(q, {"transfer"}).internal)] for q in queries}
+    assert bucket_widths(plans["quick"])["transfer#by_src"] == 2000
+    assert bucket_widths(plans["instant"])["transfer#by_src"] == 1000  # at least a second
+    both = bucket_widths(plans["quick"] + plans["slow"])
+    assert both["transfer#by_src"] == 7 * 24 * 60 * MINUTE / 32
+
+
 def test_without_time_orders_the_plans_bind_over_pairs() -> None:
     query = internal("pass_through", time_orders=False)
     assert not any("#by_" in atom.relation for atom in query.atoms)
