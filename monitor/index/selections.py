@@ -20,8 +20,8 @@ derived from the events that pass it:
 All are staged with the epoch from the effective event changes, so delta queries are seeded
 by changed events with the same cuts as any relation. A relation no delta query reads is
 *unread*: it is not maintained (its changes still seed), and a static evaluation has it
-loaded for its duration (:meth:`SelectionRelations.load`). ``pass_through`` kept for a day
-reads only its time orders: its pairs and events cost nothing.
+loaded for its duration (:meth:`SelectionRelations.load`). ``pass_through`` reads only its
+time orders: its pairs and events cost nothing.
 """
 
 from __future__ import annotations
