@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import re
 from datetime import UTC, datetime
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -110,4 +111,10 @@ BUCKET_MODULUS = 1 << 30
 
 def bucket_of(ts: npt.NDArray[np.float64], width: float) -> npt.NDArray[np.int32]:
     """The number of each (finite) time's bucket, ``width`` ms per bucket."""
-    return np.mod(np.floor(ts / width), BUCKET_MODULUS).astype(np.int32)
+    return bucket_number(np.floor(ts / width))
+
+
+def bucket_number(index: npt.NDArray[Any]) -> npt.NDArray[np.int32]:
+    """The number of the buckets ``floor(ts / width)``: their index modulo the modulus."""
+    numbers: npt.NDArray[np.int32] = np.mod(index, BUCKET_MODULUS).astype(np.int32)
+    return numbers

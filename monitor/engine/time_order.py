@@ -13,18 +13,20 @@ batches, so the stage runner counts, proposes and intersects with them like any 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 
-from core.times import BUCKET_MODULUS, TIME_FIELD
+from core.times import TIME_FIELD, bucket_number
 from monitor.engine.prefixes import Prefixes
 from monitor.index.adjacency import AdjacencyView, Probe
 from monitor.index.levels import I32, I64
 from monitor.plan.plan import EndpointExtender, RangeExtender
+
+if TYPE_CHECKING:  # extend.py imports this module for its sources
+    from monitor.engine.extend import IndexReader
 
 
 @dataclass(frozen=True)
@@ -48,7 +50,7 @@ class RangeProbe:
 class RangeSource:
     """The events of a bound vertex within the extender's time range of the anchor event."""
 
-    def __init__(self, extender: RangeExtender, view: AdjacencyView, index: TimeIndexReader):
+    def __init__(self, extender: RangeExtender, view: AdjacencyView, index: IndexReader):
         self.extender = extender
         self.view = view
         self.index = index
@@ -69,7 +71,7 @@ class RangeSource:
         step = np.arange(per)
         buckets = first[:, None] + step  # n x per
         live = timed[:, None] & (step < spans[:, None])
-        numbers = np.mod(buckets, BUCKET_MODULUS).astype(np.int32).reshape(-1)
+        numbers = bucket_number(buckets).reshape(-1)
         keys = self.index.keys(e.relation, 2, [np.repeat(vertex, per), numbers])
         keys = np.where(live.reshape(-1), keys, 0)  # key 0 holds nothing
         return RangeProbe(self.view.probe(keys), per)
@@ -83,20 +85,17 @@ class RangeSource:
         return owner // probe.per_prefix, values
 
     def contains(self, probe: RangeProbe, values: I32) -> npt.NDArray[np.bool_]:
-        """Whether each event is among its prefix's buckets (a stage with a range extender
-        has no other extender, so this only answers for completeness)."""
+        """Whether each event is in one of its prefix's buckets (a stage with a range
+        extender has no other extender today: the stage runner's interface asks for it)."""
         per = probe.per_prefix
-        found = np.zeros(values.shape[0], np.bool_)
-        for k in range(per):
-            at = probe.inner.keys[k::per]
-            found |= self.view.contains(at, values)
-        return found
+        found = self.view.contains(probe.inner.keys, np.repeat(values, per))
+        return np.asarray(found.reshape(-1, per).any(axis=1), np.bool_)
 
 
 class EndpointSource:
     """One end of each bound event: the far vertex of a range step."""
 
-    def __init__(self, extender: EndpointExtender, index: TimeIndexReader) -> None:
+    def __init__(self, extender: EndpointExtender, index: IndexReader) -> None:
         self.extender = extender
         self.index = index
 
@@ -113,15 +112,3 @@ class EndpointSource:
     def contains(self, probe: Probe, values: I32) -> npt.NDArray[np.bool_]:
         ends = self.index.endpoints(self.extender.relation, self.extender.position, probe.keys)
         return np.asarray(ends == values, np.bool_)
-
-
-class TimeIndexReader(Protocol):
-    """What the time sources need of an index (the graph index has it)."""
-
-    def bucket_width(self, relation: str) -> float: ...
-
-    def field_values(self, relation: str, name: str, eids: I32) -> npt.NDArray[Any] | None: ...
-
-    def keys(self, relation: str, position: int, columns: Sequence[I32]) -> I64: ...
-
-    def endpoints(self, relation: str, position: int, eids: npt.NDArray[np.integer]) -> I32: ...

@@ -31,6 +31,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from core.fields import TIME_ORDERS, FieldTest, events_name, selection_name, time_order_name
 from core.times import TIME_FIELD, bucket_of
@@ -116,10 +117,11 @@ class SelectionRelations:
             change = self.graph.stage_effective(events, [src, dst, eids], diff, seq, keys)
             changes[selection.events] = change
             self._stage_pairs(src, dst, keys, diff, seq, changes)
-        for side, name in self.ordered.items():
-            timed, columns = self._time_ordered(store, eids, side, name)
-            rel = self.graph.relations[name]
-            changes[name] = self.graph.stage_effective(rel, columns, diff[timed], seq[timed])
+        if self.ordered:
+            timed, tuples = self._time_ordered(store, eids)
+            for name, columns in tuples.items():
+                rel = self.graph.relations[name]
+                changes[name] = self.graph.stage_effective(rel, columns, diff[timed], seq[timed])
 
     def _stage_pairs(
         self, src: I32, dst: I32, keys: I64, diff: I8, seq: I64, changes: dict[str, Change]
@@ -147,16 +149,20 @@ class SelectionRelations:
             changes[name] = self.graph.stage_effective(rel, columns, appears, pair_seq[flips])
 
     def _time_ordered(
-        self, store: EventStore, eids: I32, side: str, name: str
-    ) -> tuple[np.ndarray, list[I32]]:
-        """Which of ``eids`` have a time, and their tuples ``(end, bucket, eid)`` in the
-        time-ordered relation ``name``."""
+        self, store: EventStore, eids: I32
+    ) -> tuple[npt.NDArray[np.bool_], dict[str, list[I32]]]:
+        """Which of ``eids`` have a time, and per time-ordered relation their tuples
+        ``(end, bucket, eid)`` (the times read and bucketed once for both sides)."""
         column = store.fields.get(TIME_FIELD)
         ts = column.get(eids) if column is not None else np.full(eids.shape[0], np.nan)
         timed = np.isfinite(ts)
-        eids = eids[timed]
-        ends = (store.src if side == "by_src" else store.dst)[eids]
-        return timed, [ends, bucket_of(ts[timed], self.widths[name]), eids]
+        eids, ts = eids[timed], ts[timed]
+        buckets = {width: bucket_of(ts, width) for width in set(self.widths.values())}
+        tuples = {}
+        for side, name in self.ordered.items():
+            ends = (store.src if side == "by_src" else store.dst)[eids]
+            tuples[name] = [ends, buckets[self.widths[name]], eids]
+        return timed, tuples
 
     def load(
         self, store: EventStore, pair_keys: TupleKeys, which: Collection[str] | None = None
@@ -180,8 +186,7 @@ class SelectionRelations:
                 keys, values = unpack(np.unique(pack(src, dst)))
                 self.graph.load_relation(name, 2, [keys.astype(np.int32), values])
             else:
-                side = next(side for side, n in self.ordered.items() if n == name)
-                self.graph.load_relation(name, 3, self._time_ordered(store, eids, side, name)[1])
+                self.graph.load_relation(name, 3, self._time_ordered(store, eids)[1][name])
 
     def release(self, pair_keys: TupleKeys) -> None:
         """Empty the unread relations again after a static evaluation had them loaded."""
