@@ -208,18 +208,22 @@ def stamp(line: dict[str, Any]) -> float:
     )
 
 
-def throughput(lines: list[dict[str, Any]]) -> tuple[float, float, int]:
+def throughput(lines: list[dict[str, Any]], *, steady: bool = False) -> tuple[float, float, int]:
     """A service's updates/s and match deltas/s over its log: the updates and deltas of its
     committed epochs over the time from its first partition assignment to its last commit;
     and how many epochs it committed. A last epoch smaller than the others is left out: it
     waited ``max_batch_delay_ms`` for records that the end of the stream never brought, idle
-    time that a stream going on would not have."""
+    time that a stream going on would not have. ``steady``: from the first epoch's commit
+    instead, leaving out what a service does once (the first fetch after the assignment, the
+    first transaction's round trips to a coordinator that is just starting)."""
     commits = sorted(
         (x for x in lines if x.get("message") == "epoch committed"), key=lambda x: stamp(x)
     )
     if len(commits) > 1 and int(commits[-1]["updates"]) < max(int(x["updates"]) for x in commits):
         commits = commits[:-1]
     first = min(stamp(x) for x in lines if x.get("message") == "partition assigned")
+    if steady and len(commits) > 1:
+        first, commits = stamp(commits[0]), commits[1:]
     seconds = stamp(commits[-1]) - first
     updates = sum(int(x["updates"]) for x in commits)
     deltas = sum(int(x.get("deltas", 0)) for x in commits)

@@ -176,7 +176,7 @@ class KafkaSource:
                 self._give_back(
                     [*taken, message_columns([m for m in messages if m.error() is None])]
                 )
-                return Polled(UpdateBatch(first_seq=self._seq))
+                return Polled(UpdateBatch(first_seq=self._seq), rebalanced=True)
             records = message_columns(messages)
             if stop_at is not None:
                 records = _below(records, stop_at, rewind)

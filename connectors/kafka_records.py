@@ -162,11 +162,16 @@ class Polled:
     """What one epoch's worth of polling returned.
 
     ``next_offsets`` holds, for every partition a record was taken from, the offset after the
-    last one; ``timestamps`` the records' creation times (seconds) for end-to-end latency.
+    last one, and ``first_offsets`` the offset of the first (where to read again when the
+    epoch is aborted); ``timestamps`` the records' creation times (seconds) for end-to-end
+    latency. ``rebalanced``: partitions were assigned or revoked during the poll, which
+    therefore returned nothing.
     """
 
     batch: UpdateBatch
     next_offsets: dict[Partition, int] = field(default_factory=dict)
+    first_offsets: dict[Partition, int] = field(default_factory=dict)
+    rebalanced: bool = False
     dead_letters: list[KafkaDeadLetter] = field(default_factory=list)
     per_topic: dict[str, int] = field(default_factory=dict)
     timestamps: list[float] = field(default_factory=list)
@@ -248,6 +253,7 @@ def decode_messages(
     polled.dead_letters = [_dead_letter(records, row, message) for row, message in decoded.errors]
     last = dict(zip(records.keys(), records.offsets, strict=True))
     polled.next_offsets = {key: offset + 1 for key, offset in last.items()}
+    polled.first_offsets = records.first_offsets()
     polled.per_topic = dict(Counter(records.topics))
     kinds, stamps = (np.array(column, np.int64) for column in zip(*records.stamps, strict=True))
     polled.timestamps = (stamps[(kinds != 0) & (stamps > 0)] / 1000.0).tolist()
@@ -317,6 +323,7 @@ def merge_polled(chunks: Sequence[Polled], first_seq: int) -> Polled:
     seq, rows, timed = [], [], []
     for chunk in chunks:
         merged.next_offsets.update(chunk.next_offsets)
+        merged.first_offsets = {**chunk.first_offsets, **merged.first_offsets}
         merged.dead_letters += chunk.dead_letters
         for topic, n in chunk.per_topic.items():
             merged.per_topic[topic] = merged.per_topic.get(topic, 0) + n

@@ -2,8 +2,9 @@
 Kafka (retrying with backoff, not ready meanwhile), refuse a second instance of the group, and
 subscribe. Each epoch: poll up to ``batch_size`` updates or ``max_batch_delay_ms``; stage and
 evaluate; in one transaction produce the deltas and dead letters and commit the consumer
-offsets after the epoch; then commit the index and write the epoch with those offsets to the
-store. An epoch whose transaction fails is aborted, forgotten by the index, and read again.
+offsets after the epoch, while the next epoch's records are read (:mod:`monitor.service.prefetch`);
+then commit the index and write the epoch with those offsets to the store. An epoch whose
+transaction fails is aborted, forgotten by the index, and read again, with what was read ahead.
 
 Recovery (:mod:`monitor.service.recovery`): on assignment, a partition whose offset committed in
 Kafka is ahead of the stored one holds records whose output is already committed but that the
@@ -13,8 +14,10 @@ index as one epoch without emitting anything; then the stream goes on from the c
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
+import threading
 import time
 from collections.abc import Mapping
 
@@ -24,7 +27,7 @@ from confluent_kafka.admin import AdminClient
 from connectors.kafka import KafkaSink, KafkaSource
 from connectors.kafka_records import Partition, Polled, partition_key
 from core.errors import ConfigError
-from monitor.failpoints import failpoint
+from monitor.failpoints import InjectedFailure, failpoint
 from monitor.index.store import StateStore
 from monitor.plan.events import event_relations, rewrite
 from monitor.plan.planner import delta_queries
@@ -35,6 +38,7 @@ from monitor.service.epochs import EpochProcessor
 from monitor.service.health import Health
 from monitor.service.http import HealthServer
 from monitor.service.metrics import Metrics
+from monitor.service.prefetch import Prefetch
 from monitor.service.recovery import (
     Positions,
     assigned,
@@ -48,6 +52,11 @@ from monitor.service.stop import Stop, stop_on_signals
 from monitor.service.watchdog import WATCHDOG_SECONDS, Watchdog
 
 log = logging.getLogger(__name__)
+
+#: Held while an epoch commits with the next one's records being read ahead
+#: (:mod:`monitor.service.prefetch`): the rebalance callbacks, which run on the reading thread,
+#: wait for it.
+SETTLING = threading.Lock()
 
 
 def serve(settings: Settings) -> int:
@@ -110,23 +119,32 @@ def _run(
     # Past the transaction time-out the broker has aborted the epoch: a call still blocked
     # then is librdkafka stuck, not a slow epoch.
     watchdog = Watchdog(max(WATCHDOG_SECONDS, settings.transaction_timeout_s() + 30.0))
+    ahead: Prefetch | None = None  # the next epoch's records, read while an epoch commits
     try:
         while not Stop.requested:
             health.beat()
             if positions.catch_up:
                 catch_up(settings, processor, store, source, positions, health)
                 continue
-            polled = source.poll(settings.batch_size, settings.max_batch_delay_ms / 1000.0)
+            polled = ahead.result() if ahead is not None else _poll(settings, source)
+            ahead = None
             if not polled.records and not processor.expiry_due():
                 continue
-            sink = _epoch(
+            sink, ahead = _epoch(
                 settings, processor, store, source, sink, polled, positions, metrics, watchdog
             )
         log.info("stopping after epoch %d as requested", processor.epoch)
         return 0
     finally:
+        if ahead is not None:  # read ahead, never committed: read again at the next start
+            with contextlib.suppress(Exception):
+                ahead.result()
         source.close()
         sink.flush()
+
+
+def _poll(settings: Settings, source: KafkaSource) -> Polled:
+    return source.poll(settings.batch_size, settings.max_batch_delay_ms / 1000.0)
 
 
 def _connect(
@@ -166,8 +184,15 @@ def _open_source(
 ) -> KafkaSource:
     holder: list[KafkaSource] = []
 
+    # A rebalance during a poll ahead (:mod:`monitor.service.prefetch`) waits until the epoch
+    # in flight has committed or aborted: it reads and changes the stored positions.
     def on_assign(parts: list[Partition]) -> Mapping[Partition, int]:
-        return assigned(parts, holder[0], positions, metrics, health)
+        with SETTLING:
+            return assigned(parts, holder[0], positions, metrics, health)
+
+    def on_revoke(parts: list[Partition]) -> None:
+        with SETTLING:
+            revoked(parts, metrics, health)
 
     source = KafkaSource(
         client_config(settings, consumer=True),
@@ -175,7 +200,7 @@ def _open_source(
         default_relation=settings.default_relation,
         topic_relations=settings.topic_relations,
         on_assign=on_assign,
-        on_revoke=lambda parts: revoked(parts, metrics, health),
+        on_revoke=on_revoke,
         on_stats=metrics.observe_librdkafka_stats,
         events=processor.field_types,
         arities=processor.arities,
@@ -209,12 +234,15 @@ def _epoch(
     positions: Positions,
     metrics: Metrics,
     watchdog: Watchdog,
-) -> KafkaSink:
-    """One epoch, exactly once; returns the sink to use next (recreated after fatal errors)."""
+) -> tuple[KafkaSink, Prefetch | None]:
+    """One epoch, exactly once; returns the sink to use next (recreated after fatal errors)
+    and the next epoch's records, read while this one committed."""
     started = time.perf_counter()
     vertices = len(processor.index.dictionary)
     out = processor.process(polled.batch)
     refused = polled.refused(out.late)
+    ahead: Prefetch | None = None
+    SETTLING.acquire()
     try:
         commit_started = time.perf_counter()
         watchdog.arm(f"the transaction of epoch {out.epoch}")
@@ -223,15 +251,24 @@ def _epoch(
             sink.write_deltas(q.query, out.epoch, q.variables, q.columns, q.diff, q.edges, q.extra)
         for letter in [*polled.dead_letters, *refused]:
             sink.write_dead_letter(letter)
-        sink.commit(polled.next_offsets, source.group_metadata())
+        group = source.group_metadata()
+        if not Stop.requested:
+            ahead = Prefetch(lambda: _poll(settings, source))
+        failpoint("serve_before_kafka_commit")
+        sink.commit(polled.next_offsets, group)
         watchdog.disarm()
         failpoint("serve_after_kafka_commit")
-    except KafkaException as exc:
+    except (KafkaException, InjectedFailure) as exc:
         watchdog.disarm()
-        error = exc.args[0] if exc.args else None
         processor.abort()
+        SETTLING.release()
         metrics.aborted()
-        restart = {p: positions.stored.get(p, o) for p, o in polled.next_offsets.items()}
+        error = exc.args[0] if exc.args else None
+        # The aborted epoch is read again from its first record, and what was read ahead of it
+        # from its own first record; unless partitions moved meanwhile: the assignment then
+        # started them at their stored positions.
+        read = ahead.result() if ahead is not None else Polled(polled.batch)
+        restart = {} if read.rebalanced else {**read.first_offsets, **polled.first_offsets}
         log.warning(
             "epoch aborted; reading it again",
             extra={
@@ -242,16 +279,25 @@ def _epoch(
         )
         sink = _recover_sink(settings, sink, error)
         source.seek(restart)
-        return sink
-    processor.commit()
-    positions.stored.update(polled.next_offsets)
-    store.commit_epoch(
-        processor.index,
-        stored_meta(store, processor, positions, out.epoch),
-        out.changes,
-        vertices,
-        event_changes=out.event_changes,
-    )
+        return sink, None
+    except BaseException:
+        SETTLING.release()
+        if ahead is not None:
+            with contextlib.suppress(Exception):
+                ahead.result()
+        raise
+    try:
+        processor.commit()
+        positions.stored.update(polled.next_offsets)
+        store.commit_epoch(
+            processor.index,
+            stored_meta(store, processor, positions, out.epoch),
+            out.changes,
+            vertices,
+            event_changes=out.event_changes,
+        )
+    finally:
+        SETTLING.release()
     now = time.time()
     metrics.epoch(time.perf_counter() - started, polled.records)
     metrics.committed(
@@ -282,7 +328,7 @@ def _epoch(
             "offsets": {partition_key(p): o for p, o in polled.next_offsets.items()},
         },
     )
-    return sink
+    return sink, ahead
 
 
 def _recover_sink(settings: Settings, sink: KafkaSink, error: object) -> KafkaSink:

@@ -433,6 +433,34 @@ def test_killed_between_the_kafka_commit_and_the_store_write_catches_up_silently
     assert got == expected_matches(records, tmp_path)
 
 
+@pytest.mark.parametrize("hit", [1, 2])
+def test_a_failed_transaction_reads_its_epoch_and_what_was_read_ahead_again(
+    service: Callable[..., Service], tmp_path: Path, hit: int
+) -> None:
+    """The n-th epoch's transaction fails after the next epoch's records were read ahead
+    (:mod:`monitor.service.prefetch`): the epoch is aborted, and both it and the records read
+    ahead of it are read again, from partitions of either; epochs of 1,200 records over three
+    partitions of 1,000, so that the two polls take different partitions. The first epoch
+    (``hit`` 1) reads partitions with no stored position yet."""
+    svc = service(
+        partitions=3,
+        SGM_BATCH_SIZE="1200",
+        SGM_MAX_BATCH_DELAY_MS="200",
+        SGM_FAILPOINT="serve_before_kafka_commit",
+        SGM_FAILPOINT_ACTION="raise",
+        SGM_FAILPOINT_HIT=str(hit),
+    )
+    records = stream_records(3000, seed=30 + hit)
+    produce(svc.bootstrap, svc.input, records)
+    svc.start()
+    wait_consumed(svc.bootstrap, svc.group, svc.input, timeout=120, svc=svc)
+    wait_ready(svc)
+    assert svc.stop() == 0, svc.log_text()
+    assert svc.log_text().count("epoch aborted; reading it again") == 1, svc.log_text()
+    got = check_exactly_once(published(svc, "records"))
+    assert got == expected_matches(records, tmp_path)
+
+
 def test_broker_restart_mid_stream_loses_and_duplicates_nothing(
     kafka: KafkaCluster, service: Callable[..., Service], tmp_path: Path
 ) -> None:
