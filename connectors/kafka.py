@@ -61,6 +61,13 @@ holds ``queued.min.messages`` (librdkafka's default: 100,000), its fetcher backs
 broker already has (README, *Input throughput and consumer settings*). The queue's memory stays
 bounded by ``queued.max.messages.kbytes`` (64 MiB)."""
 
+#: How long one ``consume`` waits while the consumer holds no partition: an assignment arrives
+#: inside ``consume``, which then went on waiting for the first records (up to half a second),
+#: only for :meth:`KafkaSource.poll` to give them back so that the caller sees the assignment
+#: first. With short waits the poll returns soon after the assignment and nothing is fetched
+#: twice.
+UNASSIGNED_WAIT = 0.05
+
 
 def with_consumer_defaults(config: Mapping[str, object]) -> dict[str, object]:
     """``config`` (the user's ``SGM_KAFKA`` and the service's own keys) over
@@ -108,11 +115,13 @@ class KafkaSource:
         self._on_revoke = on_revoke
         self._seq = 0
         self._rebalanced = False
+        self._holding = False  # whether any partition is assigned
         self.consumer.subscribe(self.topics, on_assign=self._assigned, on_revoke=self._revoked)
 
     def _assigned(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Called inside poll when partitions are assigned: start them where the service says."""
         self._rebalanced = True
+        self._holding = self._holding or bool(partitions)
         starts: Mapping[Partition, int] = {}
         if self._on_assign is not None:
             starts = self._on_assign([(p.topic, p.partition) for p in partitions])
@@ -124,6 +133,7 @@ class KafkaSource:
 
     def _revoked(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self._rebalanced = True
+        self._holding = False  # eager rebalancing: every partition goes, the new ones follow
         if self._on_revoke is not None:
             self._on_revoke([(p.topic, p.partition) for p in partitions])
 
@@ -169,8 +179,9 @@ class KafkaSource:
             if remaining <= 0:
                 break
             wanted = max_updates - decoded - len(pending)
+            wait = 0.5 if self._holding else UNASSIGNED_WAIT
             messages = self.consumer.consume(
-                num_messages=min(10_000, wanted), timeout=min(remaining, 0.5)
+                num_messages=min(10_000, wanted), timeout=min(remaining, wait)
             )
             if self._rebalanced:
                 self._give_back(
