@@ -28,6 +28,7 @@ from monitor.index.store import StateStore
 from monitor.index.stored_meta import StoredMeta
 from monitor.query.ast import Query
 from monitor.query.parser import parse_queries
+from monitor.service.allocator import keep_freed_memory
 from monitor.service.epochs import EpochProcessor, QueryOutput, RunTotals
 from monitor.service.stop import Stop, stop_on_signals
 
@@ -69,6 +70,7 @@ def run_file_job(processor: EpochProcessor, job: FileJob) -> RunTotals:
     """Run the job to the end of its input (or a stop request); returns the run's totals."""
     started = time.perf_counter()
     settings = processor.settings
+    keep_freed_memory(settings.malloc_keep_bytes)
     store = (
         StateStore.open(
             job.state_dir,

@@ -32,6 +32,7 @@ from monitor.index.store import StateStore
 from monitor.plan.events import event_relations, rewrite
 from monitor.plan.planner import delta_queries
 from monitor.query.load import load_queries
+from monitor.service.allocator import keep_freed_memory
 from monitor.service.clients import client_config, new_sink
 from monitor.service.cluster import run_cluster
 from monitor.service.epochs import EpochProcessor
@@ -78,6 +79,7 @@ def serve(settings: Settings) -> int:
     try:
         with stop_on_signals():
             tune_collector()
+            keep_freed_memory(settings.malloc_keep_bytes)
             return _run(settings, queries, store, metrics, health)
     finally:
         store.close()

@@ -67,6 +67,13 @@ class Settings(BaseSettings):
     rocksdb_cache_bytes: int = Field(
         64 << 20, ge=1 << 20, description="RocksDB block cache, one for the process"
     )
+    malloc_keep_bytes: int = Field(
+        0,
+        ge=0,
+        description="glibc: allocations below this many bytes come from the heap, and up to "
+        "this much freed memory is kept for the next epoch instead of returned (0: glibc's "
+        "defaults; 268435456 is a good value, bench/NOTES.md)",
+    )
 
     emit: Literal["changes", "appearances"] = Field(
         "changes",
