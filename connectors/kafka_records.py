@@ -113,7 +113,14 @@ class Records:
 
     def first_offsets(self) -> dict[Partition, int]:
         """Per partition, the offset of its first record here."""
-        return dict(zip(reversed(self.keys()), reversed(self.offsets), strict=True))
+        return self.offset_ranges()[0]
+
+    def offset_ranges(self) -> tuple[dict[Partition, int], dict[Partition, int]]:
+        """Per partition, the offset of its first record here and the offset after its last."""
+        keys = self.keys()
+        first = dict(zip(reversed(keys), reversed(self.offsets), strict=True))
+        last = dict(zip(keys, self.offsets, strict=True))
+        return first, {key: offset + 1 for key, offset in last.items()}
 
 
 def message_columns(messages: Sequence[Message]) -> Records:
@@ -251,9 +258,7 @@ def decode_messages(
     polled.sources = _sources(records, decoded.events, seq_of_row)
     batch.times = _times(records, polled.sources, decoded.events)
     polled.dead_letters = [_dead_letter(records, row, message) for row, message in decoded.errors]
-    last = dict(zip(records.keys(), records.offsets, strict=True))
-    polled.next_offsets = {key: offset + 1 for key, offset in last.items()}
-    polled.first_offsets = records.first_offsets()
+    polled.first_offsets, polled.next_offsets = records.offset_ranges()
     polled.per_topic = dict(Counter(records.topics))
     kinds, stamps = (np.array(column, np.int64) for column in zip(*records.stamps, strict=True))
     polled.timestamps = (stamps[(kinds != 0) & (stamps > 0)] / 1000.0).tolist()

@@ -21,6 +21,7 @@ consumer has read ahead is not committed by anything. Two things are kept in ord
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable
 
@@ -50,3 +51,8 @@ class Prefetch:
             raise self._error
         assert self._polled is not None
         return self._polled
+
+    def discard(self) -> None:
+        """Wait for the poll and drop what it read (never committed: it is read again)."""
+        with contextlib.suppress(Exception):
+            self.result()

@@ -14,7 +14,6 @@ index as one epoch without emitting anything; then the stream goes on from the c
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import logging
 import threading
@@ -139,8 +138,7 @@ def _run(
         return 0
     finally:
         if ahead is not None:  # read ahead, never committed: read again at the next start
-            with contextlib.suppress(Exception):
-                ahead.result()
+            ahead.discard()
         source.close()
         sink.flush()
 
@@ -244,62 +242,46 @@ def _epoch(
     out = processor.process(polled.batch)
     refused = polled.refused(out.late)
     ahead: Prefetch | None = None
-    SETTLING.acquire()
+    failed: KafkaException | InjectedFailure | None = None
     try:
-        commit_started = time.perf_counter()
-        watchdog.arm(f"the transaction of epoch {out.epoch}")
-        sink.begin()
-        for q in out.queries:
-            sink.write_deltas(q.query, out.epoch, q.variables, q.columns, q.diff, q.edges, q.extra)
-        for letter in [*polled.dead_letters, *refused]:
-            sink.write_dead_letter(letter)
-        group = source.group_metadata()
-        if not Stop.requested:
-            ahead = Prefetch(lambda: _poll(settings, source))
-        failpoint("serve_before_kafka_commit")
-        sink.commit(polled.next_offsets, group)
-        watchdog.disarm()
-        failpoint("serve_after_kafka_commit")
-    except (KafkaException, InjectedFailure) as exc:
-        watchdog.disarm()
-        processor.abort()
-        SETTLING.release()
-        metrics.aborted()
-        error = exc.args[0] if exc.args else None
-        # The aborted epoch is read again from its first record, and what was read ahead of it
-        # from its own first record; unless partitions moved meanwhile: the assignment then
-        # started them at their stored positions.
-        read = ahead.result() if ahead is not None else Polled(polled.batch)
-        restart = {} if read.rebalanced else {**read.first_offsets, **polled.first_offsets}
-        log.warning(
-            "epoch aborted; reading it again",
-            extra={
-                "epoch": out.epoch,
-                "error": str(exc),
-                "offsets": {partition_key(p): o for p, o in restart.items()},
-            },
-        )
-        sink = _recover_sink(settings, sink, error)
-        source.seek(restart)
-        return sink, None
+        with SETTLING:
+            try:
+                commit_started = time.perf_counter()
+                watchdog.arm(f"the transaction of epoch {out.epoch}")
+                sink.begin()
+                for q in out.queries:
+                    sink.write_deltas(
+                        q.query, out.epoch, q.variables, q.columns, q.diff, q.edges, q.extra
+                    )
+                for letter in [*polled.dead_letters, *refused]:
+                    sink.write_dead_letter(letter)
+                group = source.group_metadata()
+                if not Stop.requested:
+                    ahead = Prefetch(lambda: _poll(settings, source))
+                failpoint("serve_before_kafka_commit")
+                sink.commit(polled.next_offsets, group)
+                watchdog.disarm()
+                failpoint("serve_after_kafka_commit")
+            except (KafkaException, InjectedFailure) as exc:
+                watchdog.disarm()
+                processor.abort()
+                failed = exc
+            else:
+                processor.commit()
+                positions.stored.update(polled.next_offsets)
+                store.commit_epoch(
+                    processor.index,
+                    stored_meta(store, processor, positions, out.epoch),
+                    out.changes,
+                    vertices,
+                    event_changes=out.event_changes,
+                )
     except BaseException:
-        SETTLING.release()
         if ahead is not None:
-            with contextlib.suppress(Exception):
-                ahead.result()
+            ahead.discard()
         raise
-    try:
-        processor.commit()
-        positions.stored.update(polled.next_offsets)
-        store.commit_epoch(
-            processor.index,
-            stored_meta(store, processor, positions, out.epoch),
-            out.changes,
-            vertices,
-            event_changes=out.event_changes,
-        )
-    finally:
-        SETTLING.release()
+    if failed is not None:
+        return _aborted(settings, source, sink, polled, ahead, out.epoch, failed, metrics), None
     now = time.time()
     metrics.epoch(time.perf_counter() - started, polled.records)
     metrics.committed(
@@ -331,6 +313,38 @@ def _epoch(
         },
     )
     return sink, ahead
+
+
+def _aborted(
+    settings: Settings,
+    source: KafkaSource,
+    sink: KafkaSink,
+    polled: Polled,
+    ahead: Prefetch | None,
+    epoch: int,
+    exc: KafkaException | InjectedFailure,
+    metrics: Metrics,
+) -> KafkaSink:
+    """After a failed transaction (the index has forgotten the epoch): the epoch is read again
+    from its first record, and what was read ahead of it from its own first record, unless
+    partitions moved meanwhile (the assignment then started them at their stored positions).
+    Returns the sink to use next."""
+    metrics.aborted()
+    read = ahead.result() if ahead is not None else None
+    restart = {**(read.first_offsets if read else {}), **polled.first_offsets}
+    if read is not None and read.rebalanced:
+        restart = {}
+    log.warning(
+        "epoch aborted; reading it again",
+        extra={
+            "epoch": epoch,
+            "error": str(exc),
+            "offsets": {partition_key(p): o for p, o in restart.items()},
+        },
+    )
+    sink = _recover_sink(settings, sink, exc.args[0] if exc.args else None)
+    source.seek(restart)
+    return sink
 
 
 def _recover_sink(settings: Settings, sink: KafkaSink, error: object) -> KafkaSink:
