@@ -28,6 +28,7 @@ from monitor.index.graph import Change, GraphIndex
 from monitor.index.keys import TupleKeys
 from monitor.index.levels import I32, I64
 from monitor.index.selections import Selection, SelectionRelations
+from monitor.index.unique import shared_count
 from monitor.index.window import ExpiryQueue, Tick
 
 
@@ -180,7 +181,7 @@ class EventIndex:
             if changed.eids.shape[0]:
                 self.changed[relation] = changed
             died, born = changed.eids[changed.diff < 0], changed.eids[changed.diff > 0]
-            self.replaced += np.intersect1d(store.slot[died], store.slot[born]).shape[0]
+            self.replaced += shared_count(store.slot[died], store.slot[born])
             for relations in self.kept:
                 if relations.selection.relation == relation:
                     keep = store.select(changed.eids, relations.selection.tests)

@@ -311,18 +311,22 @@ class EventStore:
         (:meth:`id_hashes`), each distinct event formatted once: a hub's transfer is in many
         matches of an epoch (about 4.6 rows an event in ``bench.payments``)."""
         unique, inverse = first_appearances(eids)
-        columns = self.columns(unique, decode_vertex, fields)
-        hashes = self.id_hashes(unique)
+        ids, hashes = self.ids.column_and_hashes(self.slot[unique])
+        columns = self.columns(unique, decode_vertex, fields, ids)
         return {name: column[inverse] for name, column in columns.items()}, hashes[inverse]
 
     def columns(
-        self, eids: I32, decode_vertex: Any, fields: Sequence[str] | None = None
+        self,
+        eids: I32,
+        decode_vertex: Any,
+        fields: Sequence[str] | None = None,
+        ids: npt.NDArray[Any] | None = None,
     ) -> dict[str, Column]:
         """The events at ``eids`` as output columns (:mod:`core.columns`), whole arrays at a
-        time: ``id``, ``src``, ``dst``, then every field (or those in ``fields``), absent where
-        an event lacks it."""
+        time: ``id`` (``ids`` if given), ``src``, ``dst``, then every field (or those in
+        ``fields``), absent where an event lacks it."""
         out: dict[str, Column] = {
-            "id": self.ids.column(self.slot[eids]),
+            "id": self.ids.column(self.slot[eids]) if ids is None else ids,
             "src": decode_vertex(self.src[eids]),
             "dst": decode_vertex(self.dst[eids]),
         }

@@ -360,6 +360,20 @@ class IdMap:
             return self.decode(slots)
         return rows.view(f"S{rows.shape[1]}").reshape(-1)
 
+    def column_and_hashes(
+        self, slots: npt.NDArray[np.integer]
+    ) -> tuple[npt.NDArray[np.generic], U64]:
+        """:meth:`column` and :meth:`id_hashes` of the same slots, string ids formatted into
+        rows once for both (what an epoch's matched events need)."""
+        strings = self._strings_at(slots)
+        if not strings.all() or not strings.any():
+            return self.column(slots), self.id_hashes(slots)
+        rows, lengths = self._string_rows(slots)
+        hashes = hash_rows(rows, lengths) ^ STR_ID_TAG
+        if not plain_ascii(rows, lengths):
+            return self.decode(slots), hashes
+        return rows.view(f"S{rows.shape[1]}").reshape(-1), hashes
+
     def id_hashes(self, slots: npt.NDArray[np.integer]) -> U64:
         """The stable hash of each slot's external id, from the stored bytes and values (no
         Python object per id): an integer's ``mix(value ^ INT_ID_TAG)``, a string's

@@ -32,10 +32,18 @@ ZERO = ord("0")
 _POWERS = 10 ** np.arange(MAX_DIGITS, dtype=np.int64)
 
 
-def split(rows: U8, lengths: I64) -> tuple[npt.NDArray[np.bool_], I64, I64]:
+def split(
+    rows: U8, lengths: I64, *, compiled: bool = ENABLED
+) -> tuple[npt.NDArray[np.bool_], I64, I64]:
     """Of every padded row: whether it is numbered, where its number starts (the length of its
     prefix) and the number (meaningless where it is not numbered)."""
     n, width = rows.shape
+    if compiled:  # a loop per row, back from its end: ~10x the column-by-column pass below
+        ok = np.zeros(n, np.bool_)
+        starts = np.zeros(n, np.int64)
+        numbers = np.zeros(n, np.int64)
+        _split_rows(rows, lengths.astype(np.int64, copy=False), ok, starts, numbers)
+        return ok, starts, numbers
     inside = np.arange(width) < lengths[:, None]
     other = inside & ((rows < ZERO) | (rows > ZERO + 9))  # the bytes that are not digits
     starts = np.where(other.any(axis=1), width - np.argmax(other[:, ::-1], axis=1), 0)
@@ -57,6 +65,8 @@ def prefixes_of(rows: U8, starts: I64) -> tuple[list[bytes], I64]:
     width = int(starts.max()) if starts.shape[0] else 0
     if width == 0:
         return [b""], np.zeros(starts.shape[0], np.int64)
+    if (starts == width).all() and (rows[:, :width] == rows[0, :width]).all():
+        return [rows[0, :width].tobytes()], np.zeros(starts.shape[0], np.int64)  # one prefix
     heads = np.where(np.arange(width) < starts[:, None], rows[:, :width], 0).astype(np.uint8)
     keyed = np.concatenate([heads, starts.astype("<u8").view(np.uint8).reshape(-1, 8)], 1)
     _, first, inverse = np.unique(
@@ -113,6 +123,7 @@ def warm() -> None:
     epoch."""
     if ENABLED:
         _write_digits(np.zeros(1, np.int64), np.ones(1, np.int64), np.zeros((1, 8), np.uint8))
+        split(np.zeros((1, 8), np.uint8), np.ones(1, np.int64))
 
 
 if AVAILABLE:
@@ -128,6 +139,26 @@ if AVAILABLE:
                 j -= 1
                 if rest == 0:
                     break
+
+    @njit(cache=True, nogil=True)
+    def _split_rows(rows, lengths, ok, starts, numbers):  # type: ignore[no-untyped-def]
+        """:func:`split` row by row: the trailing digit run of each row, and its number."""
+        for i in range(rows.shape[0]):
+            end = lengths[i]
+            start = end
+            while start > 0 and ZERO <= rows[i, start - 1] <= ZERO + 9:
+                start -= 1
+            starts[i] = start
+            digits = end - start
+            if digits < 1 or digits > MAX_DIGITS or start > MAX_PREFIX:
+                continue
+            if digits > 1 and rows[i, start] == ZERO:
+                continue
+            ok[i] = True
+            value = 0
+            for j in range(start, end):
+                value = value * 10 + (rows[i, j] - ZERO)
+            numbers[i] = value
 
 
 class NumberedStrings:

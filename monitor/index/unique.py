@@ -55,6 +55,19 @@ def unique_inverse(values: Ints[T]) -> tuple[Ints[T], Rows]:
     return distinct[order], rank[groups]
 
 
+def shared_count(a: Ints[T], b: Ints[T]) -> int:
+    """How many distinct values are in both ``a`` and ``b``: ``np.intersect1d(a, b).size``
+    with one sort of the smaller array (an epoch's few deletes against its many inserts), not
+    of both together."""
+    small, large = (a, b) if a.shape[0] <= b.shape[0] else (b, a)
+    if not small.shape[0]:
+        return 0
+    small = np.sort(small)
+    at = np.minimum(np.searchsorted(small, large), small.shape[0] - 1)
+    found = large[small[at] == large]
+    return int(np.unique(found).shape[0]) if found.shape[0] else 0
+
+
 def warm() -> None:
     """Load (or compile, the first time on a machine) the loop for the id types the index
     passes, before the first epoch."""

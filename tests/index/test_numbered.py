@@ -45,8 +45,13 @@ def rows_of(strings: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
 def test_split_agrees_with_a_regular_expression_and_formats_back(strings: list[bytes]) -> None:
     expected = [oracle(t) for t in strings]
     rows, lengths = rows_of(strings)
-    ok, starts, numbers = split(rows, lengths)
+    ok, starts, numbers = split(rows, lengths, compiled=False)
     assert ok.tolist() == [e is not None for e in expected]
+    if AVAILABLE:  # the compiled loop reads the same: numbered or not, where, which number
+        fast = split(rows, lengths, compiled=True)
+        assert fast[0].tolist() == ok.tolist()
+        assert fast[1].tolist() == starts.tolist()
+        assert fast[2][ok].tolist() == numbers[ok].tolist()
     got = [
         (bytes(r[:s]), n) for r, s, n in zip(rows, starts.tolist(), numbers.tolist(), strict=True)
     ]

@@ -58,6 +58,18 @@ def test_first_appearances_numbers_values_in_order_of_first_appearance(
     assert groups.tolist() == [seen[v] for v in values.tolist()]
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.integers(-5, 40), max_size=30),
+    st.lists(st.integers(-5, 40), max_size=300),
+)
+def test_shared_count_is_the_size_of_the_intersection(a: list[int], b: list[int]) -> None:
+    left, right = np.array(a, np.int32), np.array(b, np.int32)
+    want = np.intersect1d(left, right).shape[0]
+    assert unique.shared_count(left, right) == want
+    assert unique.shared_count(right, left) == want
+
+
 def test_short_columns_take_np_unique() -> None:
     values = np.array([5, -3, 5, 9], np.int64)
     got, inverse = unique.unique_inverse(values)
@@ -65,12 +77,23 @@ def test_short_columns_take_np_unique() -> None:
     assert inverse.tolist() == [1, 0, 1, 2]
 
 
-def test_matched_columns_and_hashes_are_the_per_row_ones() -> None:
+ID_KINDS = {
+    "text": lambda i: f"tx-{i}" if i % 7 else f"note {i}",
+    "numbered": lambda i: f"tx-{i}",
+    "not ascii": lambda i: f"tx-{i}" if i % 7 else f"nöte {i}",
+    "integers": lambda i: i * 3,
+    "mixed": lambda i: f"tx-{i}" if i % 2 else i,
+}
+
+
+@pytest.mark.parametrize("kind", list(ID_KINDS))
+def test_matched_columns_and_hashes_are_the_per_row_ones(kind: str) -> None:
     """Each distinct event formatted once and gathered: the same columns and id hashes as
-    formatting every row (ids numbered and text, fields absent on some events)."""
+    formatting every row (ids numbered, text, integers or both; fields absent on some
+    events)."""
     store = EventStore("transfer")
     n = 300
-    ids = np.array([f"tx-{i}" if i % 7 else f"note {i}" for i in range(n)], dtype=object)
+    ids = np.array([ID_KINDS[kind](i) for i in range(n)], dtype=object)
     channel = np.array([None if i % 5 == 0 else ("wire", "card")[i % 2] for i in range(n)], object)
     amount = np.where(np.arange(n) % 3 == 0, np.nan, np.arange(n) * 1.25)
     vertices = np.arange(n, dtype=np.int32)
