@@ -43,6 +43,11 @@ _SCALED_MAX = np.iinfo(np.int32).max
 _EXACT = 2.0**53
 
 
+#: Up to this many distinct values in a batch, a string field is coded by comparing the batch
+#: with each value rather than by sorting it.
+FEW_STRINGS = 16
+
+
 class StringPool:
     """String field values <-> codes, one pool for every string field of every event relation,
     so that join filters compare codes of two relations' fields directly."""
@@ -190,13 +195,25 @@ class FieldColumn:
         codes = np.full(column.shape[0], -1, np.int32)
         present = np.flatnonzero(column != None)  # noqa: E711 (elementwise on objects)
         if present.shape[0]:
-            unique, inverse = np.unique(column[present].astype(str), return_inverse=True)
-            interned = np.array([self.pool.intern(s) for s in unique.tolist()], np.int32)
-            codes[present] = interned[inverse.reshape(-1)]
+            codes[present] = self._codes(column[present])
         wide = code_dtype(len(self.pool.strings))
         if np.dtype(wide).itemsize > self.values.dtype.itemsize:
             self.values = self.values.astype(wide)
         self.values[eids] = codes
+
+    def _codes(self, strings: npt.NDArray[Any]) -> I32:
+        """The pool's code of each string. A field's few distinct values (``channel``) are
+        found by one set of the batch and one comparison of the batch per value; many are
+        sorted (``np.unique`` of their text)."""
+        distinct = set(strings.tolist())
+        if len(distinct) <= FEW_STRINGS and all(type(s) is str for s in distinct):
+            codes = np.empty(strings.shape[0], np.int32)
+            for text in distinct:  # a few values, not a row each
+                codes[strings == text] = self.pool.intern(text)
+            return codes
+        unique, inverse = np.unique(strings.astype(str), return_inverse=True)
+        interned = np.array([self.pool.intern(s) for s in unique.tolist()], np.int32)
+        return interned[inverse.reshape(-1)]
 
     def get(
         self, eids: npt.NDArray[np.integer[Any]], *, compiled: bool = ENABLED

@@ -121,3 +121,28 @@ def test_numbers_read_back_bit_for_bit(batches: list[list[float]]) -> None:
         got = column.get(np.arange(len(stored)), compiled=compiled)
         assert (np.isnan(got) == nan).all()
         assert got[~nan].tobytes() == expected[~nan].tobytes()
+
+
+@given(
+    st.lists(
+        st.lists(st.one_of(st.none(), st.sampled_from(["wire", "card", "cash", "ach", "é"])))
+        | st.lists(st.one_of(st.none(), st.text(max_size=3)), min_size=17),
+        min_size=1,
+        max_size=4,
+    )
+)
+def test_string_values_read_back_whatever_their_number_in_a_batch(
+    batches: list[list[str | None]],
+) -> None:
+    """A batch's few distinct values (compared one by one) and many (sorted) get codes of
+    the same pool that read back as the values."""
+    column = FieldColumn("string")
+    everything = [v for batch in batches for v in batch]
+    column.grow(max(len(everything), 1))
+    at = 0
+    for batch in batches:
+        column.store(np.arange(at, at + len(batch), dtype=np.int32), strings(batch))
+        at += len(batch)
+    got = python_values(column.values_of(np.arange(at, dtype=np.int32)))
+    assert got == everything
+    assert len(column.pool.strings) == len({v for v in everything if v is not None})
