@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from monitor.engine.sorting import sort_packed
+from monitor.engine.sorting import grouped, sort_packed
 from monitor.index.levels import I32, I64
 
 
@@ -37,6 +37,10 @@ def consolidate(columns: Sequence[I32], diff: I64) -> tuple[list[I32], I64]:
                 return _unpack(columns, packed), np.full(n, first, diff.dtype)
         if (np.abs(diff) == 1).all():
             return _consolidate_units(columns, keys[0], diff, width)
+    found = grouped(keys, _widths(columns), diff)
+    if found is not None:  # compiled: one radix sort of the rows over every key, one pass
+        rows, sums = found
+        return [c[rows] for c in columns], sums
     order = np.argsort(keys[0], kind="stable") if len(keys) == 1 else np.lexsort(keys[::-1])
     sorted_keys = [k[order] for k in keys]
     start = np.ones(n, np.bool_)
@@ -77,6 +81,13 @@ def _unpack(columns: Sequence[I32], packed: I64) -> list[I32]:
 def _bits(columns: Sequence[I32]) -> int:
     """Bits per column in :func:`sort_keys`."""
     return max(1, max(int(c.max()) for c in columns).bit_length())
+
+
+def _widths(columns: Sequence[I32]) -> list[int]:
+    """The bits of each key of :func:`sort_keys`."""
+    bits = _bits(columns)
+    per_key = max(1, 63 // bits)
+    return [bits * len(columns[lo : lo + per_key]) for lo in range(0, len(columns), per_key)]
 
 
 def sort_keys(columns: Sequence[I32]) -> list[npt.NDArray[np.int64]]:

@@ -57,3 +57,27 @@ def test_large_epochs_take_the_radix_sort_and_consolidate_alike() -> None:
     kept = np.sort(packed[order][half:])
     assert [c.tolist() for c in got] == [((kept >> s) & 4095).tolist() for s in (36, 24, 12, 0)]
     assert (diff == 1).all()
+
+
+@needs_numba
+@pytest.mark.parametrize(("width", "top"), [(6, 2**23), (3, 2**31 - 1), (7, 50), (2, 2**31 - 1)])
+def test_wide_bindings_group_in_the_compiled_pass_as_numpy_groups_them(
+    width: int, top: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bindings that pack into several keys (six columns of 23-bit ids, as ``big_ring``'s
+    vertices and events): the compiled radix grouping gives numpy's lexsort's result, each
+    binding once with its sum, zeros dropped, in binding order."""
+    rng = np.random.default_rng(width)
+    rows = sorting.RADIX_MIN * 3
+    columns = [rng.integers(0, top, rows // 2).astype(np.int32) for _ in range(width)]
+    columns = [c.astype(np.int64) % 5 if i == 0 else c for i, c in enumerate(columns)]  # ties
+    again = rng.integers(0, rows // 2, rows - rows // 2)
+    both = [np.concatenate([c, c[again]]).astype(np.int32) for c in columns]
+    diff = rng.choice(np.array([-2, -1, 1, 1, 3], np.int64), rows)
+    diff[rows // 2 :][: again.shape[0] // 2] = -diff[again[: again.shape[0] // 2]]  # cancel some
+    got, sums = consolidate(both, diff)
+    monkeypatch.setattr(sorting, "COMPILED", False)
+    want, want_sums = consolidate(both, diff)
+    assert [c.tolist() for c in got] == [c.tolist() for c in want]
+    assert sums.tolist() == want_sums.tolist()
+    assert len(sums) < rows and (sums != 0).all()
