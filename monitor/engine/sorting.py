@@ -110,13 +110,13 @@ if AVAILABLE:
         first = np.empty(keys.shape[1], np.int64)
         sums = np.empty(keys.shape[1], np.int64)
         kept = 0
-        i = np.uint64(0)
-        while i < n:
-            row = order[i]
+        start = np.uint64(0)
+        while start < n:
+            row = order[start]
             total = diff[row]
-            j = i + np.uint64(1)
-            while j < n:
-                other = order[j]
+            end = start + np.uint64(1)
+            while end < n:
+                other = order[end]
                 same = True
                 for k in range(keys.shape[0]):
                     if keys[k, other] != keys[k, row]:
@@ -125,12 +125,12 @@ if AVAILABLE:
                 if not same:
                     break
                 total += diff[other]
-                j += np.uint64(1)
+                end += np.uint64(1)
             if total != 0:
                 first[kept] = row
                 sums[kept] = total
                 kept += 1
-            i = j
+            start = end
         return first[:kept], sums[:kept]
 
 
