@@ -202,16 +202,23 @@ class FieldColumn:
         self.values[eids] = codes
 
     def _codes(self, strings: npt.NDArray[Any]) -> I32:
-        """The pool's code of each string. A field's few distinct values (``channel``) are
-        found by one set of the batch and one comparison of the batch per value; many are
-        sorted (``np.unique`` of their text)."""
-        distinct = set(strings.tolist())
-        if len(distinct) <= FEW_STRINGS and all(type(s) is str for s in distinct):
+        """The pool's code of each string (a value of another type: its text). A field's few
+        distinct values (``channel``) are found by one set of the batch and one comparison of
+        the batch per value; many are sorted. Both compare the Python strings themselves:
+        numpy's own strings would drop trailing NUL characters."""
+        values = strings.tolist()
+        distinct = set(values)
+        if not all(type(s) is str for s in distinct):  # rare: not the type the field has
+            values = [s if type(s) is str else str(s) for s in values]
+            strings = np.empty(len(values), object)
+            strings[:] = values
+            distinct = set(values)
+        if len(distinct) <= FEW_STRINGS:
             codes = np.empty(strings.shape[0], np.int32)
             for text in distinct:  # a few values, not a row each
-                codes[strings == text] = self.pool.intern(text)
+                codes[strings == np.array(text, dtype=object)] = self.pool.intern(text)
             return codes
-        unique, inverse = np.unique(strings.astype(str), return_inverse=True)
+        unique, inverse = np.unique(strings, return_inverse=True)
         interned = np.array([self.pool.intern(s) for s in unique.tolist()], np.int32)
         return interned[inverse.reshape(-1)]
 

@@ -125,7 +125,9 @@ def test_numbers_read_back_bit_for_bit(batches: list[list[float]]) -> None:
 
 @given(
     st.lists(
-        st.lists(st.one_of(st.none(), st.sampled_from(["wire", "card", "cash", "ach", "é"])))
+        st.lists(
+            st.one_of(st.none(), st.sampled_from(["wire", "card", "cash", "ach", "é", "a\x00", ""]))
+        )
         | st.lists(st.one_of(st.none(), st.text(max_size=3)), min_size=17),
         min_size=1,
         max_size=4,
