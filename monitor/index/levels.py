@@ -105,16 +105,21 @@ def gather_ranges(lo: I64, hi: I64) -> tuple[I64, I64]:
     return owner, positions
 
 
-def merge(lower: Level, upper: Level) -> Level:
+def merge(lower: Level, upper: Level, *, compiled: bool = ENABLED) -> Level:
     """The level equal to applying ``upper`` on top of ``lower``: diffs summed, zeros dropped.
 
-    Linear in ``len(lower)`` plus ``len(upper) log len(lower)``: matches are found by binary
-    search and new pairs inserted, so a small upper level merges cheaply into a large lower one.
+    Linear in ``len(lower)`` plus ``len(upper) log len(lower)``: compiled, one pass that copies
+    the runs of ``lower`` between ``upper``'s pairs and sums the running diffs as it goes (an
+    epoch's few thousand pairs into a level of a hundred thousand: ~5x the numpy way); in numpy,
+    matches found by binary search and new pairs inserted.
     """
     if not len(upper):
         return lower
     if not len(lower):
         return upper
+    if compiled:
+        pairs, diff, running = compiled_merge(lower.pairs, lower.diff, upper.pairs, upper.diff)
+        return Level(pairs, diff, running, bool(diff.shape[0]) and bool((diff < 0).any()))
     pos = np.searchsorted(lower.pairs, upper.pairs)
     pos_c = np.minimum(pos, len(lower) - 1)
     hit = lower.pairs[pos_c] == upper.pairs
@@ -206,6 +211,8 @@ def warm() -> None:
     if ENABLED:
         for keys in (np.zeros(1, np.int32), np.zeros(1, np.int64)):
             compiled_key_ranges(np.zeros(0, np.int64), keys)
+        one = Level.of(np.ones(1, np.int64), np.ones(1, np.int8))
+        merge(one, one)
 
 
 if AVAILABLE:
@@ -230,6 +237,45 @@ if AVAILABLE:
             lo += step
             step <<= 1
         return lower_bound(array, lo, min(lo + step, hi), needle)
+
+    @njit(cache=True, nogil=True)
+    def compiled_merge(lower_pairs, lower_diff, upper_pairs, upper_diff):  # type: ignore[no-untyped-def]
+        """:func:`merge`'s pairs, diffs and running sums in one pass: for each pair of the
+        upper level, the run of lower pairs before it copied (found by galloping from the
+        last one), then the pair itself, its diff summed with an equal lower pair's; zero
+        diffs dropped."""
+        n, m = lower_pairs.shape[0], upper_pairs.shape[0]
+        pairs = np.empty(n + m, np.int64)
+        diff = np.empty(n + m, np.int8)
+        running = np.empty(n + m + 1, np.int64)
+        running[0] = 0
+        total = 0
+        k = 0
+        i = 0
+        for j in range(m + 1):
+            end = n if j == m else gallop(lower_pairs, i, n, upper_pairs[j])
+            for at in range(i, end):
+                d = lower_diff[at]
+                pairs[k] = lower_pairs[at]
+                diff[k] = d
+                total += d
+                k += 1
+                running[k] = total
+            i = end
+            if j == m:
+                break
+            pair = upper_pairs[j]
+            d = upper_diff[j]
+            if i < n and lower_pairs[i] == pair:
+                d += lower_diff[i]
+                i += 1
+            if d != 0:
+                pairs[k] = pair
+                diff[k] = d
+                total += d
+                k += 1
+                running[k] = total
+        return pairs[:k], diff[:k], running[: k + 1]
 
     @njit(cache=True, nogil=True)
     def compiled_key_ranges(level_pairs, keys):  # type: ignore[no-untyped-def]

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from monitor.index import adjacency, kernels
-from monitor.index.levels import Level, pack
+from monitor.index.levels import Level, merge, pack
 from monitor.plan.cut import Cut
 
 
@@ -145,3 +145,40 @@ def test_offsets_are_narrow_below_the_limit_and_wide_from_it(
         assert view.count(np.array([0, 1, 2])).tolist() == [2, 1, 2 + extra]
         keys, values = np.array([0, 0, 2, 2]), np.array([5, 4, 4, 7])
         assert view.contains(keys, values).tolist() == [True, False, True, bool(extra)]
+
+
+@st.composite
+def levels(draw: st.DrawFn) -> tuple[Level, Level]:
+    """Two levels as an adjacency stacks them: the committed one, and an epoch's changes on
+    top of it (removing some of its +1 pairs, cancelling some -1 ones, new pairs at either
+    end and in between)."""
+    value = st.integers(0, draw(st.sampled_from([20, 2**40])))
+    lower = draw(st.dictionaries(value, st.sampled_from([1, -1]), max_size=40))
+    upper = {p: -d for p, d in lower.items() if draw(st.booleans()) and draw(st.booleans())}
+    upper.update({p: draw(st.sampled_from([1, -1])) for p in draw(st.sets(value, max_size=9))})
+    upper = {p: d for p, d in upper.items() if lower.get(p, 0) != d}  # no +1 on +1
+
+    def level(pairs: dict[int, int]) -> Level:
+        ordered = sorted(pairs)
+        return Level.of(np.array(ordered, np.int64), np.array([pairs[p] for p in ordered], np.int8))
+
+    return level(lower), level(upper)
+
+
+@settings(max_examples=400, deadline=None)
+@given(levels())
+def test_the_compiled_merge_of_levels_is_numpys(case: tuple[Level, Level]) -> None:
+    lower, upper = case
+    want = merge(lower, upper, compiled=False)
+    if not kernels.COMPILED:
+        return
+    got = merge(lower, upper, compiled=True)
+    assert got.pairs.tolist() == want.pairs.tolist()
+    assert got.diff.tolist() == want.diff.tolist()
+    assert got.running.tolist() == want.running.tolist()
+    assert got.removals == want.removals
+    summed: dict[int, int] = {}
+    for level in (lower, upper):
+        for p, d in zip(level.pairs.tolist(), level.diff.tolist(), strict=True):
+            summed[p] = summed.get(p, 0) + d
+    assert got.pairs.tolist() == sorted(p for p, d in summed.items() if d)
