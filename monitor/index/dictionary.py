@@ -19,6 +19,7 @@ import numpy.typing as npt
 from core.errors import InputError
 from monitor.index.hashtable import U64, SlotTable, mix
 from monitor.index.levels import I32, I64
+from monitor.index.texts import unique_strings
 from monitor.index.unique import unique_inverse
 
 #: Dense ids are int32; one less than 2**31 keeps ``key << 32 | value`` packing positive.
@@ -83,8 +84,10 @@ class VertexDictionary:
         return mix(self._int_value[ids].view(np.uint64)), ids
 
     def _encode_strings(self, values: npt.NDArray[np.generic], add: bool) -> I32:
-        unique, inverse = np.unique(values.astype(str), return_inverse=True)
-        names = unique.tolist()
+        """Ids of string vertex ids (another type of id, not an integer: named by its text)."""
+        if not all(type(v) is str for v in set(values.tolist())):
+            values = np.array([v if type(v) is str else str(v) for v in values.tolist()], object)
+        names, inverse = unique_strings(values)
         get = self._strings.get
         ids = np.fromiter((get(name, -1) for name in names), np.int32, len(names))
         missing = np.flatnonzero(ids < 0)
@@ -96,7 +99,7 @@ class VertexDictionary:
             numbers = new_ids.tolist()
             self._strings.update(zip(fresh, numbers, strict=True))
             self._string_of.update(zip(numbers, fresh, strict=True))
-        return ids[inverse.reshape(-1)]
+        return ids[inverse]
 
     def _grow(self, n: int) -> I32:
         start = self._size

@@ -33,6 +33,7 @@ from core.columns import Coded, Column
 from core.compiled import AVAILABLE, ENABLED, njit
 from core.fields import ABSENT, DTYPES
 from monitor.index.levels import I32, grow
+from monitor.index.texts import unique_strings
 
 #: The largest decimal exponent of a scaled number column (ten-thousandths).
 MAX_EXPONENT = 4
@@ -204,8 +205,8 @@ class FieldColumn:
     def _codes(self, strings: npt.NDArray[Any]) -> I32:
         """The pool's code of each string (a value of another type: its text). A field's few
         distinct values (``channel``) are found by one set of the batch and one comparison of
-        the batch per value; many are sorted. Both compare the Python strings themselves:
-        numpy's own strings would drop trailing NUL characters."""
+        the batch per value; many are sorted (:func:`~monitor.index.texts.unique_strings`). Both
+        keep trailing NUL characters, which numpy's own strings drop."""
         values = strings.tolist()
         distinct = set(values)
         if not all(type(s) is str for s in distinct):  # rare: not the type the field has
@@ -218,9 +219,9 @@ class FieldColumn:
             for text in distinct:  # a few values, not a row each
                 codes[strings == np.array(text, dtype=object)] = self.pool.intern(text)
             return codes
-        unique, inverse = np.unique(strings, return_inverse=True)
-        interned = np.array([self.pool.intern(s) for s in unique.tolist()], np.int32)
-        return interned[inverse.reshape(-1)]
+        unique, inverse = unique_strings(strings)
+        interned = np.array([self.pool.intern(s) for s in unique], np.int32)
+        return interned[inverse]
 
     def get(
         self, eids: npt.NDArray[np.integer[Any]], *, compiled: bool = ENABLED

@@ -29,6 +29,18 @@ def pack_strings(strings: list[str]) -> tuple[U8, I64]:
     return np.frombuffer(data, np.uint8), lengths
 
 
+def unique_strings(strings: npt.NDArray[np.generic]) -> tuple[list[str], npt.NDArray[np.intp]]:
+    """``np.unique`` of an array of Python strings, with each one's index among them, exact:
+    numpy's fixed-width strings drop trailing NUL characters (``"a"`` and ``"a\\0"`` would be
+    one), so a batch holding a NUL anywhere is sorted as Python objects instead (slower)."""
+    values = strings.tolist()
+    if "\x00" in "".join(values):
+        unique, inverse = np.unique(strings, return_inverse=True)
+    else:
+        unique, inverse = np.unique(strings.astype(str), return_inverse=True)
+    return unique.tolist(), inverse.reshape(-1)
+
+
 def padded(
     buffer: U8, starts: I64, lengths: I64, width: int | None = None, *, compiled: bool = ENABLED
 ) -> U8:
