@@ -70,8 +70,10 @@ def attribute_order(query: Query, seed: int) -> tuple[str, ...]:
     """The seed atom's variables, then, greedily, the variable most constrained by bound ones.
 
     A variable can come next when some atom holds it and otherwise only bound variables; among
-    those, the one with the most such atoms wins (ties go to head order). A :func:`range_step`,
-    when one is possible, comes first: its edge variable, then the far end of its event.
+    those, the one with the most such atoms wins, then the edge variable with the most join
+    filters against bound ones (they prune its stage: ``t3.amount <= t2.amount`` with ``t3``
+    bound puts ``t2`` before ``t1``), then head order. A :func:`range_step`, when one is
+    possible, comes first: its edge variable, then the far end of its event.
     """
     order = list(dict.fromkeys(query.atoms[seed].variables))
     while len(order) < len(query.head):
@@ -94,7 +96,7 @@ def attribute_order(query: Query, seed: int) -> tuple[str, ...]:
             connected = any(set(a.variables) - {var} for a in links)
             if not connected:
                 continue
-            score = (-len(links), rank, var)
+            score = (-len(links), -_joins(query, var, bound), rank, var)
             if best is None or score < best:
                 best = score
         if best is None:
@@ -105,7 +107,7 @@ def attribute_order(query: Query, seed: int) -> tuple[str, ...]:
                 f"through an atom whose other variables are all bound already, so an atom of "
                 f"arity 3 or more needs all but one of its variables bound by other atoms first"
             )
-        order.append(best[2])
+        order.append(best[-1])
     return tuple(order)
 
 
@@ -294,6 +296,18 @@ def range_step(query: Query, order: Sequence[str]) -> RangeStep | None:
         low, high = -bounds[edge, t], bounds[t, edge]
         return RangeStep(i, events, implied, vertex, edge, far, side, t, anchor_relation, low, high)
     return None
+
+
+def _joins(query: Query, var: str, bound: set[str]) -> int:
+    """How many join filters tie edge variable ``var`` to bound edge variables."""
+    return sum(
+        1
+        for p in query.predicates
+        if isinstance(p.right, FieldRef)
+        and {p.left.edge, p.right.edge} - {var} <= bound
+        and var in (p.left.edge, p.right.edge)
+        and p.left.edge != p.right.edge
+    )
 
 
 def _field_filters(query: Query, column: dict[str, int]) -> list[FieldFilter]:
