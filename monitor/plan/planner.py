@@ -82,7 +82,7 @@ def attribute_order(query: Query, seed: int) -> tuple[str, ...]:
             order += [step.edge, step.far]
             continue
         bound = set(order)
-        best: tuple[int, int, str] | None = None
+        best: tuple[int, int, int, str] | None = None
         for rank, var in enumerate(query.head):
             if var in bound:
                 continue
