@@ -27,7 +27,6 @@ from monitor.index.levels import (
     I8,
     I32,
     I64,
-    VALUE_BITS,
     Level,
     gather_ranges,
     merge,
@@ -231,24 +230,25 @@ class Adjacency:
         self._new_delta = None
 
     def compact(self) -> None:
-        """Merge the committed level into the CSR. Linear in the number of stored pairs:
-        compiled, one merge per key of its segment with its level pairs (the proposal's
-        kernel); in numpy, the pairs without the removed ones, with the added ones inserted."""
+        """Merge the committed level into the CSR. Linear in the number of stored pairs and
+        keys: compiled, one pass merging each key's segment with its level pairs into the new
+        offsets and targets; in numpy, the pairs without the removed ones, with the added ones
+        inserted."""
         if not len(self.committed):
             return
-        if kernels.KERNELS == "numba":  # every key's merge, as a proposal of all keys is
-            keys = np.arange(self._keys, dtype=np.int64)
+        if kernels.KERNELS == "numba":  # every key's merge in one pass, sized by the net change
             level = self.committed
-            # Every key's range of the level at once: its pairs are sorted by key.
-            counts = np.bincount(level.pairs >> VALUE_BITS, minlength=self._keys)
-            hi = np.cumsum(counts)
-            lo = hi - counts
-            new_keys, self.targets = kernels.compiled_propose(
-                self.offsets, self.targets, level.pairs, level.diff, keys, lo, hi
+            total = int(self.targets.shape[0]) + int(level.running[-1])
+            wide = total >= NARROW_OFFSETS
+            offsets: Offsets = np.empty(self._keys + 1, np.int64 if wide else np.int32)
+            targets = np.empty(total, np.int32)
+            kernels.compiled_compact(
+                self.offsets, self.targets, level.pairs, level.diff, offsets, targets
             )
+            self._offsets, self.targets = offsets, targets
         else:
             new_keys, self.targets = unpack(self.pairs(Cut.OLD))
-        self._offsets = csr_offsets(np.bincount(new_keys, minlength=self._keys))
+            self._offsets = csr_offsets(np.bincount(new_keys, minlength=self._keys))
         self.committed = Level.empty()
         self.compactions += 1
 

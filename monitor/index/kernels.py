@@ -175,6 +175,43 @@ if COMPILED:
         return owner, values
 
 
+if COMPILED:
+
+    @njit(cache=True, nogil=True)
+    def compiled_compact(offsets, targets, level_pairs, level_diff, new_offsets, new_targets):  # type: ignore[no-untyped-def]
+        """Compaction in one pass over the keys: each key's CSR segment merged with its pairs
+        in the level (sorted by key, walked once) straight into ``new_offsets`` and
+        ``new_targets`` (sized exactly by the caller: the level's net change), as
+        :func:`compiled_propose` merges one key, without an owner per value."""
+        keys = new_offsets.shape[0] - 1
+        size = level_pairs.shape[0]
+        mask = np.int64(VALUE_MASK)
+        out = 0
+        p = 0
+        for key in range(keys):
+            new_offsets[key] = out
+            a, end = offsets[key], offsets[key + 1]
+            while p < size and (level_pairs[p] >> VALUE_BITS) == key:
+                pending = np.int32(level_pairs[p] & mask)
+                while a < end and targets[a] < pending:
+                    new_targets[out] = targets[a]
+                    out += 1
+                    a += 1
+                if a < end and targets[a] == pending:
+                    a += 1  # present in the CSR: the level removes it (-1)
+                elif level_diff[p] > 0:
+                    new_targets[out] = pending
+                    out += 1
+                p += 1
+            while a < end:
+                new_targets[out] = targets[a]
+                out += 1
+                a += 1
+        new_offsets[keys] = out
+        if out != new_targets.shape[0] or p != size:
+            raise AssertionError("a level pair contradicts the compacted adjacency")
+
+
 def _choose() -> tuple[Contains, str]:
     if not ENABLED:
         return numpy_contains, "numpy"
@@ -204,3 +241,6 @@ def warm() -> None:
             if ENABLED:
                 ranges = np.zeros(1, np.int64)
                 compiled_propose(offsets, targets, level_pairs, level_diff, keys, ranges, ranges)
+        if ENABLED:
+            for new_offsets in (np.zeros(2, np.int32), np.zeros(2, np.int64)):
+                compiled_compact(offsets, targets, level_pairs, level_diff, new_offsets, targets)
