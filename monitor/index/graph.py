@@ -339,7 +339,7 @@ class GraphIndex:
                 others = rel.others(position, columns)
                 keys = rel.keys(position, others, diff.shape[0], add=True)
             pairs = pack(keys, columns[position])
-            by_pair = np.argsort(pairs, kind="stable")
+            by_pair = np.argsort(pairs)  # unique tuples, unique pairs: stability is moot (4x)
             adjacency.stage(pairs[by_pair], diff[by_pair])
         return Change(list(columns), diff, seq)
 
