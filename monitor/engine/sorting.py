@@ -34,6 +34,23 @@ COMPILED = ENABLED
 
 if AVAILABLE:
 
+    @njit(cache=True, nogil=True, inline="always")
+    def _digit_starts(values, shift, mask, digits):  # type: ignore[no-untyped-def]
+        """One radix pass's counting: where each digit's values start in the pass's output,
+        and whether the pass moves anything (not when one digit is everywhere)."""
+        n = np.uint64(values.shape[0])
+        starts = np.zeros(digits, np.uint64)
+        for i in range(n):
+            starts[(values[i] >> shift) & mask] += np.uint64(1)
+        if starts.max() == n:
+            return starts, False
+        total = np.uint64(0)
+        for d in range(digits):
+            c = starts[d]
+            starts[d] = total
+            total += c
+        return starts, True
+
     @njit(cache=True, nogil=True)
     def radix_sort(keys, width):  # type: ignore[no-untyped-def]
         """``keys`` (``int64`` in ``[0, 2**width)``) sorted, in a new array. The indices are
@@ -46,17 +63,10 @@ if AVAILABLE:
         b = np.empty_like(a)
         shift = np.uint64(0)
         while shift < np.uint64(width):
-            count = np.zeros(digits, np.uint64)
-            for i in range(n):
-                count[(a[i] >> shift) & mask] += np.uint64(1)
-            if count.max() == n:  # one digit everywhere: this pass would change nothing
+            count, moves = _digit_starts(a, shift, mask, digits)
+            if not moves:
                 shift += np.uint64(DIGIT_BITS)
                 continue
-            total = np.uint64(0)
-            for d in range(digits):
-                c = count[d]
-                count[d] = total
-                total += c
             for i in range(n):
                 key = a[i]
                 d = (key >> shift) & mask
@@ -87,17 +97,10 @@ if AVAILABLE:
                 values[i] = key[order[i]]
             shift = np.uint64(0)
             while shift < np.uint64(widths[k]):
-                starts = np.zeros(digits, np.uint64)
-                for i in range(n):
-                    starts[(values[i] >> shift) & mask] += np.uint64(1)
-                if starts.max() == n:  # one digit everywhere: the pass changes nothing
+                starts, moves = _digit_starts(values, shift, mask, digits)
+                if not moves:
                     shift += np.uint64(DIGIT_BITS)
                     continue
-                total = np.uint64(0)
-                for d in range(digits):
-                    c = starts[d]
-                    starts[d] = total
-                    total += c
                 for i in range(n):
                     value = values[i]
                     at = starts[(value >> shift) & mask]
