@@ -182,7 +182,8 @@ if COMPILED:
         """Compaction in one pass over the keys: each key's CSR segment merged with its pairs
         in the level (sorted by key, walked once) straight into ``new_offsets`` and
         ``new_targets`` (sized exactly by the caller: the level's net change), as
-        :func:`compiled_propose` merges one key, without an owner per value."""
+        :func:`compiled_propose` merges one key, without an owner per value. The merge loop
+        is written out in both: a shared inlined helper cost the proposal 8-10% (measured)."""
         keys = new_offsets.shape[0] - 1
         size = level_pairs.shape[0]
         mask = np.int64(VALUE_MASK)
