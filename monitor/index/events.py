@@ -29,6 +29,7 @@ import numpy.typing as npt
 from core.columns import Column
 from core.errors import InputError
 from core.fields import FieldTest, affine, column_kind, compare
+from monitor.index import id_columns
 from monitor.index.field_columns import FieldColumn, StringPool
 from monitor.index.idmap import IdMap
 from monitor.index.levels import I8, I32, I64, grow
@@ -301,8 +302,8 @@ class EventStore:
         return None if column is None else column.get(eids)
 
     def id_hashes(self, eids: I32) -> npt.NDArray[np.uint64]:
-        """The stable hash of each event's id (:meth:`IdMap.id_hashes`)."""
-        return self.ids.id_hashes(self.slot[eids])
+        """The stable hash of each event's id (:func:`~monitor.index.id_columns.id_hashes`)."""
+        return id_columns.id_hashes(self.ids, self.slot[eids])
 
     def matched(
         self, eids: I32, decode_vertex: Any, fields: Sequence[str] | None = None
@@ -311,7 +312,7 @@ class EventStore:
         (:meth:`id_hashes`), each distinct event formatted once: a hub's transfer is in many
         matches of an epoch (about 4.6 rows an event in ``bench.payments``)."""
         unique, inverse = first_appearances(eids)
-        ids, hashes = self.ids.column_and_hashes(self.slot[unique])
+        ids, hashes = id_columns.column_and_hashes(self.ids, self.slot[unique])
         columns = self.columns(unique, decode_vertex, fields, ids)
         return {name: column[inverse] for name, column in columns.items()}, hashes[inverse]
 
@@ -326,7 +327,7 @@ class EventStore:
         time: ``id`` (``ids`` if given), ``src``, ``dst``, then every field (or those in
         ``fields``), absent where an event lacks it."""
         out: dict[str, Column] = {
-            "id": self.ids.column(self.slot[eids]) if ids is None else ids,
+            "id": id_columns.column(self.ids, self.slot[eids]) if ids is None else ids,
             "src": decode_vertex(self.src[eids]),
             "dst": decode_vertex(self.dst[eids]),
         }

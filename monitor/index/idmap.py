@@ -34,15 +34,14 @@ from monitor.index.texts import (
     hash_rows,
     pack_strings,
     padded,
-    plain_ascii,
     same_rows,
 )
 from monitor.index.unique import first_appearances
 
 #: Slots are int32.
 MAX_IDS = 2**31 - 1
-#: The tags of an id's stable hash (:meth:`IdMap.id_hashes`, ``match_id``): an integer's and a
-#: string's hashes differ even where their bytes agree.
+#: The tags of an id's stable hash (:func:`~monitor.index.id_columns.id_hashes`, ``match_id``):
+#: an integer's and a string's hashes differ even where their bytes agree.
 INT_ID_TAG = np.uint64(0x6A09E667F3BCC908)
 STR_ID_TAG = np.uint64(0xBB67AE8584CAA73B)
 #: Prefixes of numbered ids a map keeps as codes (one byte an id); past them, ids are text.
@@ -252,7 +251,7 @@ class IdMap:
             self._build_string_table()
         self._numbered = False
         if self._numbers is not None and self._has_strings:
-            strings = self._strings_at(slice(None))
+            strings = self.strings_at(slice(None))
             sizes = np.zeros(self._size, np.int64)
             sizes[strings] = self._numbers.lengths(np.flatnonzero(strings))
             texts = TextStrings.of_sizes(self._capacity, sizes)
@@ -302,39 +301,44 @@ class IdMap:
 
     def _int_entries(self, below: int) -> tuple[U64, I32]:
         """Hashes and slots of the integer ids of slots ``< below`` (those in the table)."""
-        slots = np.flatnonzero(~self._strings_at(slice(below))).astype(np.int32)
+        slots = np.flatnonzero(~self.strings_at(slice(below))).astype(np.int32)
         assert self._value is not None
         return mix(self._value[slots].view(np.uint64)), slots
 
     def _string_entries(self, below: int) -> tuple[U64, I32]:
         """Hashes and slots of the string ids of slots ``< below`` (those in the table)."""
-        slots = np.flatnonzero(self._strings_at(slice(below))).astype(np.int32)
+        slots = np.flatnonzero(self.strings_at(slice(below))).astype(np.int32)
         hashes = np.empty(slots.shape[0], np.uint64)
         for lo in range(0, slots.shape[0], REHASH_CHUNK):
             hashes[lo : lo + REHASH_CHUNK] = self._hash(
-                *self._string_rows(slots[lo : lo + REHASH_CHUNK])
+                *self.string_rows(slots[lo : lo + REHASH_CHUNK])
             )
         return hashes, slots
 
-    def _string_rows(self, slots: npt.NDArray[np.integer]) -> tuple[U8, I64]:
+    def string_rows(self, slots: npt.NDArray[np.integer]) -> tuple[U8, I64]:
         """The padded rows of string ``slots`` (as text or numbered) and their lengths."""
         if self._numbers is not None:
             return self._numbers.rows(slots)
         assert self._texts is not None
         return self._texts.rows(slots)
 
-    def _strings_at(self, slots: npt.NDArray[np.integer] | slice) -> npt.NDArray[np.bool_]:
+    def strings_at(self, slots: npt.NDArray[np.integer] | slice) -> npt.NDArray[np.bool_]:
         """Which of ``slots`` hold strings (no array of every slot when all are one kind)."""
         if self._is_string is not None:
             return self._is_string[: self._size][slots]
         n = len(range(self._size)[slots]) if isinstance(slots, slice) else slots.shape[0]
         return np.full(n, self._has_strings, np.bool_)
 
-    # -- decode ------------------------------------------------------------------------------
+    def int_values(self, slots: npt.NDArray[np.integer]) -> I64:
+        """The values of integer ``slots``."""
+        assert self._value is not None or not slots.shape[0]
+        return np.empty(0, np.int64) if self._value is None else self._value[slots]
+
+    # -- decode (as output columns and hashes: :mod:`monitor.index.id_columns`) ---------------
 
     def decode(self, slots: npt.NDArray[np.integer]) -> npt.NDArray[np.generic]:
         """External ids of slots: ``int64`` when all are integers, else ``object``."""
-        strings = self._strings_at(slots)
+        strings = self.strings_at(slots)
         if not strings.any():
             assert self._value is not None or not slots.shape[0]
             return np.empty(0, np.int64) if self._value is None else self._value[slots]
@@ -342,51 +346,9 @@ class IdMap:
         if not strings.all():
             assert self._value is not None
             out[~strings] = self._value[slots[~strings]].astype(object)
-        rows, lengths = self._string_rows(slots[strings])
+        rows, lengths = self.string_rows(slots[strings])
         starts = np.arange(rows.shape[0], dtype=np.int64) * rows.shape[1]
         out[strings] = decode_rows(rows.reshape(-1), starts, lengths)
-        return out
-
-    def column(self, slots: npt.NDArray[np.integer]) -> npt.NDArray[np.generic]:
-        """External ids of slots as an output column (:mod:`core.columns`) without a Python
-        object per id where it can: ``int64`` when all are integers, fixed-width ASCII bytes
-        when all are strings JSON writes as they are (the common ``tx-91``), else
-        :meth:`decode`'s ``object`` array."""
-        strings = self._strings_at(slots)
-        if not strings.any() or not strings.all():
-            return self.decode(slots)
-        rows, lengths = self._string_rows(slots)
-        if not plain_ascii(rows, lengths):
-            return self.decode(slots)
-        return rows.view(f"S{rows.shape[1]}").reshape(-1)
-
-    def column_and_hashes(
-        self, slots: npt.NDArray[np.integer]
-    ) -> tuple[npt.NDArray[np.generic], U64]:
-        """:meth:`column` and :meth:`id_hashes` of the same slots, string ids formatted into
-        rows once for both (what an epoch's matched events need)."""
-        strings = self._strings_at(slots)
-        if not strings.all() or not strings.any():
-            return self.column(slots), self.id_hashes(slots)
-        rows, lengths = self._string_rows(slots)
-        hashes = hash_rows(rows, lengths) ^ STR_ID_TAG
-        if not plain_ascii(rows, lengths):
-            return self.decode(slots), hashes
-        return rows.view(f"S{rows.shape[1]}").reshape(-1), hashes
-
-    def id_hashes(self, slots: npt.NDArray[np.integer]) -> U64:
-        """The stable hash of each slot's external id, from the stored bytes and values (no
-        Python object per id): an integer's ``mix(value ^ INT_ID_TAG)``, a string's
-        :func:`~monitor.index.texts.hash_rows` of its UTF-8 bytes ``^ STR_ID_TAG``; what
-        ``match_id`` hashes for the decoded id."""
-        out = np.empty(slots.shape[0], np.uint64)
-        strings = self._strings_at(slots)
-        if not strings.all():
-            assert self._value is not None
-            values = self._value[slots[~strings]].view(np.uint64)
-            out[~strings] = mix(values ^ INT_ID_TAG)
-        if strings.any():
-            out[strings] = hash_rows(*self._string_rows(slots[strings])) ^ STR_ID_TAG
         return out
 
     # -- persistence -------------------------------------------------------------------------
@@ -405,7 +367,7 @@ class IdMap:
 
     def _export(self, slots: I64) -> bytes:
         """The ids of ascending ``slots`` as a blob (texts follow each other by slot)."""
-        kinds = self._strings_at(slots)
+        kinds = self.strings_at(slots)
         ints = np.zeros(slots.shape[0], np.int64)
         if self._value is not None:
             ints[~kinds] = self._value[slots[~kinds]]

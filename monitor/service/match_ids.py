@@ -34,8 +34,8 @@ _STR_TAG = STR_ID_TAG
 
 @dataclass(frozen=True)
 class Hashed:
-    """A column of ids given by their hashes already (:meth:`IdMap.id_hashes`: events' ids
-    hashed from the stored bytes, never decoded to Python strings)."""
+    """A column of ids given by their hashes already (events' ids hashed from the stored bytes
+    by :func:`~monitor.index.id_columns.id_hashes`, never decoded to Python strings)."""
 
     hashes: U64
 

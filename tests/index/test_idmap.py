@@ -14,6 +14,7 @@ from connectors.json_rows import values as values_of
 from core.columns import python_values
 from core.compiled import AVAILABLE
 from core.errors import InputError
+from monitor.index import id_columns
 from monitor.index import texts as texts_module
 from monitor.index.hashtable import SlotTable
 from monitor.index.idmap import IdMap
@@ -202,9 +203,11 @@ def test_id_hashes_from_the_stored_bytes_are_the_match_id_hashes(values: list[ob
     idmap = IdMap()
     slots = idmap.encode(column(values), add=True)
     decoded = idmap.decode(slots)
-    assert idmap.id_hashes(slots).tolist() == id_hashes(decoded).tolist()
+    assert id_columns.id_hashes(idmap, slots).tolist() == id_hashes(decoded).tolist()
     for compiled in (None, False):  # the default (compiled where numba is in use), numpy
-        direct = match_ids("q", [Hashed(idmap.id_hashes(slots))], len(values), compiled=compiled)
+        direct = match_ids(
+            "q", [Hashed(id_columns.id_hashes(idmap, slots))], len(values), compiled=compiled
+        )
         assert direct.tolist() == match_ids("q", [decoded], len(values), compiled=False).tolist()
 
 
@@ -220,7 +223,7 @@ def test_the_output_column_of_slots_holds_the_decoded_ids(values: list[object], 
     idmap = IdMap()
     slots = idmap.encode(column(values), add=True)
     picked = np.random.default_rng(seed).permutation(slots)
-    got = idmap.column(picked)
+    got = id_columns.column(idmap, picked)
     assert python_values(got) == idmap.decode(picked).tolist()
     texts = [v for v in values if isinstance(v, str)]
     simple = all(t and t.isascii() and t.isprintable() and not {'"', "\\"} & set(t) for t in texts)
@@ -262,7 +265,7 @@ def test_text_ends_grow_from_four_bytes_to_eight_past_the_largest_offset(
     slots = idmap.encode(column(first + later), add=False)
     assert slots.tolist() == list(range(60))
     assert idmap.decode(slots).tolist() == first + later
-    assert python_values(idmap.column(slots)) == first + later
+    assert python_values(id_columns.column(idmap, slots)) == first + later
     restored = IdMap()
     restored.restore(idmap.export())
     assert restored.decode(slots).tolist() == first + later
