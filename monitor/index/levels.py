@@ -119,7 +119,7 @@ def merge(lower: Level, upper: Level, *, compiled: bool = ENABLED) -> Level:
         return upper
     if compiled:
         pairs, diff, running = compiled_merge(lower.pairs, lower.diff, upper.pairs, upper.diff)
-        return Level(pairs, diff, running, bool(diff.shape[0]) and bool((diff < 0).any()))
+        return Level(pairs, diff, running, bool((diff < 0).any()))
     pos = np.searchsorted(lower.pairs, upper.pairs)
     pos_c = np.minimum(pos, len(lower) - 1)
     hit = lower.pairs[pos_c] == upper.pairs
