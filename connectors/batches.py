@@ -9,15 +9,17 @@ is paid once per batch instead of once per delta.
   the same order), each ending with a newline: a consumer parses both formats with the same code.
 - **Key**: the query's name as a JSON string (``"triangle"``). All batches of a query go to
   one partition, so its epochs are read in order.
-- **Headers**: ``format`` (``jsonl``: the one batch encoding so far; a record without it is a
+- **Headers**: ``format`` (``jsonl``, or ``arrow`` for the columnar encoding of
+  :mod:`connectors.arrow_batch`, ``SGM_BATCH_ENCODING=arrow``; a record without it is a
   ``records`` record), ``query``, ``epoch``, ``count`` (deltas in this record), ``first`` and
   ``total`` (this record holds the ``first``..``first + count - 1``-th of the ``total`` deltas
   this producer published for the query in the epoch: the last one has ``first + count ==
   total``), ``service-version``.
-- **Size**: a record's value holds whole lines and at most ``message.max.bytes`` (librdkafka's,
-  1,000,000 by default; ``SGM_KAFKA`` may raise it, with the topic's ``max.message.bytes``)
-  less :data:`RECORD_OVERHEAD` bytes; an epoch's deltas of a query beyond that continue in the
-  next record. A single delta larger than that cannot be published in either format.
+- **Size**: a record's value holds whole lines (rows) and at most ``message.max.bytes``
+  (librdkafka's, 1,000,000 by default; ``SGM_KAFKA`` may raise it, with the topic's
+  ``max.message.bytes``) less :data:`RECORD_OVERHEAD` bytes; an epoch's deltas of a query beyond
+  that continue in the next record. A single delta larger than that cannot be published in
+  either format.
 
 :func:`read_deltas` (a value and its headers) and :func:`read_message` (a consumed message)
 give a consumer the deltas of a record of either format as dicts; :func:`batch_info` the
@@ -28,12 +30,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
 import numpy.typing as npt
 import orjson
 
+from connectors.arrow_batch import ARROW, arrow_batches, read_arrow
 from connectors.delta_json import NEWLINE, EdgeColumns, chunks, value_pieces
 from connectors.json_rows import encode_rows
 from connectors.sinks import CHUNK_ROWS
@@ -41,6 +44,9 @@ from core.columns import Column
 
 #: The ``format`` header of a batch whose value is JSON Lines.
 JSONL = b"jsonl"
+
+#: The batch encodings (``SGM_BATCH_ENCODING``): JSON Lines, or Arrow IPC streams.
+BatchEncoding = Literal["jsonl", "arrow"]
 
 #: Bytes of ``message.max.bytes`` left to a batch's key, headers and record framing.
 RECORD_OVERHEAD = 4096
@@ -51,17 +57,19 @@ Headers = Sequence[tuple[str, bytes | str | None]] | Mapping[str, bytes | str | 
 
 @dataclass(frozen=True)
 class Batch:
-    """One record's worth of deltas: their JSON Lines, and which of the epoch's they are."""
+    """One record's worth of deltas: their JSON Lines (or Arrow stream), and which of the
+    epoch's they are."""
 
     value: bytes
     first: int
     count: int
+    format: bytes = JSONL
 
     def headers(
         self, query: str, epoch: int, total: int, version: bytes
     ) -> list[tuple[str, str | bytes | None]]:
         return [
-            ("format", JSONL),
+            ("format", self.format),
             ("query", query.encode()),
             ("epoch", str(epoch).encode()),
             ("count", str(self.count).encode()),
@@ -80,10 +88,17 @@ def batches(
     edges: EdgeColumns | None,
     extra: Mapping[str, Column] | None,
     max_bytes: int,
+    encoding: BatchEncoding = "jsonl",
 ) -> Iterator[Batch]:
     """The deltas of ``query`` in ``epoch`` as JSON Lines, cut into values of at most
     ``max_bytes`` at line ends (a line longer than that alone), :data:`CHUNK_ROWS` rows
-    encoded at a time (a value never spans two chunks)."""
+    encoded at a time (a value never spans two chunks); or as Arrow streams of whole rows."""
+    if encoding == "arrow":
+        for value, start, count in arrow_batches(
+            query, epoch, variables, columns, diffs, edges, extra, max_bytes
+        ):
+            yield Batch(value, start, count, ARROW)
+        return
     first = 0
     for part in chunks(columns, diffs, edges, extra, CHUNK_ROWS):
         pieces = value_pieces(
@@ -162,15 +177,18 @@ def batch_info(headers: Headers) -> BatchInfo | None:
 
 def read_deltas(value: bytes | None, headers: Headers = None) -> list[dict[str, Any]]:
     """The match deltas of one output record, as dicts: the one delta of a ``records``
-    record, every line of a batch (parsed in one ``orjson`` call). Raises ``ValueError`` for a
+    record, every line of a batch (parsed in one ``orjson`` call), every row of an Arrow
+    batch (as the dicts its JSON Lines would give; needs ``pyarrow``). Raises ``ValueError`` for a
     batch of another ``format`` than this version reads."""
     if not value:
         return []
     kind = header(headers, "format")
     if kind is None:
         return [orjson.loads(value)]
+    if kind == ARROW:
+        return read_arrow(value)
     if kind != JSONL:
-        raise ValueError(f"batch format {kind!r} is not one this reader knows (jsonl)")
+        raise ValueError(f"batch format {kind!r} is not one this reader knows (jsonl, arrow)")
     return list(orjson.loads(b"[" + value.rstrip(b"\n").replace(b"\n", b",") + b"]"))
 
 

@@ -33,7 +33,8 @@ import orjson
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from connectors import json_place
-from connectors.batches import RECORD_OVERHEAD, batches
+from connectors.arrow_batch import arrow
+from connectors.batches import RECORD_OVERHEAD, BatchEncoding, batches
 from connectors.changelog_json import clock_record, event_records, tuple_records
 from connectors.delta_json import EdgeColumns, chunks, keys_and_values
 from connectors.events import FieldTypes
@@ -279,12 +280,15 @@ class KafkaSink:
         timeout: float = 15.0,
         transaction_timeout_ms: int = 30_000,
         output_format: OutputFormat = "records",
+        batch_encoding: BatchEncoding = "jsonl",
     ) -> None:
         self.output_topic = output_topic
         self.dead_letter_topic = dead_letter_topic
         self.version = version.encode()
         self.timeout = timeout
         self.output_format = output_format
+        #: How a batch's deltas are written (``batches`` only): JSON Lines or Arrow.
+        self.batch_encoding = batch_encoding
         settings: dict[str, object] = {
             "transactional.id": transactional_id,
             "enable.idempotence": True,
@@ -304,6 +308,8 @@ class KafkaSink:
         self.producer = Producer(settings)
         self.producer.init_transactions(timeout)
         json_place.warm()
+        if output_format == "batches" and batch_encoding == "arrow":
+            arrow()  # imported now, not in the first epoch (and a clear error if missing)
 
     def begin(self) -> None:
         self.producer.begin_transaction()
@@ -328,7 +334,15 @@ class KafkaSink:
         if self.output_format == "batches":
             key = orjson.dumps(query)
             for batch in batches(
-                query, epoch, variables, columns, diffs, edges, extra, self.batch_bytes
+                query,
+                epoch,
+                variables,
+                columns,
+                diffs,
+                edges,
+                extra,
+                self.batch_bytes,
+                self.batch_encoding,
             ):
                 headers = batch.headers(query, epoch, rows, self.version)
                 self._produce(self.output_topic, key, batch.value, headers)

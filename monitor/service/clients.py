@@ -51,4 +51,5 @@ def new_sink(settings: Settings) -> KafkaSink:
         version=service_version(),
         transaction_timeout_ms=settings.transaction_timeout_ms,
         output_format=settings.output_format,
+        batch_encoding=settings.batch_encoding,
     )

@@ -84,6 +84,12 @@ class Settings(BaseSettings):
         description="Kafka output: records, one record per match delta; batches, one record per "
         "query and epoch holding its deltas as JSON lines (README, Output records)",
     )
+    batch_encoding: Literal["jsonl", "arrow"] = Field(
+        "jsonl",
+        description="batches only: jsonl, each batch's deltas as JSON lines (the records' "
+        "values); arrow, as an Apache Arrow IPC stream, a third of the bytes and a fraction "
+        "of the encoding time (README, Output records)",
+    )
     output_fields: Annotated[list[str] | None, NoDecode] = Field(
         None,
         description="fields of matched events copied into the output (comma list; id, src and "

@@ -116,5 +116,5 @@ def test_the_reader_gives_the_same_deltas_for_both_formats() -> None:
     assert [read_deltas(orjson.dumps(r)) for r in rows] == [[r] for r in rows]
     assert read_message(FakeMessage(orjson.dumps(rows[0]), None)) == [rows[0]]
     assert read_deltas(None) == [] and read_deltas(b"", headers) == []
-    with pytest.raises(ValueError, match="batch format b'arrow'"):
-        read_deltas(lines, [("format", "arrow")])
+    with pytest.raises(ValueError, match="batch format b'parquet'"):
+        read_deltas(lines, [("format", "parquet")])

@@ -188,6 +188,7 @@ def test_rendered_config_is_what_the_service_reads(render: Render, tmp_path: Pat
     assert on.watermark_outliers == 2
     assert on.emit == "appearances"
     assert on.output_format == "batches"
+    assert on.batch_encoding == "arrow"
     assert on.output_fields == ["amount"]
 
 
@@ -606,6 +607,9 @@ def test_notes_tell_how_to_reach_metrics_and_health(helm_bin: Path, tmp_path: Pa
     assert "through ServiceMonitor sgm-subgraph-monitor" in on
     assert "PrometheusRule sgm-subgraph-monitor" in on
     assert "Output format: batches" in on and "connectors.batches.read_message" in on
+    assert "Apache Arrow IPC" in on and "format=arrow" in on
+    jsonl = rendered_notes(helm_bin, tmp_path / "jsonl", "--set", "config.output_format=batches")
+    assert "format=jsonl" in jsonl and "Arrow" not in jsonl
 
 
 def test_replicas_above_one_work_out_of_the_box(render: Render, tmp_path: Path) -> None:

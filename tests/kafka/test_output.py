@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
-from confluent_kafka import Consumer, Message
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
 
 from connectors.batches import batch_info, read_message
 from connectors.kafka import KafkaSink
@@ -34,7 +34,8 @@ pytestmark = pytest.mark.kafka
 
 
 def read_messages(bootstrap: str, topic: str, idle: float = 3.0) -> list[Message]:
-    """Every committed message of a one-partition topic, in offset order."""
+    """Every committed message of a one-partition topic, in offset order (assigned, not
+    subscribed: no group to join on a broker whose coordinators may still be loading)."""
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -44,7 +45,7 @@ def read_messages(bootstrap: str, topic: str, idle: float = 3.0) -> list[Message
             "enable.auto.commit": False,
         }
     )
-    consumer.subscribe([topic])
+    consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
     out: list[Message] = []
     last = time.monotonic()
     while time.monotonic() - last < idle:
@@ -60,7 +61,9 @@ def decoded(messages: list[Message]) -> list[dict[str, Any]]:
     return [delta for m in messages for delta in read_message(m)]
 
 
-def sink(kafka: KafkaCluster, topic: str, output_format: str, **config: Any) -> KafkaSink:
+def sink(
+    kafka: KafkaCluster, topic: str, output_format: str, encoding: str = "jsonl", **config: Any
+) -> KafkaSink:
     return KafkaSink(
         {"bootstrap.servers": kafka.bootstrap, **config},
         transactional_id=f"test-{uuid.uuid4().hex}",
@@ -68,6 +71,7 @@ def sink(kafka: KafkaCluster, topic: str, output_format: str, **config: Any) -> 
         dead_letter_topic=topic,
         version="9.9.9",
         output_format=output_format,  # type: ignore[arg-type]
+        batch_encoding=encoding,  # type: ignore[arg-type]
     )
 
 
@@ -112,11 +116,12 @@ def test_the_sink_publishes_the_same_deltas_in_both_formats(
     kafka: KafkaCluster, make_topic: Callable[..., str]
 ) -> None:
     deltas = epochs_of_deltas(3000)
-    topics = {f: make_topic(1, prefix=f"sgm-{f}") for f in ("records", "batches")}
-    for output_format, topic in topics.items():
+    topics = {f: make_topic(1, prefix=f"sgm-{f}") for f in ("records", "batches", "arrow")}
+    for name, topic in topics.items():
         # message.max.bytes 20,000: a batch holds at most 15,904 bytes, so an epoch's query
         # takes several records
-        out = sink(kafka, topic, output_format, **{"message.max.bytes": 20_000})
+        output_format, encoding = ("batches", name) if name == "arrow" else (name, "jsonl")
+        out = sink(kafka, topic, output_format, encoding, **{"message.max.bytes": 20_000})
         for epoch in (1, 2, 3):
             out.begin()
             for d in deltas:
@@ -133,12 +138,19 @@ def test_the_sink_publishes_the_same_deltas_in_both_formats(
             out.commit({}, None)
         out.flush()
     records = read_messages(kafka.bootstrap, topics["records"])
-    batches = read_messages(kafka.bootstrap, topics["batches"])
     assert len(records) == 6 * 3000 and not any(m.headers() for m in records)
-    assert decoded(batches) == decoded(records)
-    assert len(batches) > 6, "the size limit cut the epochs into several records"
+    for encoding in ("batches", "arrow"):
+        batches = read_messages(kafka.bootstrap, topics[encoding])
+        assert decoded(batches) == decoded(records), encoding
+        assert len(batches) > 6, "the size limit cut the epochs into several records"
+        check_batches(batches, b"arrow" if encoding == "arrow" else b"jsonl")
+
+
+def check_batches(batches: list[Message], encoding: bytes) -> None:
+    """Every epoch's query in parts under the size limit, numbered in order, none lost."""
     seen: dict[tuple[str, int], int] = {}
     for m in batches:
+        assert dict(m.headers() or [])["format"] == encoding
         info = batch_info(m.headers())
         assert info is not None and len(m.value() or b"") <= 20_000 - 4096
         assert orjson.loads(m.key() or b"") == info.query and info.total == 3000
@@ -155,7 +167,7 @@ def test_a_full_producer_queue_blocks_and_loses_nothing(
     kafka: KafkaCluster, make_topic: Callable[..., str]
 ) -> None:
     topic = make_topic(1, prefix="sgm-out")
-    out = sink(kafka, topic, "records", **{"queue.buffering.max.messages": 50})
+    out = sink(kafka, topic, "records", "jsonl", **{"queue.buffering.max.messages": 50})
     rows = 20_000
     out.begin()
     out.write_deltas("q", 1, ["a"], [np.arange(rows)], np.ones(rows, np.int8))
@@ -166,20 +178,31 @@ def test_a_full_producer_queue_blocks_and_loses_nothing(
 
 
 def test_serve_in_batches_publishes_what_records_publishes(service: Callable[..., Service]) -> None:
-    """One input partition, epochs cut by count: both formats see the same epochs, and the
-    batches decode to the records, line for line."""
+    """One input partition, epochs cut by count: every format sees the same epochs, and the
+    batches (JSON Lines and Arrow) decode to the records, line for line."""
     records = stream_records(3000, seed=21)
     out: dict[str, list[Message]] = {}
-    for output_format in ("records", "batches"):
-        svc = service(partitions=1, SGM_MAX_BATCH_DELAY_MS="10000", SGM_OUTPUT_FORMAT=output_format)
+    for name, output_format, encoding in (
+        ("records", "records", "jsonl"),
+        ("jsonl", "batches", "jsonl"),
+        ("arrow", "batches", "arrow"),
+    ):
+        svc = service(
+            partitions=1,
+            SGM_MAX_BATCH_DELAY_MS="10000",
+            SGM_OUTPUT_FORMAT=output_format,
+            SGM_BATCH_ENCODING=encoding,
+        )
         produce(svc.bootstrap, svc.input, records)
         svc.start()
         wait_consumed(svc.bootstrap, svc.group, svc.input, svc=svc)
         wait_ready(svc)
         assert svc.stop() == 0, svc.log_text()
-        out[output_format] = read_messages(svc.bootstrap, svc.output)
-    assert decoded(out["batches"]) == decoded(out["records"])
-    infos = [batch_info(m.headers()) for m in out["batches"]]
-    per_epoch = {(i.query, i.epoch) for i in infos if i is not None}
-    assert len(infos) == len(per_epoch), "one record per query and epoch (all fit in 1 MB)"
-    assert all(i is not None and i.last for i in infos)
+        out[name] = read_messages(svc.bootstrap, svc.output)
+    for encoding in ("jsonl", "arrow"):
+        assert decoded(out[encoding]) == decoded(out["records"]), encoding
+        assert {dict(m.headers() or [])["format"] for m in out[encoding]} == {encoding.encode()}
+        infos = [batch_info(m.headers()) for m in out[encoding]]
+        per_epoch = {(i.query, i.epoch) for i in infos if i is not None}
+        assert len(infos) == len(per_epoch), "one record per query and epoch (all fit in 1 MB)"
+        assert all(i is not None and i.last for i in infos)
