@@ -122,6 +122,10 @@ def assigned(
             # start of the partition, emitting nothing up to the committed offset.
             starts[partition] = OFFSET_BEGINNING
             positions.catch_up[partition] = kafka
+        elif source.reset_start is not None:
+            # New to the group: where auto.offset.reset says, given now (faster than letting
+            # librdkafka look for a committed offset again, :data:`~connectors.kafka.RESET_STARTS`)
+            starts[partition] = source.reset_start
         log.info(
             "partition assigned",
             extra={

@@ -21,10 +21,19 @@ import uuid
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    OFFSET_END,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 
 from connectors.batches import batch_info, read_deltas
 from tests.kafka_broker import KafkaCluster
@@ -595,3 +604,35 @@ def test_a_second_instance_in_the_group_is_refused(service: Callable[..., Servic
     assert b"already has 1 other member" in second.stderr
     assert svc.proc is not None and svc.proc.poll() is None
     assert svc.stop() == 0
+
+
+def log_records(svc: Service, message: str) -> list[dict[str, Any]]:
+    """The service's JSON log records with ``message``."""
+    lines = [line for line in svc.log_text().splitlines() if line.startswith("{")]
+    return [r for r in map(json.loads, lines) if r.get("message") == message]
+
+
+@pytest.mark.parametrize("reset", ["earliest", "latest"])
+def test_a_new_group_starts_where_auto_offset_reset_says(
+    service: Callable[..., Service], reset: str
+) -> None:
+    """A partition with no stored position and no committed offset is assigned at the start
+    or the end (``auto.offset.reset``, earliest by default, ``latest`` through ``SGM_KAFKA``)
+    explicitly, so that it is fetched at once: with ``latest``, only what comes after."""
+    env = {"SGM_KAFKA": json.dumps({"auto.offset.reset": reset})} if reset == "latest" else {}
+    svc = service(partitions=2, **env)
+    before, after = stream_records(300, seed=31), stream_records(120, seed=32)
+    produce(svc.bootstrap, svc.input, before)
+    svc.start()
+    deadline = time.monotonic() + 60
+    while len(log_records(svc, "partition assigned")) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assigned = log_records(svc, "partition assigned")
+    starts = {OFFSET_BEGINNING if reset == "earliest" else OFFSET_END}
+    assert {r["offset"] for r in assigned} == starts and len(assigned) == 2, svc.log_text()
+    time.sleep(2)  # the end is looked up right after the assignment: produce after that
+    produce(svc.bootstrap, svc.input, after)
+    wait_consumed(svc.bootstrap, svc.group, svc.input, svc=svc)
+    assert svc.stop() == 0, svc.log_text()
+    applied = sum(int(r["updates"]) for r in log_records(svc, "epoch committed"))
+    assert applied == len(after) + (len(before) if reset == "earliest" else 0)
