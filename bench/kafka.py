@@ -5,13 +5,14 @@ once to an input topic; on them, in each of ``--repeat`` rounds:
 
 - the *file job*: ``subgraph-monitor run`` on the same records as a JSON Lines file (its own
   summary line, :func:`bench.kafka_input.file_job`);
-- ``serve`` with ``SGM_OUTPUT_FORMAT=records`` and ``=batches`` (their order alternating from
-  round to round), each in a new group so that it reads the topic from its start: updates/s and
-  match deltas/s over the time from its first partition assignment to its last committed epoch;
+- ``serve`` with ``SGM_OUTPUT_FORMAT=records``, ``=batches`` and ``=batches`` encoded as Arrow
+  (``SGM_BATCH_ENCODING=arrow``; their order turning from round to round), each in a new group
+  so that it reads the topic from its start: updates/s and match deltas/s over the time from its
+  first partition assignment to its last committed epoch;
 - the client's ceilings (:mod:`bench.kafka_ceilings`): a bare consumer reading the input topic,
   and bare ``produce()`` of the records that ``serve`` wrote in the ``records`` format;
 - for the triangle workload, scale-out: 1-3 workers in one group (:func:`bench.cluster.measure`)
-  in both formats, on a new topic of the same records produced once every worker holds
+  in each format, on a new topic of the same records produced once every worker holds
   partitions of it (their rates leave the first epoch out).
 
 The tables have the medians over the rounds, and the medians of each round's ratios: ``serve``'s
@@ -42,7 +43,7 @@ from typing import Any
 from bench import cluster
 from bench.kafka_ceilings import Ceiling, consumer_ceiling, producer_ceiling
 from bench.kafka_input import Workload, file_job, ring_records
-from bench.kafka_report import Figures, report
+from bench.kafka_report import FORMATS, Figures, format_env, report
 from bench.kafka_serve import (
     QUERY,
     drop_topics,
@@ -62,7 +63,6 @@ from bench.payments import QUERIES
 from scripts.kafka_local import KafkaBroker
 
 OUT = Path(__file__).resolve().parent / "kafka.md"
-FORMATS = ("records", "batches")
 
 
 @dataclass(frozen=True)
@@ -128,14 +128,15 @@ PROGRESS = Progress()
 def start(
     bootstrap: str, tmp: Path, topic: str, source: Input, output_format: str, **settings: Any
 ) -> tuple[subprocess.Popen[bytes], Path, str]:
-    """:func:`bench.kafka_serve.serve` of ``source``'s query in ``output_format``."""
+    """:func:`bench.kafka_serve.serve` of ``source``'s query in ``output_format`` (one of
+    :data:`~bench.kafka_report.FORMATS`)."""
     return serve(
         bootstrap,
         tmp,
         topic,
         query=source.workload.query,
         undirected=source.workload.undirected,
-        SGM_OUTPUT_FORMAT=output_format,
+        **format_env(output_format),
         **settings,
     )
 
@@ -175,8 +176,9 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 def round_of(
     bootstrap: str, tmp: Path, source: Input, topic: str, path: Path, k: int, workers: list[int]
 ) -> dict[str, float]:
-    """One round on ``source``: the file job, the consumer ceiling, ``serve`` in both formats
-    (order by ``k``), the producer ceiling and, with ``workers``, scale-out in both formats."""
+    """One round on ``source``: the file job, the consumer ceiling, ``serve`` in each format
+    (order turning with ``k``), the producer ceiling and, with ``workers``, scale-out in each
+    format."""
     say = PROGRESS
     got: dict[str, float] = {}
     got["file"], got["file deltas"] = file_job(path, source.workload)
@@ -184,7 +186,7 @@ def round_of(
     consumer = consumer_ceiling(bootstrap, topic, len(source.records))
     got["consumer"], got["consumer bytes"] = consumer.rate, consumer.record_bytes
     say(f"{source.name} {k + 1}: bare consumer {consumer.rate:,.0f} records/s")
-    for output_format in FORMATS[:: 1 if k % 2 == 0 else -1]:
+    for output_format in FORMATS[k % 3 :] + FORMATS[: k % 3]:
         updates, deltas, per_epoch, out = serve_once(bootstrap, tmp, source, topic, output_format)
         got[output_format], got[f"{output_format} deltas"] = updates, deltas
         say(
@@ -197,7 +199,7 @@ def round_of(
             say(f"{source.name} {k + 1}: bare producer {producer.rate:,.0f} records/s")
         drop_topics(bootstrap, out, f"{out}-dlq")
     for n in workers:
-        for output_format in FORMATS[:: 1 if k % 2 == 0 else -1]:
+        for output_format in FORMATS[k % 3 :] + FORMATS[: k % 3]:
             r = scale_out(bootstrap, tmp, source, n, output_format)
             got[f"{n} {output_format}"] = r["rate"]
             got[f"{n} {output_format} deltas"] = r["deltas_rate"]
@@ -222,7 +224,7 @@ def scale_out(
     200 ms), dropped once measured."""
     topic = f"{source.name}-w{workers}-{output_format}-{time.monotonic_ns() % 10**9}"
     topics(bootstrap, (topic, source.partitions), (f"{topic}-out", 1), (f"{topic}-dlq", 1))
-    env = {"SGM_OUTPUT_FORMAT": output_format}
+    env = format_env(output_format)
     records = source.records
     if rate:
         env["SGM_MAX_BATCH_DELAY_MS"] = "200"

@@ -1,6 +1,6 @@
 """``serve`` end to end in both output formats, for :mod:`bench.kafka_output`: the whole stream
 produced first, then the service's updates/s and deltas/s from its first assignment to its last
-committed epoch, records beside batches on the same input."""
+committed epoch, records beside batches (JSON Lines and Arrow) on the same input."""
 
 from __future__ import annotations
 
@@ -21,9 +21,20 @@ from bench.kafka_serve import (
     wait,
 )
 
+#: The outputs compared: a name, ``SGM_OUTPUT_FORMAT`` and ``SGM_BATCH_ENCODING``.
+OUTPUTS = (
+    ("`SGM_OUTPUT_FORMAT=records`", "records", "jsonl"),
+    ("`SGM_OUTPUT_FORMAT=batches`", "batches", "jsonl"),
+    ("`batches`, `SGM_BATCH_ENCODING=arrow`", "batches", "arrow"),
+)
+
 
 def serve_run(
-    bootstrap: str, tmp: Path, rows: list[tuple[int, int, int]], output_format: str
+    bootstrap: str,
+    tmp: Path,
+    rows: list[tuple[int, int, int]],
+    output_format: str,
+    encoding: str = "jsonl",
 ) -> tuple[float, float, float, float]:
     """``serve`` over the whole stream (produced first): updates/s and deltas/s from its first
     assignment to its last committed epoch, then the same from its first committed epoch on
@@ -31,7 +42,9 @@ def serve_run(
     topic = f"e2e-{output_format}-{uuid.uuid4().hex[:6]}"
     topics(bootstrap, (topic, 3), (f"{topic}-out", 1), (f"{topic}-dlq", 1))
     produce(bootstrap, topic, rows)
-    proc, log, group = serve(bootstrap, tmp, topic, SGM_OUTPUT_FORMAT=output_format)
+    proc, log, group = serve(
+        bootstrap, tmp, topic, SGM_OUTPUT_FORMAT=output_format, SGM_BATCH_ENCODING=encoding
+    )
     try:
         wait(bootstrap, group, topic, proc)
     finally:
@@ -47,16 +60,17 @@ def serve_run(
 def serve_table(
     bootstrap: str, rows: list[tuple[int, int, int]], runs: int, engine: float, deltas: int
 ) -> str:
-    """``serve`` end to end in both formats, alternating, medians of ``runs``; beside them the
-    engine alone (in process, no Kafka, no state store) on the same epochs."""
+    """``serve`` end to end in each of :data:`OUTPUTS`, their order turning from run to run,
+    medians of ``runs``; beside them the engine alone (in process, no Kafka, no state store,
+    its compiled kernels loaded) on the same epochs."""
     got: dict[str, list[tuple[float, float, float, float]]] = defaultdict(list)
     with tempfile.TemporaryDirectory() as tmp:
         for run in range(runs):
-            for output_format in ("records", "batches")[:: 1 if run % 2 == 0 else -1]:
-                got[output_format].append(serve_run(bootstrap, Path(tmp), rows, output_format))
-                u, d, su, sd = got[output_format][-1]
+            for name, output_format, encoding in OUTPUTS[run % 3 :] + OUTPUTS[: run % 3]:
+                got[name].append(serve_run(bootstrap, Path(tmp), rows, output_format, encoding))
+                u, d, su, sd = got[name][-1]
                 print(
-                    f"serve {output_format}: {u:,.0f} updates/s, {d:,.0f} deltas/s "
+                    f"serve {name}: {u:,.0f} updates/s, {d:,.0f} deltas/s "
                     f"(after the first epoch {su:,.0f}, {sd:,.0f})",
                     file=sys.stderr,
                 )
@@ -70,11 +84,7 @@ def serve_table(
         f"| engine alone (in process, same epochs, {engine:.2f} s) | {len(rows) / engine:,.0f} "
         f"| {deltas / engine:,.0f} | | |",
     ]
-    for output_format, measured in got.items():
-        per_s = [statistics.median(column) for column in zip(*measured, strict=True)]
-        lines.append(
-            f"| `serve`, `SGM_OUTPUT_FORMAT={output_format}` | "
-            + " | ".join(f"{x:,.0f}" for x in per_s)
-            + " |"
-        )
+    for name, _, _ in OUTPUTS:
+        per_s = [statistics.median(column) for column in zip(*got[name], strict=True)]
+        lines.append(f"| `serve`, {name} | " + " | ".join(f"{x:,.0f}" for x in per_s) + " |")
     return "\n".join(lines) + "\n"

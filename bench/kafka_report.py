@@ -11,7 +11,19 @@ from dataclasses import dataclass
 from bench.kafka_serve import BATCH
 from bench.machine import machine_info
 
-FORMATS = ("records", "batches")
+#: The outputs compared, by name: ``records``, ``batches`` (JSON Lines) and ``arrow``
+#: (``batches`` encoded as Arrow, ``SGM_BATCH_ENCODING=arrow``).
+FORMATS = ("records", "batches", "arrow")
+
+#: How each output is named in the tables.
+LABELS = {"records": "records", "batches": "batches", "arrow": "batches as Arrow"}
+
+
+def format_env(output: str) -> dict[str, str]:
+    """The service's settings for one of :data:`FORMATS`."""
+    if output == "arrow":
+        return {"SGM_OUTPUT_FORMAT": "batches", "SGM_BATCH_ENCODING": "arrow"}
+    return {"SGM_OUTPUT_FORMAT": output}
 
 
 @dataclass(frozen=True)
@@ -53,8 +65,13 @@ def milliseconds(quantiles: tuple[float, float]) -> str:
 
 
 def side_by_side(f: Figures) -> str:
-    """The workload's table: the file job, ``serve`` in both formats, the two ceilings."""
-    head = ["file job", "`serve`, records", "`serve`, batches", "bare consumer", "bare producer"]
+    """The workload's table: the file job, ``serve`` in each format, the two ceilings."""
+    head = [
+        "file job",
+        *(f"`serve`, {LABELS[o]}" for o in FORMATS),
+        "bare consumer",
+        "bare producer",
+    ]
     rows = [
         ["updates/s", rate(f.median("file"))]
         + [rate(f.median(o)) for o in FORMATS]
@@ -79,7 +96,7 @@ def side_by_side(f: Figures) -> str:
 
 
 def scale_out(f: Figures, workers: list[int]) -> str:
-    """Scale-out on the workload's topic: each worker count in both formats."""
+    """Scale-out on the workload's topic: each worker count in each format."""
     rows = []
     for n in workers:
         for o in FORMATS:
@@ -87,7 +104,7 @@ def scale_out(f: Figures, workers: list[int]) -> str:
             rows.append(
                 [
                     str(n),
-                    o,
+                    LABELS[o],
                     rate(f.median(key)),
                     rate(f.median(f"{key} deltas")),
                     share(f.ratio(key, "consumer")),
@@ -133,24 +150,25 @@ def ceilings(figures: list[Figures]) -> str:
 def headline(f: Figures) -> str:
     """One line of the workload's figures: ``serve`` against the file job and the ceilings,
     the scale-out from the fewest workers to the most, the latency."""
+    names = ", ".join(f"`{LABELS[o]}`" for o in FORMATS)
     line = (
-        f"- **{f.name}**: `serve` applies {rate(f.median('records'))} updates/s with `records` "
-        f"and {rate(f.median('batches'))} with `batches` ({share(f.ratio('records', 'file'))} "
-        f"and {share(f.ratio('batches', 'file'))} of the file job's "
-        f"{rate(f.median('file'))}); {rate(f.median('records deltas'))} and "
-        f"{rate(f.median('batches deltas'))} match deltas/s "
-        f"({share(f.ratio('records deltas', 'producer'))} and "
-        f"{share(f.ratio('batches deltas', 'producer'))} of the bare producer's "
-        f"{rate(f.median('producer'))} records/s); the bare consumer reads "
-        f"{rate(f.median('consumer'))} records/s; latency p50 / p99 "
-        f"{milliseconds(f.latency['records'])} and {milliseconds(f.latency['batches'])} "
-        "(`records`, `batches`)"
+        f"- **{f.name}** ({names}): `serve` applies "
+        + " / ".join(rate(f.median(o)) for o in FORMATS)
+        + " updates/s ("
+        + " / ".join(share(f.ratio(o, "file")) for o in FORMATS)
+        + f" of the file job's {rate(f.median('file'))}); "
+        + " / ".join(rate(f.median(f"{o} deltas")) for o in FORMATS)
+        + " match deltas/s ("
+        + " / ".join(share(f.ratio(f"{o} deltas", "producer")) for o in FORMATS)
+        + f" of the bare producer's {rate(f.median('producer'))} records/s); the bare consumer "
+        f"reads {rate(f.median('consumer'))} records/s; latency p50 / p99 "
+        + ", ".join(milliseconds(f.latency[o]) for o in FORMATS)
     )
     if f.workers:
         few, most = f.workers[0], f.workers[-1]
         line += f"; {few} -> {most} workers: " + ", ".join(
             f"{rate(f.median(f'{few} {o}'))} -> {rate(f.median(f'{most} {o}'))} updates/s "
-            f"with `{o}`"
+            f"with `{LABELS[o]}`"
             for o in FORMATS
         )
     return line + "."
@@ -180,8 +198,9 @@ def report(figures: list[Figures], args: argparse.Namespace, load: str, minutes:
         "Method. A local single-node broker; each workload's records are produced once to one "
         "input topic and, for the file job, written to a JSON Lines file. In each of "
         f"{len(figures[0].rounds)} rounds, on the same records: the file job (`subgraph-monitor "
-        "run`, its own summary line); `serve` with `SGM_OUTPUT_FORMAT=records` and "
-        "`=batches` (order alternating by round), each in a new group reading the topic from "
+        "run`, its own summary line); `serve` with `SGM_OUTPUT_FORMAT=records`, `=batches` "
+        "and `=batches` with `SGM_BATCH_ENCODING=arrow` (order turning by round), each in a "
+        "new group reading the topic from "
         "its start, rated over the time from its first partition assignment to its last "
         f"committed epoch, epochs of {BATCH:,} updates; a bare consumer "
         "(`consume(num_messages=10000)`, `read_committed`, nothing decoded) reading the input "
