@@ -41,6 +41,10 @@ log = logging.getLogger(__name__)
 MAX_BUFFERED = 200_000
 
 
+#: The most records one :meth:`Reader._pump` takes.
+PUMP_RECORDS = 5000
+
+
 @dataclass
 class _Buffer:
     """A partition's records read ahead, in offset order: the messages from ``head`` on, and
@@ -105,10 +109,16 @@ class Reader:
 
     def _pump(self, timeout: float) -> None:
         """Read what has arrived into the buffers, a column at a time (``Message``'s methods
-        mapped over the records, one slice per partition): no Python step per record."""
-        messages = self.consumer.consume(num_messages=5000, timeout=timeout)
-        if not messages:
+        mapped over the records, one slice per partition): no Python step per record.
+
+        Waits at most ``timeout`` for a first record, then takes what else has arrived without
+        waiting: ``consume(num_messages=N)`` waits out its whole time-out unless N records come,
+        so a lone control record (the next epoch's definition) waited 100 ms in every other
+        epoch."""
+        first = self.consumer.poll(timeout)
+        if first is None:
             return
+        messages = [first, *self.consumer.consume(num_messages=PUMP_RECORDS - 1, timeout=0)]
         errors = list(map(Message.error, messages))
         if any(map(is_not, errors, repeat(None))):
             for error in errors:
