@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import re
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -46,6 +47,9 @@ log = logging.getLogger(__name__)
 
 #: The epoch of a changelog record without an epoch header: later than any.
 NO_EPOCH = str(2**63 - 1).encode()
+
+#: The epoch a changelog value begins with (``connectors.changelog_json`` writes it first).
+VALUE_EPOCH = re.compile(rb'\{"epoch":(\d+)[,}]')
 
 Headers = dict[str, str | bytes | None] | list[tuple[str, str | bytes | None]] | None
 
@@ -101,7 +105,7 @@ def rebuild_from_changelog(
         for message in read_to_end(probe, [TP(changelog_topic(settings), 0)]):
             keys.append(message.key() or b"")
             values.append(message.value())
-            epochs.append(_epoch(message.headers()))
+            epochs.append(_epoch(message.headers(), values[-1]))
     finally:
         probe.close()
     read = time.perf_counter()
@@ -137,13 +141,15 @@ def rebuild_from_changelog(
     return meta
 
 
-def _epoch(headers: Headers) -> bytes:
-    """The text of a record's ``epoch`` header; a record without one is of no epoch a rebuild
-    keeps (the largest)."""
-    for name, value in headers.items() if isinstance(headers, dict) else headers or ():
-        if name == "epoch" and value is not None:
-            return value.encode() if isinstance(value, str) else value
-    return NO_EPOCH
+def _epoch(headers: Headers, value: bytes | None) -> bytes:
+    """The text of a record's epoch: its ``epoch`` header (tombstones, and every record of
+    earlier versions), else the leading ``{"epoch":E`` of its value; a record with neither is of
+    no epoch a rebuild keeps (the largest)."""
+    for name, text in headers.items() if isinstance(headers, dict) else headers or ():
+        if name == "epoch" and text is not None:
+            return text.encode() if isinstance(text, str) else text
+    found = VALUE_EPOCH.match(value) if value is not None else None
+    return found.group(1) if found is not None else NO_EPOCH
 
 
 @contextmanager
