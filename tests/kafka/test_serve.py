@@ -377,18 +377,30 @@ def wait_ready(svc: Service, timeout: float = 60) -> None:
     raise AssertionError("the service did not become ready:\n" + svc.log_text())
 
 
+#: The outputs the exactly-once tests run with: ``SGM_OUTPUT_FORMAT`` and, for ``arrow``,
+#: batches encoded as Arrow.
+OUTPUTS = {
+    "records": {"SGM_OUTPUT_FORMAT": "records"},
+    "batches": {"SGM_OUTPUT_FORMAT": "batches"},
+    "arrow": {"SGM_OUTPUT_FORMAT": "batches", "SGM_BATCH_ENCODING": "arrow"},
+}
+
+
 def published(svc: Service, output_format: str) -> list[dict[str, object]]:
     """The deltas the service published (committed), read with the package's reader; every
-    record of the ``batches`` format is one."""
+    record of the ``batches`` and ``arrow`` outputs is a batch of the encoding asked for."""
     deltas_read: list[dict[str, object]] = []
     for _, value, headers in read_topic(svc.bootstrap, svc.output):
         pairs = list(headers.items())
-        assert (batch_info(pairs) is not None) == (output_format == "batches"), headers
+        assert (batch_info(pairs) is not None) == (output_format != "records"), headers
+        if output_format != "records":
+            expected = b"arrow" if output_format == "arrow" else b"jsonl"
+            assert dict(pairs)["format"] == expected, headers
         deltas_read.extend(read_deltas(value, pairs))
     return deltas_read
 
 
-@pytest.mark.parametrize("output_format", ["records", "batches"])
+@pytest.mark.parametrize("output_format", ["records", "batches", "arrow"])
 def test_sigkill_at_random_moments_loses_and_duplicates_nothing(
     service: Callable[..., Service], tmp_path: Path, output_format: str
 ) -> None:
@@ -396,9 +408,9 @@ def test_sigkill_at_random_moments_loses_and_duplicates_nothing(
         partitions=3,
         SGM_BATCH_SIZE="100",
         SGM_MAX_BATCH_DELAY_MS="100",
-        SGM_OUTPUT_FORMAT=output_format,
+        **OUTPUTS[output_format],
     )
-    records = stream_records(6000, seed=3 if output_format == "records" else 23)
+    records = stream_records(6000, seed={"records": 3, "batches": 23, "arrow": 33}[output_format])
     producing = produce_slowly(svc.bootstrap, svc.input, records)
     rng = np.random.default_rng(4)
     kills = 0
@@ -416,7 +428,7 @@ def test_sigkill_at_random_moments_loses_and_duplicates_nothing(
     assert got == expected_matches(records, tmp_path)
 
 
-@pytest.mark.parametrize("output_format", ["records", "batches"])
+@pytest.mark.parametrize("output_format", ["records", "batches", "arrow"])
 def test_killed_between_the_kafka_commit_and_the_store_write_catches_up_silently(
     service: Callable[..., Service], tmp_path: Path, output_format: str
 ) -> None:
@@ -424,7 +436,7 @@ def test_killed_between_the_kafka_commit_and_the_store_write_catches_up_silently
         partitions=3,
         SGM_BATCH_SIZE="100",
         SGM_MAX_BATCH_DELAY_MS="100",
-        SGM_OUTPUT_FORMAT=output_format,
+        **OUTPUTS[output_format],
         SGM_FAILPOINT="serve_after_kafka_commit",
         SGM_FAILPOINT_HIT="7",
     )
