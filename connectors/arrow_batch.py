@@ -54,20 +54,11 @@ def arrow() -> Any:
     return pyarrow
 
 
-def arrow_batches(
-    query: str,
-    epoch: int,
-    variables: Sequence[str],
-    columns: Sequence[npt.NDArray[np.generic]],
-    diffs: npt.NDArray[np.integer],
-    edges: EdgeColumns | None,
-    extra: Mapping[str, Column] | None,
-    max_bytes: int,
-) -> Iterator[tuple[bytes, int, int]]:
-    """The deltas of ``query`` in ``epoch`` as Arrow IPC streams of at most ``max_bytes``
-    (one row alone may exceed it): per value its bytes, its first row and its row count."""
+def arrow_batches(table: Any, max_bytes: int) -> Iterator[tuple[bytes, int, int]]:
+    """The rows of ``table`` (a :func:`record_batch`) as Arrow IPC streams of at most
+    ``max_bytes`` (one row alone may exceed it): per value its bytes, its first row and its row
+    count."""
     pa = arrow()
-    table = record_batch(pa, query, epoch, variables, columns, diffs, edges, extra)
     rows = table.num_rows
     if rows == 0:
         return

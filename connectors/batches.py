@@ -36,7 +36,7 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
-from connectors.arrow_batch import ARROW, arrow_batches, read_arrow
+from connectors.arrow_batch import ARROW, arrow, arrow_batches, read_arrow, record_batch
 from connectors.delta_json import NEWLINE, EdgeColumns, chunks, value_pieces
 from connectors.json_rows import encode_rows
 from connectors.sinks import CHUNK_ROWS
@@ -94,9 +94,8 @@ def batches(
     ``max_bytes`` at line ends (a line longer than that alone), :data:`CHUNK_ROWS` rows
     encoded at a time (a value never spans two chunks); or as Arrow streams of whole rows."""
     if encoding == "arrow":
-        for value, start, count in arrow_batches(
-            query, epoch, variables, columns, diffs, edges, extra, max_bytes
-        ):
+        table = record_batch(arrow(), query, epoch, variables, columns, diffs, edges, extra)
+        for value, start, count in arrow_batches(table, max_bytes):
             yield Batch(value, start, count, ARROW)
         return
     first = 0

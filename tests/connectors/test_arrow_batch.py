@@ -14,23 +14,8 @@ from hypothesis import strategies as st
 from connectors.arrow_batch import ARROW, JSON_TEXT
 from connectors.batches import Batch, batch_info, batches, read_deltas
 from core.columns import Coded, python_values
+from tests.connectors.test_batches import encoded
 from tests.connectors.test_json_rows import deltas
-
-
-def encoded(d: dict[str, Any], limit: int, encoding: str) -> list[Batch]:
-    return list(
-        batches(
-            d["query"],
-            d["epoch"],
-            d["variables"],
-            d["columns"],
-            d["diffs"],
-            d["edges"],
-            d["extra"],
-            limit,
-            encoding,  # type: ignore[arg-type]
-        )
-    )
 
 
 def typed(value: Any) -> Any:

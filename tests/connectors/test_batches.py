@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from connectors.batches import (
     JSONL,
     Batch,
+    BatchEncoding,
     BatchInfo,
     batch_info,
     batches,
@@ -49,10 +50,9 @@ def jsonl(d: dict[str, Any]) -> bytes:
     return out.getvalue()
 
 
-@settings(max_examples=200, deadline=None)
-@given(deltas(), st.integers(50, 2000))
-def test_batches_hold_the_json_lines_of_the_records_in_order(d: dict[str, Any], limit: int) -> None:
-    got = list(
+def encoded(d: dict[str, Any], limit: int, encoding: BatchEncoding) -> list[Batch]:
+    """The batches of one query's deltas ``d`` (:func:`deltas`) under ``limit`` bytes."""
+    return list(
         batches(
             d["query"],
             d["epoch"],
@@ -62,8 +62,15 @@ def test_batches_hold_the_json_lines_of_the_records_in_order(d: dict[str, Any], 
             d["edges"],
             d["extra"],
             limit,
+            encoding,
         )
     )
+
+
+@settings(max_examples=200, deadline=None)
+@given(deltas(), st.integers(50, 2000))
+def test_batches_hold_the_json_lines_of_the_records_in_order(d: dict[str, Any], limit: int) -> None:
+    got = encoded(d, limit, "jsonl")
     assert b"".join(b.value for b in got) == jsonl(d)
     assert [b.first for b in got] == list(np.cumsum([0] + [b.count for b in got])[:-1])
     assert sum(b.count for b in got) == d["diffs"].shape[0]
