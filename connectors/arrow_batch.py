@@ -18,8 +18,8 @@ where the JSON text has ``1500``). Schema metadata: ``query``, ``epoch``.
 
 Everything is built from the columns as they are (numbers without a copy, text from its bytes)
 and written once per record: 6-12 ms for 400,000 triangle deltas, 25 bytes each, where their
-JSON Lines take 60-110 ms and 76 bytes each (bench/NOTES.md). ``pyarrow`` is imported on first use, so
-a service that writes JSON never loads it.
+JSON Lines take 60-110 ms and 76 bytes each (bench/NOTES.md). ``pyarrow`` is imported on first
+use, so a service that writes JSON never loads it.
 """
 
 from __future__ import annotations
