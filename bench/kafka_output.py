@@ -43,7 +43,7 @@ from confluent_kafka import Producer
 from bench.kafka_output_serve import serve_table
 from bench.kafka_serve import BATCH, QUERY, drop_topics, stream, topics
 from connectors.delta_json import EdgeColumns, chunks, keys_and_values
-from connectors.kafka import PRODUCER_DEFAULTS, KafkaSink
+from connectors.kafka_sink import PRODUCER_DEFAULTS, KafkaSink
 from connectors.sinks import CHUNK_ROWS
 from core.columns import Column
 from core.records import RelationUpdates, UpdateBatch

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from importlib.metadata import PackageNotFoundError, version
 
-from connectors.kafka import (
+from connectors.kafka_sink import (
     KafkaSink,
 )
 from monitor.service.settings import Settings

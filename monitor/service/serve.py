@@ -23,8 +23,9 @@ from collections.abc import Mapping
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from connectors.kafka import KafkaSink, KafkaSource
+from connectors.kafka import KafkaSource
 from connectors.kafka_records import Partition, Polled, partition_key
+from connectors.kafka_sink import KafkaSink
 from core.errors import ConfigError
 from monitor.failpoints import InjectedFailure, failpoint
 from monitor.index.store import StateStore

@@ -19,7 +19,7 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
 
 from connectors.batches import batch_info, read_message
-from connectors.kafka import KafkaSink
+from connectors.kafka_sink import KafkaSink
 from core.columns import Coded
 from tests.kafka.test_serve import (
     Service,

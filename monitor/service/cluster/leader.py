@@ -22,9 +22,9 @@ from confluent_kafka import TopicPartition as TP
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._listoffsets import OffsetSpec
 
-from connectors.kafka import KafkaSink
 from connectors.kafka_records import Partition
 from connectors.kafka_retry import retry
+from connectors.kafka_sink import KafkaSink
 from monitor.failpoints import failpoint
 from monitor.service.cluster.control import (
     EARLIEST,

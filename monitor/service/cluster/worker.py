@@ -14,7 +14,6 @@ from confluent_kafka import (
 )
 
 from connectors.events import FieldTypes
-from connectors.kafka import KafkaSink
 from connectors.kafka_records import (
     Partition,
     Polled,
@@ -23,6 +22,7 @@ from connectors.kafka_records import (
     parse_partition_key,
     partition_key,
 )
+from connectors.kafka_sink import KafkaSink
 from core.errors import ConfigError, StateError
 from core.records import UpdateBatch
 from monitor.engine.owned import ChangedTuples, supports
