@@ -142,8 +142,8 @@ TIME_ORDERS = ("by_src", "by_dst")
 
 
 def time_order_name(relation: str, tests: tuple[FieldTest, ...], side: str) -> str:
-    """The index relation keeping a selection's events by one end and time bucket:
-    ``transfer{...}#by_src`` holds ``(src, bucket, eid)``, ``#by_dst`` ``(dst, bucket, eid)``."""
+    """The time order keeping a selection's events by one end and time:
+    ``transfer{...}#by_src`` holds ``(src, ts, eid)``, ``#by_dst`` ``(dst, ts, eid)``."""
     if side not in TIME_ORDERS:
         raise ValueError(f"a time order is by_src or by_dst, not {side!r}")
     return f"{selection_name(relation, tests)}#{side}"

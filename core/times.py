@@ -13,10 +13,6 @@ from __future__ import annotations
 import math
 import re
 from datetime import UTC, datetime
-from typing import Any
-
-import numpy as np
-import numpy.typing as npt
 
 from core.errors import InputError
 
@@ -102,19 +98,3 @@ def format_time(ms: float) -> str:
     moment = datetime.fromtimestamp(ms / 1000.0, tz=UTC)
     text = moment.isoformat(timespec="milliseconds" if ms % 1000 else "seconds")
     return text.replace("+00:00", "Z")
-
-
-#: Time buckets are numbered modulo this (a positive ``int32``): times this many buckets apart
-#: share a number, which only adds candidates that a range step's join filters drop.
-BUCKET_MODULUS = 1 << 30
-
-
-def bucket_of(ts: npt.NDArray[np.float64], width: float) -> npt.NDArray[np.int32]:
-    """The number of each (finite) time's bucket, ``width`` ms per bucket."""
-    return bucket_number(np.floor(ts / width))
-
-
-def bucket_number(index: npt.NDArray[Any]) -> npt.NDArray[np.int32]:
-    """The number of the buckets ``floor(ts / width)``: their index modulo the modulus."""
-    numbers: npt.NDArray[np.int32] = np.mod(index, BUCKET_MODULUS).astype(np.int32)
-    return numbers

@@ -19,6 +19,7 @@ from monitor.engine.prefixes import Candidates, Prefixes
 from monitor.engine.time_order import EndpointSource, RangeSource
 from monitor.index.adjacency import AdjacencyView, Probe
 from monitor.index.levels import I32, I64
+from monitor.index.time_index import TimeIndexView
 from monitor.plan.cut import Cut
 from monitor.plan.plan import (
     Check,
@@ -48,7 +49,7 @@ class IndexReader(Protocol):
 
     def field_values(self, relation: str, name: str, eids: I32) -> npt.NDArray[Any] | None: ...
 
-    def bucket_width(self, relation: str) -> float: ...
+    def time_view(self, relation: str, cut: Cut) -> TimeIndexView: ...
 
     def endpoints(self, relation: str, position: int, eids: npt.NDArray[np.integer]) -> I32: ...
 
@@ -91,10 +92,11 @@ def source(extender: Extender, index: IndexReader) -> Source:
     """The source an extender reads: its adjacency, or a range step's time index or event."""
     if isinstance(extender, EndpointExtender):
         return EndpointSource(extender, index)
-    view = index.view(extender.relation, extender.position, extender.cut)
     if isinstance(extender, RangeExtender):
-        return RangeSource(extender, view, index)
-    return AdjacencySource(extender, view, index)
+        return RangeSource(extender, index.time_view(extender.relation, extender.cut), index)
+    return AdjacencySource(
+        extender, index.view(extender.relation, extender.position, extender.cut), index
+    )
 
 
 def adjacency_keys(

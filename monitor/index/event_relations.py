@@ -59,9 +59,8 @@ class EventIndex:
     #: Per event relation, the keys of its pairs, shared by the ``#events`` relations of all
     #: its selections (a pair two selections hold has one key, not two).
     pair_keys: dict[str, TupleKeys] = field(default_factory=dict)
-    #: The time-ordered relations some plan reads (``R{S}#by_src``, ``R{S}#by_dst``), with the
-    #: width of their time buckets (ms).
-    time_orders: dict[str, float] = field(default_factory=dict)
+    #: The time orders some plan reads (``R{S}#by_src``, ``R{S}#by_dst``).
+    time_orders: frozenset[str] = frozenset()
     #: Derived relations no delta query reads: not maintained (:mod:`monitor.index.selections`).
     unread: frozenset[str] = frozenset()
     kept: list[SelectionRelations] = field(default_factory=list)
@@ -114,7 +113,11 @@ class EventIndex:
     @property
     def derived_nbytes(self) -> int:
         """Bytes of the relations kept from the events, with the pair keys they share."""
-        relations = sum(self.graph.relations[n].nbytes for n in self.derived)
+        graph = self.graph
+        relations = sum(
+            (graph.time_indexes[n] if n in graph.time_indexes else graph.relations[n]).nbytes
+            for n in self.derived
+        )
         return relations + sum(k.nbytes for k in self.pair_keys.values())
 
     def stored(self) -> dict[str, int]:
@@ -253,10 +256,14 @@ class EventIndex:
         self.graph.ensure_keys()
         return out
 
-    def rebuild(self, relations: Collection[str] | None = None) -> None:
+    def rebuild(
+        self, relations: Collection[str] | None = None, renumbered: dict[str, I32] | None = None
+    ) -> None:
         """The derived relations of the selections of ``relations`` (all by default) from the
         stores' live events, and their expiry queues, as committed state (after the stores were
-        loaded or compacted; nothing staged). What they held before is released."""
+        loaded or compacted; nothing staged). What they held before is released. After a
+        compaction, ``renumbered`` has per relation the old eid of each event: the time orders
+        are renumbered, not sorted again."""
         for relation, queue in self.queues.items():
             if relations is not None and relation not in relations:
                 continue
@@ -271,20 +278,20 @@ class EventIndex:
         for kept in self.kept:
             relation = kept.selection.relation
             if relations is None or relation in relations:
-                kept.load(self.stores[relation], self.pair_keys[relation])
+                old = None if renumbered is None else renumbered.get(relation)
+                kept.load(self.stores[relation], self.pair_keys[relation], renumbered=old)
 
     def compact(self, minimum: int = COMPACTION_MIN) -> list[str]:
         """After :meth:`commit`: compact the event stores that are due and the string pool if
         it is (:mod:`monitor.index.compaction`), and rebuild the relations derived from the
         compacted stores (they hold eids). Returns the relations compacted."""
         compacted = [name for name, store in sorted(self.stores.items()) if due(store, minimum)]
-        for name in compacted:
-            compact_store(self.stores[name])
+        renumbered = {name: compact_store(self.stores[name]) for name in compacted}
         for pool in {id(s.pool): s.pool for s in self.stores.values()}.values():
             if pool_due(pool, minimum):
                 compact_pool(pool, self.stores.values())
         if compacted:
-            self.rebuild(compacted)
+            self.rebuild(compacted, renumbered)
         return compacted
 
     def commit(self) -> None:

@@ -32,6 +32,7 @@ from monitor.index.events import EventChanges, EventStore
 from monitor.index.keys import TupleKeys
 from monitor.index.levels import I8, I32, I64, pack, unpack
 from monitor.index.netting import net
+from monitor.index.time_index import TimeIndex, TimeIndexView
 from monitor.plan.cut import Cut
 
 #: The largest arity a relation may have.
@@ -171,8 +172,9 @@ class GraphIndex:
         self.event_stores: dict[str, EventStore] = {}
         #: Relations derived from the events (never stored: rebuilt from the events on load).
         self.derived: frozenset[str] = frozenset()
-        #: Per time-ordered relation, the width of its time buckets (ms).
-        self.bucket_widths: dict[str, float] = {}
+        #: The time orders of events some range step reads (``R{S}#by_src``, ``R{S}#by_dst``):
+        #: derived from the events like the relations, but kept by vertex and time.
+        self.time_indexes: dict[str, TimeIndex] = {}
 
     # -- relations ---------------------------------------------------------------------------
 
@@ -228,9 +230,13 @@ class GraphIndex:
         """Field ``name`` of the events ``eids`` of ``relation`` (None: no event has it)."""
         return self.event_stores[relation].column(name, eids)
 
-    def bucket_width(self, relation: str) -> float:
-        """The time bucket width (ms) of a time-ordered relation (``R{S}#by_src``)."""
-        return self.bucket_widths[relation]
+    def time_index(self, name: str) -> TimeIndex:
+        """The time order ``name`` (``R{S}#by_src``), created empty if new."""
+        return self.time_indexes.setdefault(name, TimeIndex())
+
+    def time_view(self, relation: str, cut: Cut) -> TimeIndexView:
+        """The time order ``relation`` as read under ``cut``."""
+        return self.time_indexes[relation].view(cut)
 
     def endpoints(self, relation: str, position: int, eids: npt.NDArray[np.integer]) -> I32:
         """The sources (``position`` 0) or destinations (1) of events ``eids`` of ``relation``."""
@@ -247,7 +253,10 @@ class GraphIndex:
         """Bytes held by every adjacency (compacted and committed levels) and the dictionary."""
         shared = {id(r.shared_keys): r.shared_keys for r in self.relations.values()}
         keys = sum(k.nbytes for k in shared.values() if k is not None)
-        return sum(r.nbytes for r in self.relations.values()) + self.dictionary.nbytes + keys
+        times = sum(t.nbytes for t in self.time_indexes.values())
+        return (
+            sum(r.nbytes for r in self.relations.values()) + self.dictionary.nbytes + keys + times
+        )
 
     def edge_count(self) -> int:
         """Tuples stored, over all relations."""
@@ -348,12 +357,16 @@ class GraphIndex:
         for rel in self.relations.values():
             for _, adjacency in rel.adjacencies():
                 adjacency.commit()
+        for time_index in self.time_indexes.values():
+            time_index.commit()
 
     def abort(self) -> None:
         """Forget the staged epoch."""
         for rel in self.relations.values():
             for _, adjacency in rel.adjacencies():
                 adjacency.abort()
+        for time_index in self.time_indexes.values():
+            time_index.abort()
 
     def load_relation(self, name: str, arity: int, columns: Sequence[I32]) -> Relation:
         """Bulk-load a relation from its unique tuples (dense ids), as committed state."""

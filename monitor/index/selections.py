@@ -12,13 +12,14 @@ derived from the events that pass it:
   a pair, which expand an edge variable once both its vertices are bound. The ``events``
   relations of one event relation's selections share the keys of their pairs: a pair several
   selections hold is one key.
-- ``by_src`` and ``by_dst`` (ternary, indexed by their first two positions), for a selection
-  some plan reads by time (a range step): ``(src, bucket, eid)`` and ``(dst, bucket, eid)``
-  for each selected event with a time, its bucket ``floor(ts / width)``, so that the events of
-  a vertex in a range of time are those of a few keys.
+- ``by_src`` and ``by_dst``, for a selection some plan reads by time (a range step): the
+  selected events with a time, by source (destination) in time order, a
+  :class:`~monitor.index.time_index.TimeIndex` each, so that the events of a vertex in a range
+  of time are found by binary search.
 
 All are staged with the epoch from the effective event changes, so delta queries are seeded
-by changed events with the same cuts as any relation. A relation no delta query reads is
+by changed events with the same cuts as any relation (a time order seeds nothing: it is an
+access path of its edge variable's events). A relation no delta query reads is
 *unread*: it is not maintained (its changes still seed), and a static evaluation has it
 loaded for its duration (:meth:`SelectionRelations.load`). ``pass_through`` reads only its
 time orders: its pairs and events cost nothing.
@@ -27,18 +28,19 @@ time orders: its pairs and events cost nothing.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Collection, Mapping
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
 from core.fields import TIME_ORDERS, FieldTest, events_name, selection_name, time_order_name
-from core.times import TIME_FIELD, bucket_of
+from core.times import TIME_FIELD
 from monitor.index.events import EventStore
 from monitor.index.graph import Change, GraphIndex
 from monitor.index.keys import TupleKeys
 from monitor.index.levels import I8, I32, I64, pack, unpack
+from monitor.index.time_kernels import F64
 from monitor.plan.cut import Cut
 
 
@@ -69,24 +71,22 @@ class SelectionRelations:
         graph: GraphIndex,
         selection: Selection,
         pair_keys: TupleKeys,
-        time_orders: Mapping[str, float],
+        time_orders: Collection[str],
         unread: Collection[str] = (),
     ) -> None:
         self.graph = graph
         self.selection = selection
-        #: side -> name of the time-ordered relations some plan reads, and their bucket widths.
+        #: side -> name of the time orders some plan reads.
         self.ordered = {
             side: selection.time_order(side)
             for side in TIME_ORDERS
             if selection.time_order(side) in time_orders
         }
-        self.widths = {name: time_orders[name] for name in self.ordered.values()}
         self.unread = frozenset(unread) & {selection.pairs, selection.events}
         graph.relation(selection.pairs, 2)
         graph.relation(selection.events, 3, indexed=(2,), shared_keys=pair_keys)
-        for name, width in self.widths.items():
-            graph.relation(name, 3, indexed=(2,))
-            graph.bucket_widths[name] = width
+        for name in self.ordered.values():
+            graph.time_index(name)
 
     @property
     def names(self) -> list[str]:
@@ -118,10 +118,9 @@ class SelectionRelations:
             changes[selection.events] = change
             self._stage_pairs(src, dst, keys, diff, seq, changes)
         if self.ordered:
-            timed, tuples = self._time_ordered(store, eids)
-            for name, columns in tuples.items():
-                rel = self.graph.relations[name]
-                changes[name] = self.graph.stage_effective(rel, columns, diff[timed], seq[timed])
+            timed, entries = self._time_ordered(store, eids)
+            for name, (ends, ts, timed_eids) in entries.items():
+                self.graph.time_indexes[name].stage(ends, ts, timed_eids, diff[timed])
 
     def _stage_pairs(
         self, src: I32, dst: I32, keys: I64, diff: I8, seq: I64, changes: dict[str, Change]
@@ -150,26 +149,31 @@ class SelectionRelations:
 
     def _time_ordered(
         self, store: EventStore, eids: I32
-    ) -> tuple[npt.NDArray[np.bool_], dict[str, list[I32]]]:
-        """Which of ``eids`` have a time, and per time-ordered relation their tuples
-        ``(end, bucket, eid)`` (the times read and bucketed once for both sides)."""
+    ) -> tuple[npt.NDArray[np.bool_], dict[str, tuple[I32, F64, I32]]]:
+        """Which of ``eids`` have a time, and per time order their entries ``(end, ts, eid)``
+        (the times read once for both sides)."""
         column = store.fields.get(TIME_FIELD)
         ts = column.get(eids) if column is not None else np.full(eids.shape[0], np.nan)
         timed = np.isfinite(ts)
         eids, ts = eids[timed], ts[timed]
-        buckets = {width: bucket_of(ts, width) for width in set(self.widths.values())}
-        tuples = {}
+        entries = {}
         for side, name in self.ordered.items():
             ends = (store.src if side == "by_src" else store.dst)[eids]
-            tuples[name] = [ends, buckets[self.widths[name]], eids]
-        return timed, tuples
+            entries[name] = (ends, ts, eids)
+        return timed, entries
 
     def load(
-        self, store: EventStore, pair_keys: TupleKeys, which: Collection[str] | None = None
+        self,
+        store: EventStore,
+        pair_keys: TupleKeys,
+        which: Collection[str] | None = None,
+        renumbered: I32 | None = None,
     ) -> None:
         """Replace the relations ``which`` (default: every maintained one, and the unread ones
         emptied) by those of the store's live events, as committed state; nothing may be
-        staged. The events relation takes ``pair_keys`` as its shared keys."""
+        staged. The events relation takes ``pair_keys`` as its shared keys. ``renumbered``
+        (the old eid of each event after the store's compaction) renumbers the time orders
+        in place instead: their order stays."""
         selection = self.selection
         if which is None:
             for name in self.unread:
@@ -179,14 +183,19 @@ class SelectionRelations:
         eids = live[store.select(live, selection.tests)]
         src, dst = store.src[eids], store.dst[eids]
         for name in which:
+            time_index = self.graph.time_indexes.get(name)
+            if time_index is not None and renumbered is not None:
+                time_index.renumber(renumbered)
+            elif time_index is not None:
+                time_index.load(*self._time_ordered(store, eids)[1][name])
+            if time_index is not None:
+                continue
             self._clear(name, pair_keys)
             if name == selection.events:
                 self.graph.load_relation(name, 3, [src, dst, eids])
             elif name == selection.pairs:
                 keys, values = unpack(np.unique(pack(src, dst)))
                 self.graph.load_relation(name, 2, [keys.astype(np.int32), values])
-            else:
-                self.graph.load_relation(name, 3, self._time_ordered(store, eids)[1][name])
 
     def release(self, pair_keys: TupleKeys) -> None:
         """Empty the unread relations again after a static evaluation had them loaded."""
@@ -198,8 +207,14 @@ class SelectionRelations:
         self.graph.clear_relation(name, shared)
 
     def breakdown(self, out: Counter[str]) -> None:
-        """Add the relations' bytes by kind: values, offsets and their own tuple keys."""
+        """Add the relations' bytes by kind: values, offsets and their own tuple keys (a time
+        order's values are its times and eids, with its level of changes)."""
         for kind, name in self.kinds():
+            time_index = self.graph.time_indexes.get(name)
+            if time_index is not None:
+                out[f"{kind} relations: offsets"] += time_index.offsets.nbytes
+                out[f"{kind} relations: values"] += time_index.nbytes - time_index.offsets.nbytes
+                continue
             rel = self.graph.relations[name]
             for _, adjacency in rel.adjacencies():
                 offsets = adjacency.offsets.nbytes

@@ -16,11 +16,13 @@ from monitor.index import (
     levels,
     numbered,
     texts,
+    time_kernels,
     unique,
 )
 
 
 def warm() -> None:
     """Load every compiled loop of the index for the types the engine passes."""
-    for module in (levels, kernels, unique, hashtable, field_columns, texts, numbered):
+    modules = (levels, kernels, unique, hashtable, field_columns, texts, numbered, time_kernels)
+    for module in modules:
         module.warm()

@@ -1,9 +1,9 @@
 """What a set of plans needs of the index: the relations they read, those they do not, and
-the time buckets of the time-ordered ones.
+the time orders of events.
 
 The index keeps relations derived from the events for every selection an atom reads
-(:mod:`monitor.index.selections`); which of them must be maintained epoch by epoch, and how
-wide the buckets of a time-ordered one are, follows from the delta queries alone.
+(:mod:`monitor.index.selections`); which of them must be maintained epoch by epoch, and which
+time orders are kept, follows from the delta queries alone.
 """
 
 from __future__ import annotations
@@ -12,28 +12,16 @@ from collections.abc import Iterable, Sequence
 
 from monitor.plan.plan import DeltaQuery, EndpointExtender, RangeExtender
 
-#: The narrowest time bucket a time-ordered relation is kept by (ms).
-MIN_BUCKET = 1000.0
-#: The most buckets a range step's range may touch (a wide gap beside a narrow one on the
-#: same relation widens the buckets rather than probing thousands of them a prefix).
-MAX_BUCKETS = 32
 
-
-def bucket_widths(plans: Iterable[DeltaQuery]) -> dict[str, float]:
-    """Per time-ordered relation some of ``plans`` reads, the width of its time buckets: the
-    narrowest range a range step reads it over, so that a range touches about two buckets;
-    but at least :data:`MIN_BUCKET`, and wide enough that the widest range touches at most
-    :data:`MAX_BUCKETS` + 1."""
-    ranges: dict[str, list[float]] = {}
-    for plan in plans:
-        for stage in plan.stages:
-            for e in stage.extenders:
-                if isinstance(e, RangeExtender):
-                    ranges.setdefault(e.relation, []).append(e.high - e.low)
-    return {
-        name: max(MIN_BUCKET, min(widths), max(widths) / MAX_BUCKETS)
-        for name, widths in ranges.items()
-    }
+def time_ordered(plans: Iterable[DeltaQuery]) -> frozenset[str]:
+    """The time orders (``R{S}#by_src``, ``R{S}#by_dst``) some range step of ``plans`` reads."""
+    return frozenset(
+        e.relation
+        for plan in plans
+        for stage in plan.stages
+        for e in stage.extenders
+        if isinstance(e, RangeExtender)
+    )
 
 
 def relations_read(plans: Iterable[DeltaQuery]) -> set[str]:

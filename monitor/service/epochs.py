@@ -38,7 +38,7 @@ from monitor.index.store import StateStore
 from monitor.index.window import Tick
 from monitor.plan.cut import Cut
 from monitor.plan.events import event_relations, rewrite
-from monitor.plan.needs import bucket_widths, unread
+from monitor.plan.needs import time_ordered, unread
 from monitor.plan.planner import static_plan
 from monitor.plan.windows import retentions
 from monitor.query.ast import Query
@@ -157,7 +157,7 @@ class EpochProcessor:
             self.index,
             selections,
             retention=self.retention,
-            time_orders=bucket_widths(plans + [static_plan(q) for q in self.internal]),
+            time_orders=time_ordered(plans + [static_plan(q) for q in self.internal]),
             unread=unread([(s.pairs, s.events) for s in selections], plans),
         )
         self.clock = EventClock(settings.allowed_lateness, settings.watermark_outliers)

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from core.fields import to_column
 from core.records import EventUpdates, UpdateBatch
 from monitor.query.parser import parse_queries
+from monitor.service.epochs import EpochProcessor
 from monitor.service.settings import Settings
 from tests.engine.test_events_oracle import Model, brute_force, check_epochs
 
@@ -121,6 +122,44 @@ def test_time_predicates_match_the_brute_force_after_every_epoch(
 
 
 @settings(max_examples=100, deadline=None)
+@given(ops=st.lists(OPS, min_size=3, max_size=40), cuts=st.lists(st.integers(1, 40), max_size=5))
+def test_compacting_the_store_renumbers_the_time_orders_and_changes_no_row(
+    ops: list[tuple[Any, ...]], cuts: list[int]
+) -> None:
+    """A store compacted at every commit it can renumbers its events: the time orders are
+    renumbered in place (not rebuilt), and the output is the oracle's and the same rows as
+    a run that never compacts."""
+    compacting = Settings(retention={"transfer": math.inf}, event_compaction_min=0)
+    rows = check_epochs(QUERIES, TimedModel(), batch, ops, cuts, compacting)
+    assert rows == check_epochs(QUERIES, TimedModel(), batch, ops, cuts, FOREVER)
+
+
+def test_a_long_stream_compacts_many_times_and_keeps_every_row() -> None:
+    """Hundreds of events, most deleted again soon: the store compacts at many commits, each
+    renumbering the time orders' events; every epoch's rows are the oracle's and those of a
+    run that never compacts."""
+    rng = np.random.default_rng(7)
+    ops: list[tuple[Any, ...]] = []
+    for i in range(300):  # each transfer deleted 16 transfers later: about 16 live
+        src, dst = (int(x) for x in rng.integers(0, 3, 2))
+        ops.append(
+            ("insert", i, src, dst, int(rng.integers(0, 4)), i // 4 + int(rng.integers(0, 8)))
+        )
+        if i >= 16:
+            ops.append(("delete", i - 16))
+    cuts = list(range(0, len(ops), 29))
+    compacting = Settings(retention={"transfer": math.inf}, event_compaction_min=8)
+    rows = check_epochs(QUERIES, TimedModel(), batch, ops, cuts, compacting)
+    assert rows == check_epochs(QUERIES, TimedModel(), batch, ops, cuts, FOREVER)
+    assert sum(1 for epoch in rows for row in epoch if row[0] == "pass_through") > 50
+    processor = EpochProcessor(QUERIES, compacting)
+    for lo in cuts:
+        processor.process(batch(ops[lo : lo + 29], lo))
+        processor.commit()
+    assert processor.index.event_stores["transfer"].compactions >= 10
+
+
+@settings(max_examples=100, deadline=None)
 @given(
     ops=st.lists(OPS, min_size=3, max_size=40),
     cuts=st.lists(st.integers(1, 40), max_size=5),
@@ -146,11 +185,11 @@ NARROW = parse_queries(
 
 @settings(max_examples=100, deadline=None)
 @given(ops=st.lists(OPS, min_size=3, max_size=40), cuts=st.lists(st.integers(1, 40), max_size=5))
-def test_a_narrow_gap_beside_a_wide_one_probes_many_buckets(
+def test_a_narrow_gap_beside_a_wide_one_reads_one_time_order(
     ops: list[tuple[Any, ...]], cuts: list[int]
 ) -> None:
-    """``echo``'s one-minute gap makes the buckets of the transfers' time orders a minute
-    wide, so each of ``pass_through``'s ten-minute ranges touches eleven of them."""
+    """``echo``'s one-minute gap and ``pass_through``'s ten minutes read the same time orders
+    of the transfers, each over its own range."""
     queries = [*NARROW, *(q for q in QUERIES if q.name == "pass_through")]
     check_epochs(queries, TimedModel(), batch, ops, cuts, FOREVER, static=True)
 

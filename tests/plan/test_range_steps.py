@@ -1,7 +1,7 @@
 """Range steps: an edge variable bound from its vertex's events in a gap's time range.
 
 With a gap between two edge variables (``pass_through``: ten minutes), the plans bind the
-second transfer from the bucketed events of the shared account, then the far account as the
+second transfer from the shared account's events in time order, then the far account as the
 event's end; a ring's closing vertex is still bound by intersection.
 """
 
@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 from monitor.plan.events import event_relations, rewrite
-from monitor.plan.needs import bucket_widths, unread
+from monitor.plan.needs import time_ordered, unread
 from monitor.plan.plan import EndpointExtender, RangeExtender
 from monitor.plan.planner import delta_queries, projections, static_plan
 from monitor.query.ast import Query
@@ -73,27 +73,10 @@ def test_a_gap_well_inside_the_retention_binds_the_next_transfer_by_time() -> No
     assert forward.cut is by_t1.stages[0].extenders[0].cut
     assert projected[forward.atom] == 3 and projected[backward.atom] == 1
     assert len(by_t1.stages[0].fields) == 3
-    assert bucket_widths([*delta_queries(query), static_plan(query)]) == {
-        "transfer#by_src": 10 * MINUTE,
-        "transfer#by_dst": 10 * MINUTE,
+    assert time_ordered([*delta_queries(query), static_plan(query)]) == {
+        "transfer#by_src",
+        "transfer#by_dst",
     }
-
-
-def test_buckets_are_the_narrowest_range_unless_a_wide_one_would_touch_too_many() -> None:
-    queries = parse_queries(
-        """
-        quick(a, b, c) := transfer(a, b) as t1, transfer(b, c) as t2,
-            t1.ts <= t2.ts, t2.ts <= t1.ts + 2s.
-        slow(a, b, c) := transfer(a, b) as t1, transfer(b, c) as t2,
-            t1.ts <= t2.ts, t2.ts <= t1.ts + 7d.
-        instant(a, b, c) := transfer(a, b) as t1, transfer(b, c) as t2, t1.ts = t2.ts.
-        """
-    )
-    plans = {q.name: [*delta_queries(rewrite(q, {"transfer"}).internal)] for q in queries}
-    assert bucket_widths(plans["quick"])["transfer#by_src"] == 2000
-    assert bucket_widths(plans["instant"])["transfer#by_src"] == 1000  # at least a second
-    both = bucket_widths(plans["quick"] + plans["slow"])
-    assert both["transfer#by_src"] == 7 * 24 * 60 * MINUTE / 32
 
 
 def test_without_time_orders_the_plans_bind_over_pairs() -> None:

@@ -1,0 +1,230 @@
+"""A multi-version time index: per vertex, its events in time order.
+
+What a range step reads (:mod:`monitor.engine.time_order`): the events of a bound vertex whose
+time lies in a range, ``transfer#by_src`` for the transfers out of an account, ``#by_dst`` for
+those into it. Entries are ``(vertex, time, eid)``, ordered by vertex, then time, then eid, in
+the three levels of an adjacency (:mod:`monitor.index.adjacency`):
+
+- *compacted*: a CSR over dense vertex ids whose segments hold ``(time, eid)`` sorted: 12 bytes
+  an event (an 8-byte time beside its 4-byte eid) and 8 a vertex;
+- *committed*: the sorted entries changed since the last compaction, each with a diff (``+1``
+  added, ``-1`` removed), merged into the CSR once it passes a share of it;
+- *uncommitted*: the epoch's changes, which a ``NEW`` cut sees and an ``OLD`` one does not.
+
+A vertex's events in ``[lo, hi]`` are one binary search away in each level: no key per
+``(vertex, time bucket)`` to hash, no bucket read beyond the range. The kernels are in
+:mod:`monitor.index.time_kernels`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from monitor.index import time_kernels
+from monitor.index.levels import I8, I32, I64
+from monitor.index.time_kernels import F64, Offsets, entry_order
+from monitor.plan.cut import Cut
+
+
+@dataclass(frozen=True)
+class TimeLevel:
+    """Sorted unique entries with their diffs."""
+
+    vertex: I32
+    times: F64
+    eids: I32
+    diff: I8
+
+    @classmethod
+    def empty(cls) -> TimeLevel:
+        return cls(np.empty(0, np.int32), np.empty(0), np.empty(0, np.int32), np.empty(0, np.int8))
+
+    @property
+    def parts(self) -> tuple[I32, F64, I32, I8]:
+        return self.vertex, self.times, self.eids, self.diff
+
+    def __len__(self) -> int:
+        return int(self.diff.shape[0])
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in self.parts)
+
+
+@dataclass(frozen=True)
+class TimeProbe:
+    """Per query, its range ``[a, b)`` in the CSR and ``[c, d)`` in the view's level, and how
+    many events it finds (those of the CSR range the level does not remove, and those the
+    level range adds)."""
+
+    a: I64
+    b: I64
+    c: I64
+    d: I64
+    counts: I64
+
+    def __len__(self) -> int:
+        return int(self.a.shape[0])
+
+    def __getitem__(
+        self, rows: npt.NDArray[np.integer] | npt.NDArray[np.bool_] | slice
+    ) -> TimeProbe:
+        return TimeProbe(self.a[rows], self.b[rows], self.c[rows], self.d[rows], self.counts[rows])
+
+    @property
+    def bounds(self) -> tuple[I64, I64, I64, I64]:
+        return self.a, self.b, self.c, self.d
+
+
+class TimeIndexView:
+    """The index as one cut sees it: the CSR plus one level on top of it."""
+
+    __slots__ = ("eids", "level", "offsets", "times")
+
+    def __init__(self, offsets: Offsets, times: F64, eids: I32, level: TimeLevel) -> None:
+        self.offsets = offsets
+        self.times = times
+        self.eids = eids
+        self.level = level
+
+    def probe(self, vertices: npt.NDArray[np.integer], lo: F64, hi: F64) -> TimeProbe:
+        """The ranges of each vertex's events with a time in ``[lo, hi]`` (none for a NaN
+        bound)."""
+        level = self.level
+        return TimeProbe(
+            *time_kernels.ranges(
+                self.offsets, self.times, level.vertex, level.times, level.diff, vertices, lo, hi
+            )
+        )
+
+    def count(self, probe: TimeProbe) -> I64:
+        """How many events each query finds."""
+        return probe.counts
+
+    def propose(self, probe: TimeProbe) -> tuple[I64, I32]:
+        """``(owner, eid)`` of every event found, each query's together."""
+        level = self.level
+        return time_kernels.propose(
+            self.eids, self.times, level.eids, level.times, level.diff, probe.bounds
+        )
+
+    def contains(
+        self, probe: TimeProbe, owner: npt.NDArray[np.integer], eids: I32
+    ) -> npt.NDArray[np.bool_]:
+        """Whether each ``eids[i]`` is among the events query ``owner[i]`` finds."""
+        found_owner, found = self.propose(probe)
+        have = (found_owner << 32) | found.astype(np.int64)
+        want = (owner.astype(np.int64) << 32) | eids.astype(np.int64)
+        return np.isin(want, have)
+
+
+class TimeIndex:
+    """One time order of a selection's events, with its three levels."""
+
+    def __init__(self, compaction_ratio: float = 0.5, compaction_min: int = 4096) -> None:
+        self.compaction_ratio = compaction_ratio
+        self.compaction_min = compaction_min
+        self.offsets: Offsets = np.zeros(1, np.int64)
+        self.times: F64 = np.empty(0)
+        self.eids: I32 = np.empty(0, np.int32)
+        self.committed = TimeLevel.empty()
+        self.uncommitted = TimeLevel.empty()
+        self._new: TimeLevel | None = None
+        self.compactions = 0
+
+    @property
+    def keys(self) -> int:
+        """Vertices the CSR has a segment for (a later vertex's is empty)."""
+        return int(self.offsets.shape[0]) - 1
+
+    def __len__(self) -> int:
+        """Entries in the committed state."""
+        return int(self.eids.shape[0]) + int(self.committed.diff.sum())
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the CSR and the committed level."""
+        return self.offsets.nbytes + self.times.nbytes + self.eids.nbytes + self.committed.nbytes
+
+    def view(self, cut: Cut) -> TimeIndexView:
+        """The index as an atom with this cut reads it."""
+        if cut is Cut.OLD or not len(self.uncommitted):
+            level = self.committed
+        else:
+            if self._new is None:
+                merged = time_kernels.merge_levels(self.committed.parts, self.uncommitted.parts)
+                self._new = TimeLevel(*merged)
+            level = self._new
+        return TimeIndexView(self.offsets, self.times, self.eids, level)
+
+    def stage(self, vertex: I32, times: F64, eids: I32, diff: I8) -> None:
+        """Set the epoch's changes: entries absent before for ``+1``, present for ``-1``."""
+        order = entry_order(vertex, times, eids)
+        self.uncommitted = TimeLevel(vertex[order], times[order], eids[order], diff[order])
+        self._new = None
+
+    def commit(self) -> None:
+        """Keep the epoch's changes; compact once the committed level has grown."""
+        if len(self.uncommitted):
+            self.committed = self.view(Cut.NEW).level
+            self.uncommitted = TimeLevel.empty()
+            self._new = None
+        threshold = max(self.compaction_min, self.compaction_ratio * self.eids.shape[0])
+        if len(self.committed) > threshold:
+            self.compact()
+
+    def abort(self) -> None:
+        """Forget the epoch's changes."""
+        self.uncommitted = TimeLevel.empty()
+        self._new = None
+
+    def compact(self) -> None:
+        """Merge the committed level into the CSR (one pass over both)."""
+        if not len(self.committed):
+            return
+        keys = max(self.keys, int(self.committed.vertex[-1]) + 1)
+        self.offsets, self.times, self.eids = time_kernels.compact(
+            self.offsets, self.times, self.eids, self.committed.parts, keys
+        )
+        self.committed = TimeLevel.empty()
+        self.compactions += 1
+
+    def load(self, vertex: I32, times: F64, eids: I32) -> None:
+        """Replace everything by these entries (unique eids), as committed state."""
+        order = entry_order(vertex, times, eids)
+        keys = int(vertex.max()) + 1 if vertex.shape[0] else 0
+        self.offsets = np.zeros(keys + 1, np.int64)
+        np.cumsum(np.bincount(vertex, minlength=keys), out=self.offsets[1:])
+        self.times, self.eids = times[order], eids[order].astype(np.int32)
+        self.committed = TimeLevel.empty()
+        self.uncommitted = TimeLevel.empty()
+        self._new = None
+
+    def renumber(self, old_of_new: I32) -> None:
+        """The store's live events were renumbered in order (``old_of_new``: the old eid of
+        each new one, ascending; :func:`~monitor.index.compaction.compact_store`): the same
+        renumbering of the entries keeps their order, so no sort. Committed state only."""
+        if len(self.uncommitted):
+            raise ValueError("a time index is renumbered between epochs only")
+        self.compact()
+        new_of_old = np.full(int(old_of_new[-1]) + 1 if old_of_new.shape[0] else 0, -1, np.int32)
+        new_of_old[old_of_new] = np.arange(old_of_new.shape[0], dtype=np.int32)
+        self.eids = new_of_old[self.eids]
+        if self.eids.shape[0] and int(self.eids.min()) < 0:
+            raise AssertionError("a time index held an event its store did not keep")
+
+    def entries(self, cut: Cut = Cut.OLD) -> tuple[I32, F64, I32]:
+        """Every entry under ``cut``, in order (for tests and inspection)."""
+        level = self.view(cut).level
+        offsets, times, eids = time_kernels.compact(
+            self.offsets, self.times, self.eids, level.parts, max(self.keys, _last(level) + 1)
+        )
+        vertex = np.repeat(np.arange(offsets.shape[0] - 1, dtype=np.int32), np.diff(offsets))
+        return vertex, times, eids
+
+
+def _last(level: TimeLevel) -> int:
+    return int(level.vertex[-1]) if len(level) else -1
