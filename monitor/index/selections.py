@@ -211,9 +211,8 @@ class SelectionRelations:
         order's values are its times and eids, with its level of changes)."""
         for kind, name in self.kinds():
             time_index = self.graph.time_indexes.get(name)
-            if time_index is not None:
-                out[f"{kind} relations: offsets"] += time_index.offsets.nbytes
-                out[f"{kind} relations: values"] += time_index.nbytes - time_index.offsets.nbytes
+            if time_index is not None:  # sorted entries, nothing per vertex
+                out[f"{kind} relations: values"] += time_index.nbytes
                 continue
             rel = self.graph.relations[name]
             for _, adjacency in rel.adjacencies():

@@ -5,13 +5,14 @@ time lies in a range, ``transfer#by_src`` for the transfers out of an account, `
 those into it. Entries are ``(vertex, time, eid)``, ordered by vertex, then time, then eid, in
 the three levels of an adjacency (:mod:`monitor.index.adjacency`):
 
-- *compacted*: a CSR over dense vertex ids whose segments hold ``(time, eid)`` sorted: 12 bytes
-  an event (an 8-byte time beside its 4-byte eid) and 8 a vertex;
+- *compacted* (the base): the entries sorted, 17 bytes an event (its vertex, 8-byte time, eid
+  and a diff of ``+1``), nothing per vertex without events;
 - *committed*: the sorted entries changed since the last compaction, each with a diff (``+1``
-  added, ``-1`` removed), merged into the CSR once it passes a share of it;
+  added, ``-1`` removed), merged into the base once it passes a share of it;
 - *uncommitted*: the epoch's changes, which a ``NEW`` cut sees and an ``OLD`` one does not.
 
-A vertex's events in ``[lo, hi]`` are one binary search away in each level: no key per
+A batch of queries is answered in vertex order, so each level is walked once to find the
+vertices, then a vertex's events in ``[lo, hi]`` are two binary searches away: no key per
 ``(vertex, time bucket)`` to hash, no bucket read beyond the range. The kernels are in
 :mod:`monitor.index.time_kernels`.
 """
@@ -25,7 +26,7 @@ import numpy.typing as npt
 
 from monitor.index import time_kernels
 from monitor.index.levels import I8, I32, I64
-from monitor.index.time_kernels import F64, Offsets, entry_order
+from monitor.index.time_kernels import F64, entry_order
 from monitor.plan.cut import Cut
 
 
@@ -56,9 +57,9 @@ class TimeLevel:
 
 @dataclass(frozen=True)
 class TimeProbe:
-    """Per query, its range ``[a, b)`` in the CSR and ``[c, d)`` in the view's level, and how
-    many events it finds (those of the CSR range the level does not remove, and those the
-    level range adds)."""
+    """Per query, its range ``[a, b)`` in the base and ``[c, d)`` in the view's level, and how
+    many events it finds (those of the base's range the level does not remove, and those the
+    level's range adds)."""
 
     a: I64
     b: I64
@@ -80,23 +81,21 @@ class TimeProbe:
 
 
 class TimeIndexView:
-    """The index as one cut sees it: the CSR plus one level on top of it."""
+    """The index as one cut sees it: the base plus one level on top of it."""
 
-    __slots__ = ("eids", "level", "offsets", "times")
+    __slots__ = ("base", "level")
 
-    def __init__(self, offsets: Offsets, times: F64, eids: I32, level: TimeLevel) -> None:
-        self.offsets = offsets
-        self.times = times
-        self.eids = eids
+    def __init__(self, base: TimeLevel, level: TimeLevel) -> None:
+        self.base = base
         self.level = level
 
     def probe(self, vertices: npt.NDArray[np.integer], lo: F64, hi: F64) -> TimeProbe:
         """The ranges of each vertex's events with a time in ``[lo, hi]`` (none for a NaN
         bound)."""
-        level = self.level
+        base, level = self.base, self.level
         return TimeProbe(
             *time_kernels.ranges(
-                self.offsets, self.times, level.vertex, level.times, level.diff, vertices, lo, hi
+                (base.vertex, base.times), (level.vertex, level.times, level.diff), vertices, lo, hi
             )
         )
 
@@ -106,9 +105,9 @@ class TimeIndexView:
 
     def propose(self, probe: TimeProbe) -> tuple[I64, I32]:
         """``(owner, eid)`` of every event found, each query's together."""
-        level = self.level
+        base, level = self.base, self.level
         return time_kernels.propose(
-            self.eids, self.times, level.eids, level.times, level.diff, probe.bounds
+            base.eids, base.times, level.eids, level.times, level.diff, probe.bounds
         )
 
     def contains(
@@ -124,30 +123,23 @@ class TimeIndexView:
 class TimeIndex:
     """One time order of a selection's events, with its three levels."""
 
-    def __init__(self, compaction_ratio: float = 0.5, compaction_min: int = 4096) -> None:
+    def __init__(self, compaction_ratio: float = 0.25, compaction_min: int = 4096) -> None:
         self.compaction_ratio = compaction_ratio
         self.compaction_min = compaction_min
-        self.offsets: Offsets = np.zeros(1, np.int64)
-        self.times: F64 = np.empty(0)
-        self.eids: I32 = np.empty(0, np.int32)
+        self.base = TimeLevel.empty()
         self.committed = TimeLevel.empty()
         self.uncommitted = TimeLevel.empty()
         self._new: TimeLevel | None = None
         self.compactions = 0
 
-    @property
-    def keys(self) -> int:
-        """Vertices the CSR has a segment for (a later vertex's is empty)."""
-        return int(self.offsets.shape[0]) - 1
-
     def __len__(self) -> int:
         """Entries in the committed state."""
-        return int(self.eids.shape[0]) + int(self.committed.diff.sum())
+        return len(self.base) + int(self.committed.diff.sum())
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the CSR and the committed level."""
-        return self.offsets.nbytes + self.times.nbytes + self.eids.nbytes + self.committed.nbytes
+        """Bytes of the base and the committed level."""
+        return self.base.nbytes + self.committed.nbytes
 
     def view(self, cut: Cut) -> TimeIndexView:
         """The index as an atom with this cut reads it."""
@@ -158,7 +150,7 @@ class TimeIndex:
                 merged = time_kernels.merge_levels(self.committed.parts, self.uncommitted.parts)
                 self._new = TimeLevel(*merged)
             level = self._new
-        return TimeIndexView(self.offsets, self.times, self.eids, level)
+        return TimeIndexView(self.base, level)
 
     def stage(self, vertex: I32, times: F64, eids: I32, diff: I8) -> None:
         """Set the epoch's changes: entries absent before for ``+1``, present for ``-1``."""
@@ -172,7 +164,7 @@ class TimeIndex:
             self.committed = self.view(Cut.NEW).level
             self.uncommitted = TimeLevel.empty()
             self._new = None
-        threshold = max(self.compaction_min, self.compaction_ratio * self.eids.shape[0])
+        threshold = max(self.compaction_min, self.compaction_ratio * len(self.base))
         if len(self.committed) > threshold:
             self.compact()
 
@@ -182,23 +174,23 @@ class TimeIndex:
         self._new = None
 
     def compact(self) -> None:
-        """Merge the committed level into the CSR (one pass over both)."""
+        """Merge the committed level into the base: one pass over both (a removal cancels
+        its entry)."""
         if not len(self.committed):
             return
-        keys = max(self.keys, int(self.committed.vertex[-1]) + 1)
-        self.offsets, self.times, self.eids = time_kernels.compact(
-            self.offsets, self.times, self.eids, self.committed.parts, keys
-        )
+        self.base = TimeLevel(*time_kernels.merge_levels(self.base.parts, self.committed.parts))
+        if len(self.base) and int(self.base.diff.min()) < 0:
+            raise AssertionError("a time index removed an entry it did not hold")
         self.committed = TimeLevel.empty()
         self.compactions += 1
 
     def load(self, vertex: I32, times: F64, eids: I32) -> None:
         """Replace everything by these entries (unique eids), as committed state."""
         order = entry_order(vertex, times, eids)
-        keys = int(vertex.max()) + 1 if vertex.shape[0] else 0
-        self.offsets = np.zeros(keys + 1, np.int64)
-        np.cumsum(np.bincount(vertex, minlength=keys), out=self.offsets[1:])
-        self.times, self.eids = times[order], eids[order].astype(np.int32)
+        ones = np.ones(order.shape[0], np.int8)
+        self.base = TimeLevel(
+            vertex[order].astype(np.int32), times[order], eids[order].astype(np.int32), ones
+        )
         self.committed = TimeLevel.empty()
         self.uncommitted = TimeLevel.empty()
         self._new = None
@@ -212,19 +204,14 @@ class TimeIndex:
         self.compact()
         new_of_old = np.full(int(old_of_new[-1]) + 1 if old_of_new.shape[0] else 0, -1, np.int32)
         new_of_old[old_of_new] = np.arange(old_of_new.shape[0], dtype=np.int32)
-        self.eids = new_of_old[self.eids]
-        if self.eids.shape[0] and int(self.eids.min()) < 0:
+        base = self.base
+        eids = new_of_old[base.eids]
+        if eids.shape[0] and int(eids.min()) < 0:
             raise AssertionError("a time index held an event its store did not keep")
+        self.base = TimeLevel(base.vertex, base.times, eids, base.diff)
 
     def entries(self, cut: Cut = Cut.OLD) -> tuple[I32, F64, I32]:
         """Every entry under ``cut``, in order (for tests and inspection)."""
         level = self.view(cut).level
-        offsets, times, eids = time_kernels.compact(
-            self.offsets, self.times, self.eids, level.parts, max(self.keys, _last(level) + 1)
-        )
-        vertex = np.repeat(np.arange(offsets.shape[0] - 1, dtype=np.int32), np.diff(offsets))
+        vertex, times, eids, _ = time_kernels.merge_levels(self.base.parts, level.parts)
         return vertex, times, eids
-
-
-def _last(level: TimeLevel) -> int:
-    return int(level.vertex[-1]) if len(level) else -1
