@@ -360,8 +360,17 @@ class IdMap:
 
     def subset(self, slots: I32) -> IdMap:
         """A new map of the ids of ``slots`` (ascending) only: the ``i``-th of them has slot
-        ``i`` there (compaction keeps the ids of live events, in their order)."""
+        ``i`` there (compaction keeps the ids of live events, in their order). Numbered ids
+        of one prefix in ascending order (a counter) stay so in any subset: their numbers are
+        taken as they are, not formatted and parsed again."""
         out = IdMap(self._hash_bits)
+        numbers = self._numbers
+        if self._sorted and self._value is None and numbers is not None and self._numbered:
+            out._capacity = max(int(slots.shape[0]), 1024)
+            out._numbers = numbers.subset(slots, out._capacity)
+            out._size = int(slots.shape[0])
+            out._has_strings = out._size > 0
+            return out
         out.restore(self._export(slots.astype(np.int64)))
         return out
 

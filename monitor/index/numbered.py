@@ -177,6 +177,17 @@ class NumberedStrings:
             out["prefix codes"] = int(self.codes.nbytes)
         return out
 
+    def subset(self, slots: npt.NDArray[np.integer], capacity: int) -> NumberedStrings:
+        """The ids of ``slots`` in slots ``0 ..`` of a new store of ``capacity``."""
+        out = NumberedStrings(0)
+        out.prefixes, out._index = list(self.prefixes), dict(self._index)
+        out.numbers = np.zeros(max(capacity, slots.shape[0]), self.numbers.dtype)
+        out.numbers[: slots.shape[0]] = self.numbers[slots]
+        if self.codes is not None:
+            out.codes = np.zeros(out.numbers.shape[0], np.uint8)
+            out.codes[: slots.shape[0]] = self.codes[slots]
+        return out
+
     def grow(self, capacity: int) -> None:
         grow(self, "numbers", capacity)
         if self.codes is not None:

@@ -121,6 +121,34 @@ def test_a_subset_keeps_the_ids_of_its_slots_in_order(
     assert [(type(v), v) for v in restored.decode(every).tolist()] == [(type(v), v) for v in kept]
 
 
+@settings(max_examples=100, deadline=None)
+@given(
+    n=st.integers(0, 300),
+    keep=st.sets(st.integers(0, 299)),
+    later=st.lists(st.integers(0, 700), max_size=40),
+)
+def test_a_subset_of_counted_ids_equals_the_subset_through_their_text(
+    n: int, keep: set[int], later: list[int]
+) -> None:
+    """Ascending numbered ids of one prefix are subset by their numbers: the map then finds,
+    decodes and adds ids (again in order, or not, or of another prefix) exactly as the map
+    rebuilt from their text does."""
+    idmap = IdMap()
+    idmap.encode(column([f"tx-{i}" for i in range(n)]))
+    slots = np.array(sorted(k for k in keep if k < n), np.int32)
+    fast = idmap.subset(slots)
+    slow = IdMap()
+    slow.restore(idmap._export(slots.astype(np.int64)))
+    assert len(fast) == len(slow) == slots.shape[0]
+    every = np.arange(len(fast), dtype=np.int32)
+    assert fast.decode(every).tolist() == slow.decode(every).tolist()
+    probes = column([f"tx-{i}" for i in later] + ["other-1", "tx-01"])
+    assert fast.encode(probes, add=False).tolist() == slow.encode(probes, add=False).tolist()
+    assert fast.encode(probes).tolist() == slow.encode(probes).tolist()
+    grown = np.arange(len(fast), dtype=np.int32)
+    assert fast.decode(grown).tolist() == slow.decode(grown).tolist()
+
+
 def test_a_subset_holds_arrays_for_its_ids_only() -> None:
     idmap = IdMap()
     idmap.encode(column([f"transaction-{i}" for i in range(200_000)]))
