@@ -34,7 +34,7 @@ from monitor.index.field_columns import FieldColumn, StringPool
 from monitor.index.idmap import IdMap
 from monitor.index.levels import I8, I32, I64, grow
 from monitor.index.netting import net
-from monitor.index.unique import first_appearances
+from monitor.index.unique import first_appearances, sorted_distinct
 
 #: Fields every event has, from its identity and pair (not stored as columns).
 BUILT_IN_FIELDS = ("id", "src", "dst")
@@ -233,7 +233,7 @@ class EventStore:
         """Stage, before the epoch's updates, the expiry of those of ``eids`` still alive (the
         queue holds eids that were deleted since); returns the eids that expired.
         :meth:`abort` undoes it with the updates."""
-        eids = np.unique(eids[self.alive[eids]]).astype(np.int32)
+        eids = sorted_distinct(eids[self.alive[eids]]).astype(np.int32)
         if eids.shape[0]:
             touched = self.slot[eids]
             dead = np.full(eids.shape[0], -1, np.int8)

@@ -207,12 +207,14 @@ class IdMap:
         else:
             _, first, inverse = np.unique(numbers, return_index=True, return_inverse=True)
         codes, numbers = codes[first], numbers[first]
-        rows, lengths = rows[at][first], lengths[at][first]
-        slots = self._find_numbers(codes, numbers, lambda: self._hash(rows, lengths))
+        picked = at[first]  # the rows of the distinct strings (copied only where read)
+        slots = self._find_numbers(
+            codes, numbers, lambda: self._hash(rows[picked], lengths[picked])
+        )
         missing = _in_order(np.flatnonzero(slots < 0), first)
         if missing.shape[0] and add:
             slots[missing] = self._add_numbered(
-                codes[missing], numbers[missing], rows[missing], lengths[missing]
+                codes[missing], numbers[missing], rows, lengths, picked[missing]
             )
         out[at] = slots[inverse.reshape(-1)]
         return out
@@ -226,14 +228,19 @@ class IdMap:
             return self._numbers.search(numbers, self._size)
         return self._strings.find(hashes(), self._numbers.same(codes, numbers))
 
-    def _add_numbered(self, codes: I64, numbers: I64, rows: U8, lengths: I64) -> I32:
-        """Append unique numbered strings, unknown so far, in order."""
+    def _add_numbered(
+        self, codes: I64, numbers: I64, rows: U8, lengths: I64, which: I64 | None = None
+    ) -> I32:
+        """Append unique numbered strings, unknown so far, in order (their padded rows are
+        ``rows[which]``, all of ``rows`` without ``which``: read for a table only)."""
         assert self._numbers is not None
         if self._sorted and not self._numbers.ascending(numbers, self._size):
             self._build_string_table()  # out of order
         new = self._grow(numbers.shape[0], strings=True)
         self._numbers.write(new, codes, numbers)
         if not self._sorted:
+            if which is not None:
+                rows, lengths = rows[which], lengths[which]
             hashes = self._hash(rows, lengths)
             self._strings.add(hashes, new, lambda: self._string_entries(int(new[0])))
         return new

@@ -205,7 +205,8 @@ class NumberedStrings:
         than ``most`` in all); -1 for rows not numbered or of a prefix unknown."""
         codes = np.full(rows.shape[0], -1, np.int64)
         at = np.flatnonzero(ok)
-        found, inverse = prefixes_of(rows[at], starts[at])
+        every = at.shape[0] == rows.shape[0]  # then no copy of the rows
+        found, inverse = prefixes_of(rows if every else rows[at], starts if every else starts[at])
         known = np.array([self._index.get(p, -1) for p in found], np.int64)
         for i in np.flatnonzero(known < 0).tolist() if add else []:
             if len(self.prefixes) == most:

@@ -41,6 +41,7 @@ from monitor.index.graph import Change, GraphIndex
 from monitor.index.keys import TupleKeys
 from monitor.index.levels import I8, I32, I64, pack, unpack
 from monitor.index.time_kernels import F64
+from monitor.index.unique import sorted_distinct
 from monitor.plan.cut import Cut
 
 
@@ -194,7 +195,7 @@ class SelectionRelations:
             if name == selection.events:
                 self.graph.load_relation(name, 3, [src, dst, eids])
             elif name == selection.pairs:
-                keys, values = unpack(np.unique(pack(src, dst)))
+                keys, values = unpack(sorted_distinct(pack(src, dst)))
                 self.graph.load_relation(name, 2, [keys.astype(np.int32), values])
 
     def release(self, pair_keys: TupleKeys) -> None:

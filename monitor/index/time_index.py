@@ -123,7 +123,7 @@ class TimeIndexView:
 class TimeIndex:
     """One time order of a selection's events, with its three levels."""
 
-    def __init__(self, compaction_ratio: float = 0.25, compaction_min: int = 4096) -> None:
+    def __init__(self, compaction_ratio: float = 0.125, compaction_min: int = 4096) -> None:
         self.compaction_ratio = compaction_ratio
         self.compaction_min = compaction_min
         self.base = TimeLevel.empty()

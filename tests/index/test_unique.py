@@ -47,6 +47,15 @@ def test_unique_inverse_is_np_unique(values: np.ndarray) -> None:  # type: ignor
 
 @settings(max_examples=200, deadline=None)
 @given(columns())
+def test_sorted_distinct_is_np_unique(values: np.ndarray) -> None:  # type: ignore[type-arg]
+    for part in (values, values[:1], values[:0]):
+        got = unique.sorted_distinct(part)
+        assert got.dtype == part.dtype
+        assert got.tolist() == np.unique(part).tolist()
+
+
+@settings(max_examples=200, deadline=None)
+@given(columns())
 def test_first_appearances_numbers_values_in_order_of_first_appearance(
     values: np.ndarray,  # type: ignore[type-arg]
 ) -> None:
