@@ -101,6 +101,12 @@ class IdMap:
         if column.dtype.kind in "iu":
             return self._encode_ints(_int64(column), add)
         values = column.tolist()
+        try:  # every id a str (the common case): no type of each one to look at
+            text = "".join(values)
+        except TypeError:
+            pass
+        else:
+            return self._encode_strings(values, add, text)
         types = np.fromiter(map(type, values), object, len(values))
         is_int = _of_type(types, int)
         out = np.empty(len(values), np.int32)
@@ -130,8 +136,8 @@ class IdMap:
             slots[missing] = new[groups]
         return slots
 
-    def _encode_strings(self, strings: list[str], add: bool) -> I32:
-        buffer, lengths = pack_strings(strings)
+    def _encode_strings(self, strings: list[str], add: bool, joined: str | None = None) -> I32:
+        buffer, lengths = pack_strings(strings, joined)
         starts = np.zeros(lengths.shape[0], np.int64)
         np.cumsum(lengths[:-1], out=starts[1:])
         rows = padded(buffer, starts, lengths)

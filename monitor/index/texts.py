@@ -20,9 +20,10 @@ U8 = npt.NDArray[np.uint8]
 ENCODING = ("utf-8", "surrogatepass")
 
 
-def pack_strings(strings: list[str]) -> tuple[U8, I64]:
-    """The UTF-8 bytes of ``strings`` back to back, and each string's length in bytes."""
-    data = "".join(strings).encode(*ENCODING)
+def pack_strings(strings: list[str], joined: str | None = None) -> tuple[U8, I64]:
+    """The UTF-8 bytes of ``strings`` back to back, and each string's length in bytes
+    (``joined``: ``"".join(strings)`` when the caller has it)."""
+    data = ("".join(strings) if joined is None else joined).encode(*ENCODING)
     lengths = np.fromiter(map(len, strings), np.int64, len(strings))
     if len(data) != int(lengths.sum()):  # not all ASCII: lengths in bytes differ from chars
         lengths = np.fromiter((len(s.encode(*ENCODING)) for s in strings), np.int64, len(strings))
