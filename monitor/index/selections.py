@@ -40,7 +40,7 @@ from monitor.index.events import EventStore
 from monitor.index.graph import Change, GraphIndex
 from monitor.index.keys import TupleKeys
 from monitor.index.levels import I8, I32, I64, pack, unpack
-from monitor.index.time_kernels import F64
+from monitor.index.time_kernels import F64, time_ranks
 from monitor.index.unique import sorted_distinct
 from monitor.plan.cut import Cut
 
@@ -120,8 +120,10 @@ class SelectionRelations:
             self._stage_pairs(src, dst, keys, diff, seq, changes)
         if self.ordered:
             timed, entries = self._time_ordered(store, eids)
+            ranks = None  # both sides' events are the same: ranked by time once
             for name, (ends, ts, timed_eids) in entries.items():
-                self.graph.time_indexes[name].stage(ends, ts, timed_eids, diff[timed])
+                ranks = time_ranks(ts, timed_eids) if ranks is None else ranks
+                self.graph.time_indexes[name].stage(ends, ts, timed_eids, diff[timed], ranks)
 
     def _stage_pairs(
         self, src: I32, dst: I32, keys: I64, diff: I8, seq: I64, changes: dict[str, Change]

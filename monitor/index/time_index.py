@@ -152,9 +152,10 @@ class TimeIndex:
             level = self._new
         return TimeIndexView(self.base, level)
 
-    def stage(self, vertex: I32, times: F64, eids: I32, diff: I8) -> None:
-        """Set the epoch's changes: entries absent before for ``+1``, present for ``-1``."""
-        order = entry_order(vertex, times, eids)
+    def stage(self, vertex: I32, times: F64, eids: I32, diff: I8, ranks: I64 | None = None) -> None:
+        """Set the epoch's changes: entries absent before for ``+1``, present for ``-1``
+        (``ranks``: their :func:`~monitor.index.time_kernels.time_ranks`, when known)."""
+        order = entry_order(vertex, times, eids, ranks)
         self.uncommitted = TimeLevel(vertex[order], times[order], eids[order], diff[order])
         self._new = None
 

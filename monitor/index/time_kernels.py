@@ -25,20 +25,25 @@ F64 = npt.NDArray[np.float64]
 COMPILED = ENABLED
 
 
-def entry_order(vertex: I32, times: F64, eids: I32) -> I64:
-    """The permutation that sorts entries by ``(vertex, time, eid)``: each entry's rank by
-    ``(time, eid)`` from a stable sort of the times in eid order (an epoch's times come in
-    a few sorted runs, which a stable sort merges), then one sort of ``vertex << 32 | rank``
-    (unique keys). A third of ``np.lexsort``'s time on an epoch's changes."""
+def time_ranks(times: F64, eids: I32) -> I64:
+    """Each entry's rank by ``(time, eid)``: a stable sort of the times in eid order (an
+    epoch's times come in a few sorted runs, which a stable sort merges)."""
     n = eids.shape[0]
-    if n < 2:
-        return np.arange(n, dtype=np.int64)
-    by_eid = None if bool((eids[1:] > eids[:-1]).all()) else np.argsort(eids)
+    by_eid = None if n < 2 or bool((eids[1:] > eids[:-1]).all()) else np.argsort(eids)
     by_time = np.argsort(times if by_eid is None else times[by_eid], kind="stable")
     if by_eid is not None:
         by_time = by_eid[by_time]
     rank = np.empty(n, np.int64)
     rank[by_time] = np.arange(n, dtype=np.int64)
+    return rank
+
+
+def entry_order(vertex: I32, times: F64, eids: I32, ranks: I64 | None = None) -> I64:
+    """The permutation that sorts entries by ``(vertex, time, eid)``: one sort of
+    ``vertex << 32 | rank`` (unique keys; ``ranks``: :func:`time_ranks`, which both time
+    orders of the same events share). A third of ``np.lexsort``'s time on an epoch's
+    changes."""
+    rank = time_ranks(times, eids) if ranks is None else ranks
     order: I64 = np.argsort((vertex.astype(np.int64) << 32) | rank)
     return order
 
@@ -185,11 +190,22 @@ if AVAILABLE:
                 hi = mid
         return lo
 
+    @njit(cache=True, nogil=True, inline="always")
+    def _seek(array, lo, hi, needle):  # type: ignore[no-untyped-def]
+        """The first position from ``lo`` whose value is ``>= needle``: eight steps one by
+        one (the next queried vertex is mostly a few entries on), then galloping."""
+        end = min(lo + 8, hi)
+        while lo < end and array[lo] < needle:
+            lo += 1
+        if lo < end or lo == hi:
+            return lo
+        return gallop(array, lo, hi, needle)
+
     @njit(cache=True, nogil=True)
     def compiled_ranges(bv, bt, lv, lt, ld, order, at, lo, hi):  # type: ignore[no-untyped-def]
         """:func:`ranges` (``at``: the queries' vertices), the queries taken in ``order`` (by
-        vertex): a vertex's entries in the base and in the level are found galloping on from
-        the previous vertex's (each is walked once), then two binary searches by time in each,
+        vertex): a vertex's entries in the base and in the level are found seeking on from the
+        previous vertex's (each is walked once), then two binary searches by time in each,
         and the count."""
         n = at.shape[0]
         a = np.zeros(n, np.int64)
@@ -208,10 +224,10 @@ if AVAILABLE:
                 continue
             if v != previous:
                 ascending = v > previous
-                first = gallop(bv, last if ascending else 0, size, v)
-                last = gallop(bv, first, size, v + 1)
-                level_first = gallop(lv, level_last if ascending else 0, m, v)
-                level_last = gallop(lv, level_first, m, v + 1)
+                first = _seek(bv, last if ascending else 0, size, v)
+                last = _seek(bv, first, size, v + 1)
+                level_first = _seek(lv, level_last if ascending else 0, m, v)
+                level_last = _seek(lv, level_first, m, v + 1)
                 previous = v
             a[i] = _time_bound(bt, first, last, low, False)
             b[i] = _time_bound(bt, a[i], last, high, True)
