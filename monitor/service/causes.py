@@ -73,7 +73,10 @@ def _deleted_events(events: EventIndex, relation: str) -> I32:
     if changed is None:
         return np.empty(0, np.int32)
     died = changed.eids[changed.diff < 0]
-    return died[~np.isin(died, events.expired.get(relation, died[:0]))]
+    expired = events.expired.get(relation, died[:0])
+    if expired.shape[0] == died.shape[0]:  # the expired are among the died: all of them
+        return died[:0]
+    return died[~np.isin(died, expired)]
 
 
 def _expired_pairs(events: EventIndex, relation: str) -> list[I32]:
