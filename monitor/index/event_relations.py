@@ -312,9 +312,13 @@ def _reborn_decide_expiry(store: EventStore, changed: EventChanges, expired: I32
     """An id that expired as the epoch began and was inserted again in it: its expiry takes
     the sequence number of the insert, so that in scale-out the worker that owns the insert's
     partition decides both halves of the replacement (they cancel by identity)."""
-    gone = np.flatnonzero((changed.diff < 0) & np.isin(changed.eids, expired))
     born = np.flatnonzero(changed.diff > 0)
-    if not gone.shape[0] or not born.shape[0]:
+    if not born.shape[0] or not expired.shape[0]:
+        return
+    if int(store.slot[changed.eids[born]].min()) > int(store.slot[expired].max()):
+        return  # every insert has an id newer than every expired one's (a counter): none again
+    gone = np.flatnonzero((changed.diff < 0) & np.isin(changed.eids, expired))
+    if not gone.shape[0]:
         return
     slots = store.slot[changed.eids[born]]
     order = np.argsort(slots)
