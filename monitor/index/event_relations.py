@@ -113,11 +113,7 @@ class EventIndex:
     @property
     def derived_nbytes(self) -> int:
         """Bytes of the relations kept from the events, with the pair keys they share."""
-        graph = self.graph
-        relations = sum(
-            (graph.time_indexes[n] if n in graph.time_indexes else graph.relations[n]).nbytes
-            for n in self.derived
-        )
+        relations = sum(self.graph.nbytes_of(n) for n in self.derived)
         return relations + sum(k.nbytes for k in self.pair_keys.values())
 
     def stored(self) -> dict[str, int]:

@@ -234,6 +234,11 @@ class GraphIndex:
         """The time order ``name`` (``R{S}#by_src``), created empty if new."""
         return self.time_indexes.setdefault(name, TimeIndex())
 
+    def nbytes_of(self, name: str) -> int:
+        """Bytes held by relation or time order ``name``."""
+        held = self.time_indexes.get(name)
+        return (self.relations[name] if held is None else held).nbytes
+
     def time_view(self, relation: str, cut: Cut) -> TimeIndexView:
         """The time order ``relation`` as read under ``cut``."""
         return self.time_indexes[relation].view(cut)

@@ -64,6 +64,17 @@ class Selection:
         return time_order_name(self.relation, self.tests, side)
 
 
+@dataclass(frozen=True)
+class TimedEntries:
+    """A batch of events with a time, as entries of the time orders: their times, eids and
+    ranks by ``(time, eid)``, and per time order the end each is kept by."""
+
+    ts: F64
+    eids: I32
+    ranks: I64
+    ends: dict[str, I32]
+
+
 class SelectionRelations:
     """The relations of one selection in a graph index, staged and loaded together."""
 
@@ -119,11 +130,9 @@ class SelectionRelations:
             changes[selection.events] = change
             self._stage_pairs(src, dst, keys, diff, seq, changes)
         if self.ordered:
-            timed, entries = self._time_ordered(store, eids)
-            ranks = None  # both sides' events are the same: ranked by time once
-            for name, (ends, ts, timed_eids) in entries.items():
-                ranks = time_ranks(ts, timed_eids) if ranks is None else ranks
-                self.graph.time_indexes[name].stage(ends, ts, timed_eids, diff[timed], ranks)
+            timed, e = self._time_ordered(store, eids)
+            for name, ends in e.ends.items():
+                self.graph.time_indexes[name].stage(ends, e.ts, e.eids, diff[timed], e.ranks)
 
     def _stage_pairs(
         self, src: I32, dst: I32, keys: I64, diff: I8, seq: I64, changes: dict[str, Change]
@@ -152,18 +161,18 @@ class SelectionRelations:
 
     def _time_ordered(
         self, store: EventStore, eids: I32
-    ) -> tuple[npt.NDArray[np.bool_], dict[str, tuple[I32, F64, I32]]]:
-        """Which of ``eids`` have a time, and per time order their entries ``(end, ts, eid)``
-        (the times read once for both sides)."""
+    ) -> tuple[npt.NDArray[np.bool_], TimedEntries]:
+        """Which of ``eids`` have a time, and their entries for every time order: the times,
+        eids and ranks (read and sorted once for both sides), and per time order the ends."""
         column = store.fields.get(TIME_FIELD)
         ts = column.get(eids) if column is not None else np.full(eids.shape[0], np.nan)
         timed = np.isfinite(ts)
         eids, ts = eids[timed], ts[timed]
-        entries = {}
-        for side, name in self.ordered.items():
-            ends = (store.src if side == "by_src" else store.dst)[eids]
-            entries[name] = (ends, ts, eids)
-        return timed, entries
+        ends = {
+            name: (store.src if side == "by_src" else store.dst)[eids]
+            for side, name in self.ordered.items()
+        }
+        return timed, TimedEntries(ts, eids, time_ranks(ts, eids), ends)
 
     def load(
         self,
@@ -185,13 +194,16 @@ class SelectionRelations:
         live = np.flatnonzero(store.alive[: store.size]).astype(np.int32)
         eids = live[store.select(live, selection.tests)]
         src, dst = store.src[eids], store.dst[eids]
+        ordered = [name for name in which if name in self.graph.time_indexes]
+        if ordered and renumbered is not None:
+            for name in ordered:
+                self.graph.time_indexes[name].renumber(renumbered)
+        elif ordered:
+            e = self._time_ordered(store, eids)[1]
+            for name in ordered:
+                self.graph.time_indexes[name].load(e.ends[name], e.ts, e.eids, e.ranks)
         for name in which:
-            time_index = self.graph.time_indexes.get(name)
-            if time_index is not None and renumbered is not None:
-                time_index.renumber(renumbered)
-            elif time_index is not None:
-                time_index.load(*self._time_ordered(store, eids)[1][name])
-            if time_index is not None:
+            if name in ordered:
                 continue
             self._clear(name, pair_keys)
             if name == selection.events:

@@ -185,9 +185,10 @@ class TimeIndex:
         self.committed = TimeLevel.empty()
         self.compactions += 1
 
-    def load(self, vertex: I32, times: F64, eids: I32) -> None:
-        """Replace everything by these entries (unique eids), as committed state."""
-        order = entry_order(vertex, times, eids)
+    def load(self, vertex: I32, times: F64, eids: I32, ranks: I64 | None = None) -> None:
+        """Replace everything by these entries (unique eids; ``ranks`` as for :meth:`stage`),
+        as committed state."""
+        order = entry_order(vertex, times, eids, ranks)
         ones = np.ones(order.shape[0], np.int8)
         self.base = TimeLevel(
             vertex[order].astype(np.int32), times[order], eids[order].astype(np.int32), ones

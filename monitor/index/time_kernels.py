@@ -102,14 +102,14 @@ def propose(
     level_eids: I32,
     level_times: F64,
     level_diff: I8,
-    bounds: tuple[I64, I64, I64, I64] | tuple[I64, I64, I64, I64, I64],
+    bounds: tuple[I64, I64, I64, I64],
     *,
     compiled: bool | None = None,
 ) -> tuple[I64, I32]:
     """``(owner, eid)`` of every entry present in each query's ranges (``eids`` and ``times``:
     the base's): those of the base the level does not remove, and those it adds; each
     query's together."""
-    a, b, c, d = bounds[:4]
+    a, b, c, d = bounds
     compiled = COMPILED if compiled is None else compiled
     if compiled:
         owner, values = compiled_propose(
@@ -163,13 +163,13 @@ def warm() -> None:
         return
     v, t, e, d = np.zeros(1, np.int32), np.zeros(1), np.zeros(1, np.int32), np.ones(1, np.int8)
     bounds = ranges((v, t), (v, t, d), v, t, t)
-    propose(e, t, e, t, d, bounds)
+    propose(e, t, e, t, d, bounds[:4])
     entry_order(v, t, e)
     merge_levels((v, t, e, d), (v, t, e, d))
 
 
 if AVAILABLE:
-    from monitor.index.levels import gallop
+    from monitor.index.levels import gallop, lower_bound
 
     @njit(cache=True, nogil=True, inline="always")
     def _entry_less(v1, t1, e1, v2, t2, e2):  # type: ignore[no-untyped-def]
@@ -181,10 +181,11 @@ if AVAILABLE:
         return e1 < e2
 
     @njit(cache=True, nogil=True, inline="always")
-    def _time_bound(times, lo, hi, needle, right):  # type: ignore[no-untyped-def]
+    def _upper_bound(array, lo, hi, needle):  # type: ignore[no-untyped-def]
+        """The first position in ``array[lo:hi]`` (sorted) whose value is ``> needle``."""
         while lo < hi:
             mid = (lo + hi) >> 1
-            if times[mid] < needle or (right and times[mid] == needle):
+            if array[mid] <= needle:
                 lo = mid + 1
             else:
                 hi = mid
@@ -229,10 +230,10 @@ if AVAILABLE:
                 level_first = _seek(lv, level_last if ascending else 0, m, v)
                 level_last = _seek(lv, level_first, m, v + 1)
                 previous = v
-            a[i] = _time_bound(bt, first, last, low, False)
-            b[i] = _time_bound(bt, a[i], last, high, True)
-            c[i] = _time_bound(lt, level_first, level_last, low, False)
-            d[i] = _time_bound(lt, c[i], level_last, high, True)
+            a[i] = lower_bound(bt, first, last, low)
+            b[i] = _upper_bound(bt, a[i], last, high)
+            c[i] = lower_bound(lt, level_first, level_last, low)
+            d[i] = _upper_bound(lt, c[i], level_last, high)
             count = b[i] - a[i]
             for q in range(c[i], d[i]):
                 count += ld[q]
