@@ -224,3 +224,29 @@ def test_the_watermark_is_the_slowest_partitions_undirected_and_across_joined_ba
         processor.commit()
         assert processor.clock.partitions() == {"in:0": 5 * MINUTE, "in:1": 30 * MINUTE}
         assert out.watermark == 5 * MINUTE, f"undirected={undirected}"
+
+
+def test_an_id_expired_and_inserted_again_takes_the_inserts_sequence_number() -> None:
+    """An id that expires as an epoch begins and is inserted again in it: the expiry takes
+    the insert's sequence number (scale-out decides both halves on one worker); an expiry
+    whose id no insert of the epoch repeats (a counter's) keeps the epoch's own, after its
+    updates."""
+    settings = Settings(retention={"transfer": MINUTE}, allowed_lateness=0.0, watermark_outliers=0)
+    processor = EpochProcessor(QUERIES, settings)
+    epochs = [
+        [("insert", 1, 0, 1, 1, 0), ("insert", 2, 1, 2, 1, 10)],
+        [("insert", 1, 0, 1, 1, 11), ("insert", 3, 1, 2, 1, 12)],  # tx-1 expired, again
+        [("insert", 4, 0, 1, 1, 30), ("insert", 5, 1, 2, 1, 31)],  # fresh ids only
+    ]
+    seen = []
+    first = 0
+    for ops in epochs:
+        processor.process(batch(ops, first))
+        changed = processor.events.changed["transfer"]
+        seen.append((changed.seq[changed.diff < 0].tolist(), changed.seq[changed.diff > 0]))
+        processor.commit()
+        first += len(ops)
+    expiry_seq, insert_seq = seen[1]
+    assert insert_seq.tolist() == [2, 3] and expiry_seq == [2]  # tx-1's, by its insert
+    expiry_seq, insert_seq = seen[2]
+    assert insert_seq.tolist() == [4, 5] and expiry_seq == [5]  # tx-2's: after the updates
