@@ -29,7 +29,7 @@ from monitor.index.keys import TupleKeys
 from monitor.index.levels import I32, I64
 from monitor.index.selections import Selection, SelectionRelations
 from monitor.index.unique import shared_count
-from monitor.index.window import ExpiryQueue, Tick
+from monitor.index.window import ExpiryQueue, Tick, first_live
 
 
 @dataclass
@@ -181,12 +181,14 @@ class EventIndex:
                 self.changed[relation] = changed
             died, born = changed.eids[changed.diff < 0], changed.eids[changed.diff > 0]
             self.replaced += shared_count(store.slot[died], store.slot[born])
+            horizon = -math.inf  # the earliest time alive after the epoch
+            if relation in self.queues and tick is not None:
+                horizon = first_live(tick.before, self.retention[relation])
             for relations in self.kept:
                 if relations.selection.relation == relation:
                     keep = store.select(changed.eids, relations.selection.tests)
-                    relations.stage(
-                        store, changed.eids[keep], changed.diff[keep], changed.seq[keep], changes
-                    )
+                    eids, diff, seq = changed.eids[keep], changed.diff[keep], changed.seq[keep]
+                    relations.stage(store, eids, diff, seq, changes, horizon)
         return changes
 
     def _stage_updates(
@@ -262,6 +264,9 @@ class EventIndex:
         are renumbered, not sorted again."""
         for relation, queue in self.queues.items():
             if relations is not None and relation not in relations:
+                continue
+            if renumbered is not None and relation in renumbered:
+                queue.renumber(renumbered[relation])
                 continue
             store = self.stores[relation]
             live = np.flatnonzero(store.alive[: store.size]).astype(np.int32)

@@ -205,6 +205,16 @@ def resized(array: npt.NDArray[S], capacity: int, fill: object = 0) -> npt.NDArr
     return out
 
 
+def inverse_permutation(old_of_new: I32, *held: I32) -> I32:
+    """For a renumbering that keeps some old numbers (``old_of_new``: the old number of each
+    new one), the new number of each old one, -1 for those not kept; long enough to be indexed
+    by every number ``held`` (the arrays to renumber)."""
+    size = max((int(a.max()) + 1 for a in (old_of_new, *held) if a.shape[0]), default=0)
+    new_of_old = np.full(size, -1, np.int32)
+    new_of_old[old_of_new] = np.arange(old_of_new.shape[0], dtype=np.int32)
+    return new_of_old
+
+
 def warm() -> None:
     """Load (or compile, the first time on a machine) the key ranges for the key types the
     engine passes, before the first epoch."""

@@ -27,6 +27,7 @@ time orders: its pairs and events cost nothing.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -111,10 +112,18 @@ class SelectionRelations:
         return kinds + [("time-ordered", name) for name in self.ordered.values()]
 
     def stage(
-        self, store: EventStore, eids: I32, diff: I8, seq: I64, changes: dict[str, Change]
+        self,
+        store: EventStore,
+        eids: I32,
+        diff: I8,
+        seq: I64,
+        changes: dict[str, Change],
+        horizon: float = -math.inf,
     ) -> None:
         """Stage the effective changes ``eids`` (selected already) in every maintained
-        relation; their changes (of the unread ones too) into ``changes``."""
+        relation; their changes (of the unread ones too) into ``changes``. ``horizon``: the
+        earliest time alive after the epoch (the time orders leave the events below it
+        where they are, :mod:`monitor.index.time_index`)."""
         if not eids.shape[0]:
             return
         selection = self.selection
@@ -130,9 +139,11 @@ class SelectionRelations:
             changes[selection.events] = change
             self._stage_pairs(src, dst, keys, diff, seq, changes)
         if self.ordered:
-            timed, e = self._time_ordered(store, eids)
+            kept, e = self._time_ordered(store, eids, diff, horizon)
+            left = int(np.count_nonzero(diff[~kept] < 0))  # below the horizon (or untimed)
             for name, ends in e.ends.items():
-                self.graph.time_indexes[name].stage(ends, e.ts, e.eids, diff[timed], e.ranks)
+                index = self.graph.time_indexes[name]
+                index.stage(ends, e.ts, e.eids, diff[kept], e.ranks, horizon, left)
 
     def _stage_pairs(
         self, src: I32, dst: I32, keys: I64, diff: I8, seq: I64, changes: dict[str, Change]
@@ -160,19 +171,23 @@ class SelectionRelations:
             changes[name] = self.graph.stage_effective(rel, columns, appears, pair_seq[flips])
 
     def _time_ordered(
-        self, store: EventStore, eids: I32
+        self, store: EventStore, eids: I32, diff: I8 | None = None, horizon: float = -math.inf
     ) -> tuple[npt.NDArray[np.bool_], TimedEntries]:
-        """Which of ``eids`` have a time, and their entries for every time order: the times,
-        eids and ranks (read and sorted once for both sides), and per time order the ends."""
+        """Which of ``eids`` are entries of the time orders, and those entries: their times,
+        eids and ranks (read and sorted once for both sides), and per time order the ends.
+        Events without a time are none, nor removals below ``horizon``
+        (:mod:`monitor.index.time_index`)."""
         column = store.fields.get(TIME_FIELD)
         ts = column.get(eids) if column is not None else np.full(eids.shape[0], np.nan)
-        timed = np.isfinite(ts)
-        eids, ts = eids[timed], ts[timed]
+        kept = np.isfinite(ts)
+        if diff is not None and horizon > -math.inf:
+            kept &= (diff > 0) | (ts >= horizon)
+        eids, ts = eids[kept], ts[kept]
         ends = {
             name: (store.src if side == "by_src" else store.dst)[eids]
             for side, name in self.ordered.items()
         }
-        return timed, TimedEntries(ts, eids, time_ranks(ts, eids), ends)
+        return kept, TimedEntries(ts, eids, time_ranks(ts, eids), ends)
 
     def load(
         self,

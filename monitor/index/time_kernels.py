@@ -80,7 +80,8 @@ def ranges(
     (``b - a`` and the diffs of ``[c, d)``). A query with a NaN bound has empty ranges."""
     compiled = COMPILED if compiled is None else compiled
     if compiled:
-        order = np.argsort(vertices)
+        asked = np.flatnonzero((lo <= hi) & (vertices >= 0))  # no NaN, no empty range
+        order = asked[np.argsort(vertices[asked])]
         return compiled_ranges(*base, *level, order, vertices, lo, hi)  # type: ignore[no-any-return]
     v = vertices.astype(np.int64)
     valid = (lo <= hi) & (v >= 0)
@@ -135,16 +136,20 @@ def propose(
 def merge_levels(
     lower: tuple[I32, F64, I32, I8],
     upper: tuple[I32, F64, I32, I8],
+    floor: float = -np.inf,
     *,
     compiled: bool | None = None,
 ) -> tuple[I32, F64, I32, I8]:
     """The level equal to applying ``upper`` on top of ``lower``: entries of both in order,
-    diffs of an entry in both summed, zeros dropped."""
+    diffs of an entry in both summed, zeros dropped, and so are entries with a time below
+    ``floor``."""
     compiled = COMPILED if compiled is None else compiled
     if compiled:
-        v, t, e, diff = compiled_merge_levels(*lower, *upper)
+        v, t, e, diff = compiled_merge_levels(*lower, *upper, np.float64(floor))
         return v, t, e, diff
     v, t, e, diff = (np.concatenate([x, y]) for x, y in zip(lower, upper, strict=True))
+    above = t >= floor
+    v, t, e, diff = v[above], t[above], e[above], diff[above]
     order = np.lexsort((e, t, v))
     v, t, e, diff = v[order], t[order], e[order], diff[order]
     if not v.shape[0]:
@@ -204,10 +209,10 @@ if AVAILABLE:
 
     @njit(cache=True, nogil=True)
     def compiled_ranges(bv, bt, lv, lt, ld, order, at, lo, hi):  # type: ignore[no-untyped-def]
-        """:func:`ranges` (``at``: the queries' vertices), the queries taken in ``order`` (by
-        vertex): a vertex's entries in the base and in the level are found seeking on from the
-        previous vertex's (each is walked once), then two binary searches by time in each,
-        and the count."""
+        """:func:`ranges` (``at``: the queries' vertices), the queries in ``order`` (by vertex;
+        the others find nothing): a vertex's entries in the base and in the level are found
+        seeking on from the previous vertex's (each is walked once), then two binary searches
+        by time in each, and the count."""
         n = at.shape[0]
         a = np.zeros(n, np.int64)
         b = np.zeros(n, np.int64)
@@ -217,7 +222,7 @@ if AVAILABLE:
         size, m = bv.shape[0], lv.shape[0]
         previous = np.int64(-1)
         first = last = level_first = level_last = 0
-        for j in range(n):
+        for j in range(order.shape[0]):
             i = order[j]
             v = np.int64(at[i])
             low, high = lo[i], hi[i]
@@ -277,28 +282,34 @@ if AVAILABLE:
         return owner[:k], values[:k]
 
     @njit(cache=True, nogil=True)
-    def compiled_merge_levels(v1, t1, e1, d1, v2, t2, e2, d2):  # type: ignore[no-untyped-def]
-        """:func:`merge_levels` in one two-way merge."""
+    def compiled_merge_levels(v1, t1, e1, d1, v2, t2, e2, d2, floor):  # type: ignore[no-untyped-def]
+        """:func:`merge_levels`: per entry of the upper level, the lower level's entries before
+        it copied in a tight loop (``floor`` decided without a branch), then the entry."""
         n, m = v1.shape[0], v2.shape[0]
         v = np.empty(n + m, np.int32)
         t = np.empty(n + m, np.float64)
         e = np.empty(n + m, np.int32)
         diff = np.empty(n + m, np.int8)
-        i = j = k = 0
-        while i < n or j < m:
-            if j >= m or (i < n and _entry_less(v1[i], t1[i], e1[i], v2[j], t2[j], e2[j])):
-                v[k], t[k], e[k], diff[k] = v1[i], t1[i], e1[i], d1[i]
-                i += 1
-                k += 1
-                continue
+        i = k = 0
+        for j in range(m + 1):
+            p = n
+            if j < m:
+                p = i
+                while p < n and _entry_less(v1[p], t1[p], e1[p], v2[j], t2[j], e2[j]):
+                    p += 1
+            for q in range(i, p):
+                v[k], t[k], e[k], diff[k] = v1[q], t1[q], e1[q], d1[q]
+                k += t1[q] >= floor
+            i = p
+            if j == m:
+                break
             s = d2[j]
             if i < n and v1[i] == v2[j] and t1[i] == t2[j] and e1[i] == e2[j]:
                 s += d1[i]
                 i += 1
-            if s != 0:
+            if s != 0 and t2[j] >= floor:
                 v[k], t[k], e[k], diff[k] = v2[j], t2[j], e2[j], s
                 k += 1
-            j += 1
         return v[:k], t[:k], e[:k], diff[:k]
 
 else:  # pragma: no cover - numba is a dependency

@@ -14,10 +14,12 @@ them and forgets what the committed watermark made due, :meth:`abort` forgets th
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import numpy.typing as npt
 
-from monitor.index.levels import I32
+from monitor.index.levels import I32, inverse_permutation
 
 F64 = npt.NDArray[np.float64]
 
@@ -77,12 +79,52 @@ class ExpiryQueue:
     def abort(self) -> None:
         self._staged = None
 
+    def renumber(self, old_of_new: I32) -> None:
+        """The store's live events were renumbered in order (``old_of_new``: the old eid of each
+        new one): the committed runs renumbered, their order kept (no sort), the events no
+        longer alive dropped."""
+        new_of_old = inverse_permutation(old_of_new, *(eids for _, eids in self.runs))
+        runs = []
+        for deadlines, eids in self.runs:
+            renumbered = new_of_old[eids]
+            kept = renumbered >= 0
+            runs.append((deadlines[kept], renumbered[kept]))
+        self.runs = runs
+
     def rebuild(self, eids: I32, deadlines: F64) -> None:
         """The committed queue of a store just loaded: its live events and their deadlines."""
         self._staged = None
         self.runs = []
         self.add(eids, deadlines)
         self.commit(-np.inf)
+
+
+def first_live(watermark: float, retention: float) -> float:
+    """The earliest time an event can have and still be alive at ``watermark`` with this
+    retention: the least float ``t`` whose deadline ``t + retention`` (rounded, as the queue
+    computes it) is not below the watermark; -inf when nothing expires. A bisection between a
+    time expired and one alive (rounding may move the answer off ``watermark - retention``,
+    and near zero floats are too dense to step through)."""
+    if watermark == -math.inf or retention == math.inf:
+        return -math.inf
+    if watermark == math.inf:
+        return math.inf
+    step = 4 * (math.ulp(watermark) + math.ulp(retention))
+    expired, alive = watermark - retention - step, watermark - retention + step
+    while expired + retention >= watermark:
+        expired, step = expired - step, 2 * step
+    while alive + retention < watermark:
+        alive, step = alive + step, 2 * step
+    while True:
+        middle = expired + (alive - expired) / 2
+        if not expired < middle < alive:
+            middle = math.nextafter(expired, math.inf)
+            if middle >= alive:
+                return alive
+        if middle + retention >= watermark:
+            alive = middle
+        else:
+            expired = middle
 
 
 class Tick:

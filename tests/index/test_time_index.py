@@ -1,12 +1,15 @@
 """The time index against a set of ``(vertex, time, eid)`` entries kept by hand.
 
-Random epochs of inserts and removals, committed or aborted, with compactions at random sizes;
+Random epochs of inserts and removals, committed or aborted, with compactions at random sizes,
+and for most a window: a horizon that moves on, below which entries are gone without a removal;
 after each, the ranges queried under both cuts must find exactly the entries of the set with
 the vertex and a time in the range; the compiled kernels and the numpy ones
 must agree on every call.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pytest
@@ -16,6 +19,7 @@ from hypothesis import strategies as st
 from core.compiled import ENABLED
 from monitor.index import time_kernels
 from monitor.index.time_index import TimeIndex
+from monitor.index.window import first_live
 from monitor.plan.cut import Cut
 
 Entry = tuple[int, float, int]
@@ -85,27 +89,39 @@ def random_epochs(seed: int, compaction_min: int) -> None:
         index.load(*_columns(loaded))
         committed = set(loaded)
         meta.update({e: (v, t, e) for v, t, e in loaded})
+    horizon = -np.inf  # with a window, entries below it expire without a removal staged
+    windowed = rng.random() < 0.6
     for _ in range(int(rng.integers(1, 12))):
-        removed = [x for x in committed if rng.random() < 0.3]
+        upto = horizon
+        if windowed and rng.random() < 0.6:
+            upto = max(horizon, float(rng.integers(0, 4)) + max(horizon, 0.0))
+        expired = {x for x in committed if x[1] < upto}
+        # the removals staged: by id, and now and then one of an expired entry
+        removed = [x for x in committed if rng.random() < (0.3 if x not in expired else 0.1)]
         k = int(rng.integers(0, 12))
         added = [
-            (int(rng.integers(0, 8)), float(rng.integers(0, 30)), next_eid + i) for i in range(k)
+            (int(rng.integers(0, 8)), float(rng.integers(max(upto, 0), 31)), next_eid + i)
+            for i in range(k)
         ]
         next_eid += k
         changes = [(x, -1) for x in removed] + [(x, 1) for x in added]
         rng.shuffle(changes)  # type: ignore[arg-type]
         v, t, e = _columns([x for x, _ in changes])
-        index.stage(v, t, e, np.array([d for _, d in changes], np.int8))
-        after = (committed - set(removed)) | set(added)
+        diff = np.array([d for _, d in changes], np.int8)
+        index.stage(v, t, e, diff, horizon=upto, expired=len(expired))
+        after = (committed - set(removed) - expired) | set(added)
         check(index, Cut.OLD, committed, rng)
         check(index, Cut.NEW, after, rng)
         if rng.random() < 0.2:
             index.abort()
         else:
             index.commit()
-            committed = after
+            committed, horizon = after, upto
         check(index, Cut.OLD, committed, rng)
         assert len(index) == len(committed)
+        if rng.random() < 0.2:  # compacted, it holds the entries alive, nothing expired
+            index.compact()
+            assert len(index.base) == len(committed) and not len(index.committed)
         v, t, e = index.entries()
         assert sorted(zip(v.tolist(), t.tolist(), e.tolist(), strict=True)) == sorted(committed)
 
@@ -129,3 +145,24 @@ def _columns(entries: list[Entry]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     t = np.array([x[1] for x in entries], np.float64)
     e = np.array([x[2] for x in entries], np.int32)
     return v, t, e
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    watermark=st.floats(-1e15, 1e15) | st.integers(0, 2**41).map(float),
+    retention=st.floats(0, 1e12) | st.sampled_from([0.0, 1.0, 600_000.0, 86_400_000.0]),
+)
+def test_first_live_is_the_earliest_time_whose_deadline_the_queue_keeps(
+    watermark: float, retention: float
+) -> None:
+    """The horizon of a cut is exact: an event at it is alive at the watermark (its deadline,
+    ``ts + retention`` as the expiry queue rounds it, is not below), one a step earlier is
+    expired, so the time index drops exactly what the queue expires."""
+    t = first_live(watermark, retention)
+    assert t + retention >= watermark
+    assert math.nextafter(t, -math.inf) + retention < watermark
+
+
+def test_first_live_without_a_watermark_or_a_window_keeps_everything() -> None:
+    assert first_live(-math.inf, 1000.0) == -math.inf
+    assert first_live(5.0, math.inf) == -math.inf
