@@ -68,9 +68,12 @@ def compact_store(store: EventStore) -> I32:
         raise AssertionError(f"event store {store.relation!r} counts {store.live} live, has {n}")
     capacity = grown(n)
     slots = store.slot[live]
-    kept = np.sort(slots)  # the live events' ids, in slot order
+    if n < 2 or bool((slots[1:] > slots[:-1]).all()):  # ids as old as their events: no sort
+        kept, renumbered = slots, np.arange(n, dtype=np.int32)
+    else:
+        kept = np.sort(slots)  # the live events' ids, in slot order
+        renumbered = np.searchsorted(kept, slots).astype(np.int32)
     store.ids = store.ids.subset(kept)
-    renumbered = np.searchsorted(kept, slots).astype(np.int32)
     store.slot = resized(renumbered, capacity, 0)
     store.src = resized(store.src[live], capacity, 0)
     store.dst = resized(store.dst[live], capacity, 0)
