@@ -210,6 +210,8 @@ class IdMap:
         if self._numbers is not None and self._numbers.several:  # unique (code, number) pairs
             pairs = np.ascontiguousarray(np.stack([codes, numbers], 1)).view("V16").reshape(-1)
             _, first, inverse = np.unique(pairs, return_index=True, return_inverse=True)
+        elif numbers.shape[0] < 2 or bool((numbers[1:] > numbers[:-1]).all()):  # a counter's
+            first = inverse = np.arange(numbers.shape[0])
         else:
             _, first, inverse = np.unique(numbers, return_index=True, return_inverse=True)
         codes, numbers = codes[first], numbers[first]

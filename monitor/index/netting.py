@@ -44,14 +44,20 @@ def net(
 ) -> Netted:
     """The effective changes of updates ``(keys, insert, seq)``; ``present(unique_keys)`` says
     which keys were present before the epoch. Ignored updates are added to ``ignored``."""
-    order = np.lexsort((seq, keys))
-    sorted_keys, sorted_insert = keys[order], insert[order]
-    n = sorted_keys.shape[0]
+    n = keys.shape[0]
     if n == 0:
         empty = np.empty(0, np.intp)
         return Netted(empty, np.empty(0, np.int64), np.empty(0, np.int8), np.empty(0, np.int64))
+    if bool((seq[1:] >= seq[:-1]).all()):  # in stream order (as a batch comes): by key only
+        ascending = bool((keys[1:] > keys[:-1]).all())
+        order = np.arange(n) if ascending else np.argsort(keys, kind="stable")
+    else:
+        order = np.lexsort((seq, keys))
+    sorted_keys, sorted_insert = keys[order], insert[order]
     first = np.ones(n, np.bool_)
     first[1:] = sorted_keys[1:] != sorted_keys[:-1]
+    if first.all():
+        return _net_distinct(order, sorted_keys, sorted_insert, seq, present, ignored)
     last = np.ones(n, np.bool_)
     last[:-1] = first[1:]
     starts = np.flatnonzero(first)
@@ -82,3 +88,24 @@ def net(
         sorted_keys[starts[again]],
         order[last_insert],
     )
+
+
+def _net_distinct(
+    order: npt.NDArray[np.intp],
+    keys: I64,
+    insert: npt.NDArray[np.bool_],
+    seq: I64,
+    present: Callable[[I64], npt.NDArray[np.bool_]],
+    ignored: Counter[str],
+) -> Netted:
+    """:func:`net` of updates of distinct keys (``keys`` and ``insert`` sorted by key, ``order``
+    the sort): each update changes its key or is ignored, nothing nets out, none is reborn."""
+    was = np.asarray(present(keys), np.bool_)
+    noop = insert == was
+    ignored["duplicate_insert"] += int((noop & insert).sum())
+    ignored["absent_delete"] += int((noop & ~insert).sum())
+    ignored["netted"] += 0
+    effective = np.flatnonzero(~noop)
+    rows = order[effective]
+    diff = np.where(insert[effective], np.int8(1), np.int8(-1)).astype(np.int8)
+    return Netted(rows, keys[effective], diff, seq[rows].astype(np.int64))
