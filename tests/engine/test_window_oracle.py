@@ -86,12 +86,19 @@ class WindowModel(TimedModel):
 
 
 def check_windows(
-    ops: list[tuple[Any, ...]], cuts: list[int], retention: int | None, lateness: int, outliers: int
-) -> None:
+    ops: list[tuple[Any, ...]],
+    cuts: list[int],
+    retention: int | None,
+    lateness: int,
+    outliers: int,
+    compaction_min: int | None = None,
+) -> EpochProcessor:
     overrides = {} if retention is None else {"transfer": retention * MINUTE}
     run = Settings(
         retention=overrides, allowed_lateness=lateness * MINUTE, watermark_outliers=outliers
     )
+    if compaction_min is not None:
+        run = run.model_copy(update={"event_compaction_min": compaction_min})
     processor = EpochProcessor(QUERIES, run)
     assert processor.windowed
     model = WindowModel(processor.retention["transfer"], lateness * MINUTE, outliers)
@@ -131,6 +138,24 @@ def check_windows(
             assert got == after[query.name], f"{query.name} after ops {lo}..{hi}"
         before = after
     assert before == model.matches()
+    return processor
+
+
+def test_a_long_window_compacts_many_times_and_keeps_every_row() -> None:
+    """Hundreds of events in time order (a little disorder), a short window, some deleted by
+    id: the store compacts at many commits, each renumbering the time orders and the expiry
+    queue; every epoch is the oracle's (an expiry of a renumbered event would hit another)."""
+    rng = np.random.default_rng(11)
+    ops: list[tuple[Any, ...]] = []
+    for i in range(600):
+        src, dst = (int(x) for x in rng.integers(0, 3, 2))
+        ops.append(
+            ("insert", i, src, dst, int(rng.integers(0, 4)), i // 4 + int(rng.integers(0, 6)))
+        )
+        if i >= 20 and rng.random() < 0.2:
+            ops.append(("delete", i - 20))
+    processor = check_windows(ops, list(range(0, len(ops), 23)), 10, 2, 0, compaction_min=4)
+    assert processor.index.event_stores["transfer"].compactions >= 5
 
 
 @example(  # a ring, then time moves on: the ring expires
