@@ -31,8 +31,9 @@ class Pipeline:
 
     def run(self, seeds: Prefixes, emit: Emit) -> None:
         """Extend ``seeds`` through every stage and pass each batch of full bindings to ``emit``."""
-        for lo, hi in _chunks(np.ones(len(seeds), np.int64), self.budget):
-            self._descend(0, seeds.slice(lo, hi), emit, 0)
+        n = len(seeds)
+        for lo in range(0, n, self.budget):  # one seed proposes one prefix
+            self._descend(0, seeds.slice(lo, min(lo + self.budget, n)), emit, 0)
 
     def _descend(self, level: int, prefixes: Prefixes, emit: Emit, alive: int) -> None:
         alive += len(prefixes)
@@ -42,8 +43,8 @@ class Pipeline:
             return
         runner = self.runners[level]
         winner, counts, keys = runner.counts(prefixes)
-        live = counts > 0
-        if not live.all():
+        live = np.flatnonzero(counts > 0)  # rows, not a mask: each column is read once
+        if live.shape[0] < counts.shape[0]:
             prefixes, winner, counts = prefixes.take(live), winner[live], counts[live]
             keys = [k[live] for k in keys]
         for lo, hi in _chunks(counts, self.budget):

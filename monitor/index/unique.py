@@ -75,6 +75,8 @@ def shared_count(a: Ints[T], b: Ints[T]) -> int:
     small, large = (a, b) if a.shape[0] <= b.shape[0] else (b, a)
     if not small.shape[0]:
         return 0
+    if int(small.max()) < int(large.min()) or int(large.max()) < int(small.min()):
+        return 0  # apart (the slots of expired ids and of new ones, from a counter)
     small = np.sort(small)
     at = np.minimum(np.searchsorted(small, large), small.shape[0] - 1)
     found = large[small[at] == large]
