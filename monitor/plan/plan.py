@@ -53,22 +53,25 @@ class Extender:
 
 @dataclass(frozen=True)
 class RangeExtender(Extender):
-    """An edge variable bound from a time-ordered index (``R{S}#by_src(x, bucket, eid)``):
-    the events of the vertex in ``key[0]`` whose time lies in ``[low, high]`` of the time of
-    the event in column ``anchor`` (of relation ``anchor_relation``), read by time bucket
-    (a superset: the stage's join filters then hold the predicates exactly)."""
+    """An edge variable bound from a time index (``R{S}#by_src(x, eid)``): the events of the
+    vertex in ``key[0]`` whose time lies in ``[low, high]`` of the time of the event in column
+    ``anchor`` (of relation ``anchor_relation``), exactly. The join filters the range already
+    holds (``holds``) are not applied again; the others (strict ones, other fields) are the
+    stage's."""
 
     anchor: int = 0
     anchor_relation: str = ""
     low: float = 0.0
     high: float = 0.0
+    holds: tuple[FieldFilter, ...] = ()
 
     def describe(self, order: tuple[str, ...]) -> str:
         span = f"{_signed(self.low)} .. {_signed(self.high)}"
+        held = ", ".join(f.describe(order) for f in self.holds)
         return (
             f"{self.relation}#{self.atom + 1}[{order[self.key[0]]}, "
             f"{order[self.anchor]}.ts {span}, {self.cut.name}]"
-        )
+        ) + (f" holding {held}" if held else "")
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from itertools import combinations, pairwise
 
 from core.errors import PlanError
 from core.fields import base_relation, time_order_side
+from core.times import TIME_FIELD
 from monitor.plan.cut import Cut, cut_of
 from monitor.plan.plan import (
     Check,
@@ -181,6 +182,10 @@ def build(query: Query, seed: int, *, delta: bool) -> DeltaQuery:
             relation = query.atoms[step.atom].relation
             key = (column[step.vertex],)
             anchor = column[step.anchor]
+            held = tuple(
+                f for f in joins if f not in joined and held_by_range(f, step, column[var], anchor)
+            )
+            joined.update(held)
             extenders.append(
                 RangeExtender(
                     step.atom,
@@ -193,6 +198,7 @@ def build(query: Query, seed: int, *, delta: bool) -> DeltaQuery:
                     step.anchor_relation,
                     step.low,
                     step.high,
+                    held,
                 )
             )
             pending = step
@@ -296,6 +302,29 @@ def range_step(query: Query, order: Sequence[str]) -> RangeStep | None:
         low, high = -bounds[edge, t], bounds[t, edge]
         return RangeStep(i, events, implied, vertex, edge, far, side, t, anchor_relation, low, high)
     return None
+
+
+def held_by_range(join: FieldFilter, step: RangeStep, edge: int, anchor: int) -> bool:
+    """Whether every event a range step proposes passes ``join`` (``edge``, ``anchor``: the
+    columns of its edge variable and of its anchor), computed as the filter computes it: a
+    non-strict bound on the time, ``edge.ts <= anchor.ts + c`` with the range's high end at
+    most ``c`` (the same sum, rounded the same way) or ``>=`` with its low end at least ``c``,
+    or the anchor on the left with no offset (``anchor.ts <= edge.ts``). A strict one, or the
+    anchor's side shifted (``anchor.ts <= edge.ts + c``: another sum, rounded otherwise), stays
+    a filter."""
+    if (
+        join.left_field != TIME_FIELD
+        or join.right_field != TIME_FIELD
+        or join.factor != 1.0
+        or join.op not in ("<=", ">=")
+        or {join.left, join.right} != {edge, anchor}
+    ):
+        return False
+    if join.left == edge:
+        return step.high <= join.offset if join.op == "<=" else step.low >= join.offset
+    if join.offset != 0.0:
+        return False
+    return step.low >= 0.0 if join.op == "<=" else step.high <= 0.0
 
 
 def _joins(query: Query, var: str, bound: set[str]) -> int:

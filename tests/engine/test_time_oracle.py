@@ -35,6 +35,8 @@ QUERIES = parse_queries(
         t1.ts <= t2.ts, t2.ts <= t1.ts + 10m, t2.amount >= 0.5 * t1.amount.
     close(a, b) := transfer(a, b) as x, transfer(b, a) as y, y.ts >= x.ts - 5m, within 15m.
     alone(a, b) := transfer(a, b) as t, within 1m.
+    hop(a, b, c) := transfer(a, b) as t1, transfer(b, c) as t2,
+        t1.ts < t2.ts, t2.ts <= t1.ts + 8m, within 5m.
     """
 )
 
@@ -205,4 +207,4 @@ def test_the_time_oracle_sees_matches() -> None:
     ]:
         model.apply(op)
     counts = {q.name: len(brute_force(model, q)) for q in QUERIES}
-    assert counts == {"layering": 1, "pass_through": 3, "close": 2, "alone": 4}, counts
+    assert counts == {"layering": 1, "pass_through": 3, "close": 2, "alone": 4, "hop": 2}, counts

@@ -33,6 +33,9 @@ QUERIES = {
             t1.ts < t2.ts, t2.ts < t3.ts, within 10m, distinct.
         cash_out(a, b, c) :=
             deposit(a, b) as d, withdrawal(b, c) as w, d.ts <= w.ts, w.ts <= d.ts + 1h.
+        strict_echo(a, b, c) :=
+            transfer(a, b) as t1, transfer(b, c) as t2,
+            t1.ts < t2.ts, t2.ts <= t1.ts + 10m, t2.ts >= t1.ts - 1h, within 5m.
         """
     )
 }
@@ -68,11 +71,21 @@ def test_a_gap_well_inside_the_retention_binds_the_next_transfer_by_time() -> No
     assert backward.relation == "transfer#by_dst" and by_t2.order[backward.key[0]] == "b"
     assert (backward.low, backward.high) == (-10 * MINUTE, 0)
     assert dst_end.position == 0 and by_t2.order[dst_end.key[0]] == "t1"
-    # the cut of the edge variable's events atom; the gap predicates join at the range stage
+    # the cut of the edge variable's events atom; the gap predicates the range computes as
+    # the filter would are held by it, the others (the amounts, the gap with the anchor
+    # shifted: another sum) join at the range stage
     projected = projections(query)
     assert forward.cut is by_t1.stages[0].extenders[0].cut
     assert projected[forward.atom] == 3 and projected[backward.atom] == 1
-    assert len(by_t1.stages[0].fields) == 3
+    described = [[f.describe(p.order) for f in p.stages[0].fields] for p in (by_t1, by_t2)]
+    held = [
+        [f.describe(p.order) for f in r.holds] for p, r in ((by_t1, forward), (by_t2, backward))
+    ]
+    assert described == [
+        ["t2.amount >= 0.9 * t1.amount"],
+        ["t2.ts <= t1.ts + 10m", "t2.amount >= 0.9 * t1.amount"],
+    ]
+    assert held == [["t1.ts <= t2.ts", "t2.ts <= t1.ts + 10m"], ["t1.ts <= t2.ts"]]
     assert time_ordered([*delta_queries(query), static_plan(query)]) == {
         "transfer#by_src",
         "transfer#by_dst",
@@ -125,3 +138,25 @@ def test_relations_no_delta_query_reads_are_not_maintained() -> None:
     )
     plans = delta_queries(rewrite(mixed, {"transfer"}).internal)
     assert unread(selection, plans) == set()
+
+
+def test_a_range_holds_the_bounds_it_computes_and_leaves_strict_ones_to_filters() -> None:
+    """``t1.ts < t2.ts`` is strict (the range includes equal times): a filter. The 10-minute
+    gap is looser than ``within 5m``, the range's end: every event proposed passes it, as
+    its own bound ``t2.ts <= t1.ts + 5m`` and the hour before (looser than the range's start,
+    0). ``within``'s other half, ``t1.ts <= t2.ts + 5m``, has the anchor on the left, shifted
+    (another sum, rounded otherwise): a filter. Seeded by t2, t1's range is t2.ts - [5m, 0]
+    and holds that half only."""
+    query = internal("strict_echo")
+    (forward, _), (backward, _) = ranges(query)
+    by_t1, by_t2 = delta_queries(query)
+    assert (forward.low, forward.high) == (0, 5 * MINUTE)
+    assert [f.describe(by_t1.order) for f in forward.holds] == [
+        "t2.ts <= t1.ts + 10m",
+        "t2.ts >= t1.ts - 1h",
+        "t2.ts <= t1.ts + 5m",
+    ]
+    fields = [f.describe(by_t1.order) for f in by_t1.stages[0].fields]
+    assert fields == ["t1.ts < t2.ts", "t1.ts <= t2.ts + 5m"]
+    assert [f.describe(by_t2.order) for f in backward.holds] == ["t1.ts <= t2.ts + 5m"]
+    assert len(by_t2.stages[0].fields) == 4
