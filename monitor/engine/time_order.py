@@ -4,8 +4,9 @@ A :class:`~monitor.plan.planner.RangeStep` binds an edge variable ``u`` from the
 bound vertex whose time lies within a gap of a bound anchor event, then the far end of ``u``'s
 event. The index keeps those events by vertex in time order (``R{S}#by_src``,
 :mod:`monitor.index.time_index`): the range ``anchor.ts + [low, high]`` of a prefix is two
-binary searches in its vertex's events, and its proposals are exactly the events in it (the
-stage's join filters then hold the predicates, strict ones included).
+binary searches in its vertex's events, and its proposals are exactly the events in it: the
+bounds it computes as a filter would are not filtered again (``RangeExtender.holds``), the
+stage's join filters hold the others, strict ones included.
 
 Both sources answer as an adjacency source does (probe, count, propose, contains) over whole
 batches, so the stage runner counts, proposes and intersects with them like any extender.
