@@ -64,7 +64,9 @@ def warm() -> None:
     """Load (or compile, the first time on a machine) the row copy before the first epoch."""
     if ENABLED:  # strings packed by pack_strings are a read-only view of their bytes
         for buffer in (np.zeros(1, np.uint8), np.frombuffer(b"a", np.uint8)):
-            padded(buffer, np.zeros(1, np.int64), np.ones(1, np.int64))
+            rows = padded(buffer, np.zeros(1, np.int64), np.ones(1, np.int64))
+            hash_rows(rows, np.ones(1, np.int64))
+            plain_ascii(rows, np.ones(1, np.int64))
 
 
 if AVAILABLE:
@@ -79,11 +81,13 @@ if AVAILABLE:
                 row[j] = buffer[first + j]
 
 
-def plain_ascii(rows: U8, lengths: I64) -> bool:
+def plain_ascii(rows: U8, lengths: I64, *, compiled: bool = ENABLED) -> bool:
     """Whether every padded row holds text that JSON writes as it is between quotes: printable
     ASCII without ``"`` or ``\\``, none empty (the padding is zeros)."""
     if not rows.shape[0]:
         return True
+    if compiled:
+        return bool(_plain_ascii(rows, lengths))
     if not bool((lengths > 0).all()) or bool((rows >= 0x7F).any()):
         return False
     if bool(((rows == ord('"')) | (rows == ord("\\"))).any()):
@@ -92,13 +96,66 @@ def plain_ascii(rows: U8, lengths: I64) -> bool:
     return int(np.count_nonzero(rows < 0x20)) == rows.size - int(lengths.sum())
 
 
-def hash_rows(rows: U8, lengths: I64) -> U64:
-    """A 64-bit hash of each padded row and its length (the same at any padding)."""
+def hash_rows(rows: U8, lengths: I64, *, compiled: bool = ENABLED) -> U64:
+    """A 64-bit hash of each padded row and its length (the same at any padding): the length
+    mixed, then each word of the string's (compiled: one pass per row; in numpy, one pass of
+    whole-array steps per word column)."""
     words = np.ascontiguousarray(rows).view("<u8")
-    h = mix(lengths.astype(np.uint64) ^ np.uint64(0x9E3779B97F4A7C15))
+    if compiled:
+        hashed: U64 = _hash_words(words, lengths)
+        return hashed
+    h = mix(lengths.astype(np.uint64) ^ np.uint64(_LENGTH_SEED))
     for j in range(words.shape[1]):  # the words a string has, whatever the padding
         h = np.where(lengths > 8 * j, mix(h ^ words[:, j]), h)
     return h
+
+
+_LENGTH_SEED = 0x9E3779B97F4A7C15
+
+if AVAILABLE:
+
+    @njit(cache=True, nogil=True, inline="always")
+    def _mix_one(z):  # type: ignore[no-untyped-def]
+        """:func:`~monitor.index.hashtable.mix` of one word."""
+        z ^= z >> np.uint64(30)
+        z *= np.uint64(0xBF58476D1CE4E5B9)
+        z ^= z >> np.uint64(27)
+        z *= np.uint64(0x94D049BB133111EB)
+        z ^= z >> np.uint64(31)
+        return z
+
+    @njit(cache=True, nogil=True)
+    def _hash_words(words, lengths):  # type: ignore[no-untyped-def]
+        """:func:`hash_rows` over the rows' words."""
+        n, width = words.shape
+        out = np.empty(n, np.uint64)
+        seed = np.uint64(_LENGTH_SEED)
+        for i in range(n):
+            length = lengths[i]
+            h = _mix_one(np.uint64(length) ^ seed)
+            for j in range(width):
+                if length > 8 * j:
+                    h = _mix_one(h ^ words[i, j])
+            out[i] = h
+        return out
+
+    @njit(cache=True, nogil=True)
+    def _plain_ascii(rows, lengths):  # type: ignore[no-untyped-def]
+        """:func:`plain_ascii` in one pass: the string's bytes printable, the padding below a
+        space."""
+        n, width = rows.shape
+        for i in range(n):
+            length = lengths[i]
+            if length <= 0:
+                return False
+            for j in range(width):
+                b = rows[i, j]
+                if j < length:
+                    if b < 0x20 or b >= 0x7F or b == 0x22 or b == 0x5C:
+                        return False
+                elif b >= 0x20:
+                    return False
+        return True
 
 
 def same_rows(a: U8, a_lengths: I64, b: U8, b_lengths: I64) -> npt.NDArray[np.bool_]:

@@ -277,6 +277,25 @@ def test_padded_rows_compiled_and_in_numpy_are_the_same(texts: list[bytes], widt
         assert [bytes(r[: len(t)]) for r, t in zip(numpy_rows, cut, strict=True)] == cut
 
 
+PRINTABLE = st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=12)
+
+
+@given(st.lists(st.binary(max_size=30), max_size=40) | st.lists(PRINTABLE.map(str.encode)))
+def test_row_hashes_and_plain_text_compiled_and_in_numpy_are_the_same(texts: list[bytes]) -> None:
+    """The hashes are the match ids' and ids' (stable across versions): the compiled pass
+    must give the numpy steps' words; plain ASCII the same verdict (printable bytes, no quote
+    or backslash, none empty)."""
+    buffer = np.frombuffer(b"".join(texts) or b"\x00", np.uint8)
+    lengths = np.array([len(t) for t in texts], np.int64)
+    rows = padded(buffer, np.cumsum(lengths) - lengths, lengths, compiled=False)
+    hashed = texts_module.hash_rows(rows, lengths, compiled=False)
+    plain = texts_module.plain_ascii(rows, lengths, compiled=False)
+    assert plain == all(t and all(0x20 <= b < 0x7F and b not in b'"\\' for b in t) for t in texts)
+    if AVAILABLE:
+        assert (texts_module.hash_rows(rows, lengths, compiled=True) == hashed).all()
+        assert texts_module.plain_ascii(rows, lengths, compiled=True) == plain
+
+
 def test_text_ends_grow_from_four_bytes_to_eight_past_the_largest_offset(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
