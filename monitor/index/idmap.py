@@ -32,9 +32,9 @@ from monitor.index.texts import (
     TextStrings,
     decode_rows,
     hash_rows,
-    pack_strings,
     padded,
     same_rows,
+    string_places,
 )
 from monitor.index.unique import first_appearances
 
@@ -137,9 +137,7 @@ class IdMap:
         return slots
 
     def _encode_strings(self, strings: list[str], add: bool, joined: str | None = None) -> I32:
-        buffer, lengths = pack_strings(strings, joined)
-        starts = np.zeros(lengths.shape[0], np.int64)
-        np.cumsum(lengths[:-1], out=starts[1:])
+        buffer, starts, lengths = string_places(strings, joined)
         rows = padded(buffer, starts, lengths)
         if self._numbered:
             numbered = self._numbered_codes(rows, lengths, add)

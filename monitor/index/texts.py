@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import numpy.typing as npt
+import orjson
 
 from core.compiled import AVAILABLE, ENABLED, njit
 from monitor.index.hashtable import U64, mix
@@ -28,6 +29,29 @@ def pack_strings(strings: list[str], joined: str | None = None) -> tuple[U8, I64
     if len(data) != int(lengths.sum()):  # not all ASCII: lengths in bytes differ from chars
         lengths = np.fromiter((len(s.encode(*ENCODING)) for s in strings), np.int64, len(strings))
     return np.frombuffer(data, np.uint8), lengths
+
+
+def string_places(strings: list[str], joined: str | None = None) -> tuple[U8, I64, I64]:
+    """A buffer holding the UTF-8 bytes of each of ``strings``, and where each starts and how
+    long it is: the JSON array ``orjson`` writes of them (one call in C; no length asked of each
+    string in Python: half :func:`pack_strings`' time on 10k ids) when it escapes nothing,
+    else :func:`pack_strings`' bytes back to back."""
+    if strings:
+        try:
+            text = orjson.dumps(strings)
+        except TypeError:  # orjson.JSONEncodeError: not all str, or a lone surrogate
+            pass
+        else:
+            buffer = np.frombuffer(text, np.uint8)
+            quotes = np.flatnonzero(buffer == 0x22)
+            # no backslash: nothing escaped, so the quotes are the strings' own, two each
+            if quotes.shape[0] == 2 * len(strings) and not bool((buffer == 0x5C).any()):
+                starts = quotes[0::2] + 1
+                return buffer, starts, quotes[1::2] - starts
+    buffer, lengths = pack_strings(strings, joined)
+    starts = np.zeros(lengths.shape[0], np.int64)
+    np.cumsum(lengths[:-1], out=starts[1:])
+    return buffer, starts, lengths
 
 
 def unique_strings(strings: npt.NDArray[np.generic]) -> tuple[list[str], npt.NDArray[np.intp]]:

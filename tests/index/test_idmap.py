@@ -277,6 +277,21 @@ def test_padded_rows_compiled_and_in_numpy_are_the_same(texts: list[bytes], widt
         assert [bytes(r[: len(t)]) for r, t in zip(numpy_rows, cut, strict=True)] == cut
 
 
+PRINTABLE_IDS = st.integers(0, 10**12).map(lambda i: f"tx-{i}")
+
+
+@given(st.lists(st.text(max_size=8) | PRINTABLE_IDS, max_size=30))
+def test_string_places_give_back_every_string(strings: list[str]) -> None:
+    """Each string's bytes where its place says, whether ``orjson``'s array could be read
+    (nothing escaped) or not (quotes, backslashes, control characters, lone surrogates)."""
+    buffer, starts, lengths = texts_module.string_places(strings)
+    got = [
+        bytes(buffer[a : a + n]).decode("utf-8", "surrogatepass")
+        for a, n in zip(starts.tolist(), lengths.tolist(), strict=True)
+    ]
+    assert got == strings
+
+
 PRINTABLE = st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=12)
 
 
