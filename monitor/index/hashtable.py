@@ -162,6 +162,16 @@ def mix(values: U64) -> U64:
 
 if AVAILABLE:
 
+    @njit(cache=True, nogil=True, inline="always")
+    def mix_one(z):  # type: ignore[no-untyped-def]
+        """:func:`mix` of one ``uint64`` word, in compiled loops."""
+        z ^= z >> np.uint64(30)
+        z *= np.uint64(0xBF58476D1CE4E5B9)
+        z ^= z >> np.uint64(27)
+        z *= np.uint64(0x94D049BB133111EB)
+        z ^= z >> np.uint64(31)
+        return z
+
     @njit(cache=True, nogil=True)
     def _find_values(table, tags, values, hashes, keys):  # type: ignore[no-untyped-def]
         """:meth:`SlotTable.find_values`, one probe sequence per key: from the hash's home,

@@ -137,16 +137,7 @@ def hash_rows(rows: U8, lengths: I64, *, compiled: bool = ENABLED) -> U64:
 _LENGTH_SEED = 0x9E3779B97F4A7C15
 
 if AVAILABLE:
-
-    @njit(cache=True, nogil=True, inline="always")
-    def _mix_one(z):  # type: ignore[no-untyped-def]
-        """:func:`~monitor.index.hashtable.mix` of one word."""
-        z ^= z >> np.uint64(30)
-        z *= np.uint64(0xBF58476D1CE4E5B9)
-        z ^= z >> np.uint64(27)
-        z *= np.uint64(0x94D049BB133111EB)
-        z ^= z >> np.uint64(31)
-        return z
+    from monitor.index.hashtable import mix_one
 
     @njit(cache=True, nogil=True)
     def _hash_words(words, lengths):  # type: ignore[no-untyped-def]
@@ -156,10 +147,10 @@ if AVAILABLE:
         seed = np.uint64(_LENGTH_SEED)
         for i in range(n):
             length = lengths[i]
-            h = _mix_one(np.uint64(length) ^ seed)
+            h = mix_one(np.uint64(length) ^ seed)
             for j in range(width):
                 if length > 8 * j:
-                    h = _mix_one(h ^ words[i, j])
+                    h = mix_one(h ^ words[i, j])
             out[i] = h
         return out
 

@@ -102,28 +102,20 @@ def hex_digits(h: U64) -> npt.NDArray[np.bytes_]:
 COMPILED = ENABLED
 
 if AVAILABLE:
-
-    @njit(cache=True, nogil=True, inline="always")
-    def _splitmix(z):  # type: ignore[no-untyped-def]
-        z ^= z >> np.uint64(30)
-        z *= np.uint64(0xBF58476D1CE4E5B9)
-        z ^= z >> np.uint64(27)
-        z *= np.uint64(0x94D049BB133111EB)
-        z ^= z >> np.uint64(31)
-        return z
+    from monitor.index.hashtable import mix_one
 
     @njit(cache=True, nogil=True)
     def chain_integers(h, column):  # type: ignore[no-untyped-def]
         """``h`` chained with the hash of each integer id of ``column``, in place."""
         for i in range(h.shape[0]):
-            v = _splitmix(np.uint64(column[i]) ^ np.uint64(0x6A09E667F3BCC908))
-            h[i] = _splitmix(h[i] ^ v)
+            v = mix_one(np.uint64(column[i]) ^ np.uint64(0x6A09E667F3BCC908))
+            h[i] = mix_one(h[i] ^ v)
 
     @njit(cache=True, nogil=True)
     def chain_hashes(h, hashes):  # type: ignore[no-untyped-def]
         """``h`` chained with ``hashes`` (of string ids, say), in place."""
         for i in range(h.shape[0]):
-            h[i] = _splitmix(h[i] ^ hashes[i])
+            h[i] = mix_one(h[i] ^ hashes[i])
 
     @njit(cache=True, nogil=True)
     def compiled_hex(h):  # type: ignore[no-untyped-def]
