@@ -244,7 +244,7 @@ class TimeIndex:
 
     def load(self, vertex: I32, times: F64, eids: I32, ranks: I64 | None = None) -> None:
         """Replace everything by these entries (unique eids; ``ranks`` as for :meth:`stage`),
-        as committed state."""
+        as committed state: all of them alive, whatever the horizon was."""
         order = entry_order(vertex, times, eids, ranks)
         ones = np.ones(order.shape[0], np.int8)
         self.base = TimeLevel(
@@ -255,6 +255,7 @@ class TimeIndex:
         self._new = None
         self.expired = 0
         self.latest = self._staged_latest = _latest(times, ones)
+        self.horizon = self._staged_horizon = -math.inf  # every entry loaded is alive
 
     def renumber(self, old_of_new: I32) -> None:
         """The store's live events were renumbered in order (``old_of_new``: the old eid of

@@ -126,6 +126,17 @@ def random_epochs(seed: int, compaction_min: int) -> None:
         assert sorted(zip(v.tolist(), t.tolist(), e.tolist(), strict=True)) == sorted(committed)
 
 
+def test_a_load_replaces_the_horizon_too() -> None:
+    """Entries loaded are the live events, even those older than a horizon the index had."""
+    index = TimeIndex()
+    index.stage(*_columns([(0, 20.0, 0)]), np.ones(1, np.int8), horizon=10.0)
+    index.commit()
+    index.load(*_columns([(0, 5.0, 1), (0, 12.0, 2)]))
+    rng = np.random.default_rng(0)
+    check(index, Cut.OLD, {(0, 5.0, 1), (0, 12.0, 2)}, rng)
+    assert len(index) == 2
+
+
 def test_the_order_of_entries_breaks_ties_by_eid() -> None:
     rng = np.random.default_rng(3)
     n = 500
