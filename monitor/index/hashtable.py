@@ -23,6 +23,7 @@ comparison inside it; :meth:`SlotTable.find` stays its fallback and the way for 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -149,9 +150,8 @@ def _tag(hashes: U64) -> U8:
     return (hashes >> np.uint64(56)).astype(np.uint8)
 
 
-def mix(values: U64) -> U64:
-    """A 64-bit finalizer (splitmix64): spreads the bits of ``values`` over the whole word."""
-    z = values.astype(np.uint64, copy=True)
+def _splitmix(z: Any) -> Any:
+    """The finalizer's steps, in place on a ``uint64`` array or on one word (compiled)."""
     z ^= z >> np.uint64(30)
     z *= np.uint64(0xBF58476D1CE4E5B9)
     z ^= z >> np.uint64(27)
@@ -160,17 +160,15 @@ def mix(values: U64) -> U64:
     return z
 
 
-if AVAILABLE:
+def mix(values: U64) -> U64:
+    """A 64-bit finalizer (splitmix64): spreads the bits of ``values`` over the whole word."""
+    mixed: U64 = _splitmix(values.astype(np.uint64, copy=True))
+    return mixed
 
-    @njit(cache=True, nogil=True, inline="always")
-    def mix_one(z):  # type: ignore[no-untyped-def]
-        """:func:`mix` of one ``uint64`` word, in compiled loops."""
-        z ^= z >> np.uint64(30)
-        z *= np.uint64(0xBF58476D1CE4E5B9)
-        z ^= z >> np.uint64(27)
-        z *= np.uint64(0x94D049BB133111EB)
-        z ^= z >> np.uint64(31)
-        return z
+
+if AVAILABLE:
+    #: :func:`mix` of one ``uint64`` word, in compiled loops (the same steps).
+    mix_one = njit(cache=True, nogil=True, inline="always")(_splitmix)
 
     @njit(cache=True, nogil=True)
     def _find_values(table, tags, values, hashes, keys):  # type: ignore[no-untyped-def]
