@@ -56,10 +56,6 @@ def net(
     sorted_keys, sorted_insert = keys[order], insert[order]
     first = np.ones(n, np.bool_)
     first[1:] = sorted_keys[1:] != sorted_keys[:-1]
-    if first.all():
-        return _net_distinct(order, sorted_keys, sorted_insert, seq, present, ignored)
-    last = np.ones(n, np.bool_)
-    last[:-1] = first[1:]
     starts = np.flatnonzero(first)
     was = np.asarray(present(sorted_keys[starts]), np.bool_)
     before = np.empty(n, np.bool_)
@@ -68,6 +64,14 @@ def net(
     noop = sorted_insert == before
     ignored["duplicate_insert"] += int((noop & sorted_insert).sum())
     ignored["absent_delete"] += int((noop & ~sorted_insert).sum())
+    if starts.shape[0] == n:  # distinct keys: each update changes its key or is ignored
+        ignored["netted"] += 0  # nothing nets out, none is reborn: no reductions
+        changed = np.flatnonzero(~noop)
+        rows = order[changed]
+        diff = np.where(sorted_insert[changed], np.int8(1), np.int8(-1)).astype(np.int8)
+        return Netted(rows, sorted_keys[changed], diff, seq[rows].astype(np.int64))
+    last = np.ones(n, np.bool_)
+    last[:-1] = first[1:]
     final = sorted_insert[last]
     effective = final != was
     changes = np.add.reduceat((~noop).astype(np.int64), starts)
@@ -88,24 +92,3 @@ def net(
         sorted_keys[starts[again]],
         order[last_insert],
     )
-
-
-def _net_distinct(
-    order: npt.NDArray[np.intp],
-    keys: I64,
-    insert: npt.NDArray[np.bool_],
-    seq: I64,
-    present: Callable[[I64], npt.NDArray[np.bool_]],
-    ignored: Counter[str],
-) -> Netted:
-    """:func:`net` of updates of distinct keys (``keys`` and ``insert`` sorted by key, ``order``
-    the sort): each update changes its key or is ignored, nothing nets out, none is reborn."""
-    was = np.asarray(present(keys), np.bool_)
-    noop = insert == was
-    ignored["duplicate_insert"] += int((noop & insert).sum())
-    ignored["absent_delete"] += int((noop & ~insert).sum())
-    ignored["netted"] += 0
-    effective = np.flatnonzero(~noop)
-    rows = order[effective]
-    diff = np.where(insert[effective], np.int8(1), np.int8(-1)).astype(np.int8)
-    return Netted(rows, keys[effective], diff, seq[rows].astype(np.int64))
