@@ -85,7 +85,8 @@ def padded(
 
 
 def warm() -> None:
-    """Load (or compile, the first time on a machine) the row copy before the first epoch."""
+    """Load (or compile, the first time on a machine) the row copy, the row hashes and the
+    plain-text test before the first epoch."""
     if ENABLED:  # strings packed by pack_strings are a read-only view of their bytes
         for buffer in (np.zeros(1, np.uint8), np.frombuffer(b"a", np.uint8)):
             rows = padded(buffer, np.zeros(1, np.int64), np.ones(1, np.int64))
@@ -93,7 +94,11 @@ def warm() -> None:
             plain_ascii(rows, np.ones(1, np.int64))
 
 
+#: What the hash of a row starts from, mixed with its length.
+_LENGTH_SEED = 0x9E3779B97F4A7C15
+
 if AVAILABLE:
+    from monitor.index.hashtable import mix_one
 
     @njit(cache=True, nogil=True)
     def _copy_rows(buffer, starts, lengths, out):  # type: ignore[no-untyped-def]
@@ -103,41 +108,6 @@ if AVAILABLE:
             first, row = np.uint64(starts[i]), out[i]
             for j in range(np.uint64(lengths[i])):
                 row[j] = buffer[first + j]
-
-
-def plain_ascii(rows: U8, lengths: I64, *, compiled: bool = ENABLED) -> bool:
-    """Whether every padded row holds text that JSON writes as it is between quotes: printable
-    ASCII without ``"`` or ``\\``, none empty (the padding is zeros)."""
-    if not rows.shape[0]:
-        return True
-    if compiled:
-        return bool(_plain_ascii(rows, lengths))
-    if not bool((lengths > 0).all()) or bool((rows >= 0x7F).any()):
-        return False
-    if bool(((rows == ord('"')) | (rows == ord("\\"))).any()):
-        return False
-    # Bytes below a space are the padding only: as many as the rows leave unused.
-    return int(np.count_nonzero(rows < 0x20)) == rows.size - int(lengths.sum())
-
-
-def hash_rows(rows: U8, lengths: I64, *, compiled: bool = ENABLED) -> U64:
-    """A 64-bit hash of each padded row and its length (the same at any padding): the length
-    mixed, then each word of the string's (compiled: one pass per row; in numpy, one pass of
-    whole-array steps per word column)."""
-    words = np.ascontiguousarray(rows).view("<u8")
-    if compiled:
-        hashed: U64 = _hash_words(words, lengths)
-        return hashed
-    h = mix(lengths.astype(np.uint64) ^ np.uint64(_LENGTH_SEED))
-    for j in range(words.shape[1]):  # the words a string has, whatever the padding
-        h = np.where(lengths > 8 * j, mix(h ^ words[:, j]), h)
-    return h
-
-
-_LENGTH_SEED = 0x9E3779B97F4A7C15
-
-if AVAILABLE:
-    from monitor.index.hashtable import mix_one
 
     @njit(cache=True, nogil=True)
     def _hash_words(words, lengths):  # type: ignore[no-untyped-def]
@@ -171,6 +141,35 @@ if AVAILABLE:
                 elif b >= 0x20:
                     return False
         return True
+
+
+def plain_ascii(rows: U8, lengths: I64, *, compiled: bool = ENABLED) -> bool:
+    """Whether every padded row holds text that JSON writes as it is between quotes: printable
+    ASCII without ``"`` or ``\\``, none empty (the padding is zeros)."""
+    if not rows.shape[0]:
+        return True
+    if compiled:
+        return bool(_plain_ascii(rows, lengths))
+    if not bool((lengths > 0).all()) or bool((rows >= 0x7F).any()):
+        return False
+    if bool(((rows == ord('"')) | (rows == ord("\\"))).any()):
+        return False
+    # Bytes below a space are the padding only: as many as the rows leave unused.
+    return int(np.count_nonzero(rows < 0x20)) == rows.size - int(lengths.sum())
+
+
+def hash_rows(rows: U8, lengths: I64, *, compiled: bool = ENABLED) -> U64:
+    """A 64-bit hash of each padded row and its length (the same at any padding): the length
+    mixed, then each word of the string's (compiled: one pass per row; in numpy, one pass of
+    whole-array steps per word column)."""
+    words = np.ascontiguousarray(rows).view("<u8")
+    if compiled:
+        hashed: U64 = _hash_words(words, lengths)
+        return hashed
+    h = mix(lengths.astype(np.uint64) ^ np.uint64(_LENGTH_SEED))
+    for j in range(words.shape[1]):  # the words a string has, whatever the padding
+        h = np.where(lengths > 8 * j, mix(h ^ words[:, j]), h)
+    return h
 
 
 def same_rows(a: U8, a_lengths: I64, b: U8, b_lengths: I64) -> npt.NDArray[np.bool_]:

@@ -225,9 +225,7 @@ if AVAILABLE:
         for j in range(order.shape[0]):
             i = order[j]
             v = np.int64(at[i])
-            low, high = lo[i], hi[i]
-            if not low <= high or v < 0:
-                continue
+            low, high = lo[i], hi[i]  # ``order`` holds the queries with a range only
             if v != previous:
                 ascending = v > previous
                 first = _seek(bv, last if ascending else 0, size, v)

@@ -26,7 +26,7 @@ import numpy.typing as npt
 from core.compiled import AVAILABLE, ENABLED, njit
 from monitor.index.hashtable import U64, mix
 from monitor.index.idmap import INT_ID_TAG, STR_ID_TAG
-from monitor.index.texts import hash_rows, pack_strings, padded
+from monitor.index.texts import hash_rows, padded, string_places
 
 _INT_TAG = INT_ID_TAG
 _STR_TAG = STR_ID_TAG
@@ -87,8 +87,7 @@ def id_hashes(column: npt.NDArray[np.generic]) -> U64:
 
 
 def _string_hashes(strings: npt.NDArray[np.generic]) -> U64:
-    data, lengths = pack_strings(strings.tolist())
-    starts = np.cumsum(lengths) - lengths
+    data, starts, lengths = string_places(strings.tolist())
     return hash_rows(padded(data, starts, lengths), lengths) ^ _STR_TAG
 
 
