@@ -6,19 +6,28 @@ days, 1M accounts, planted rings and pass-throughs) runs through ``layering_ring
 retentions of ``--runs``: by default 24 hours (the issue's window), and ``pass_through`` also
 at the engine's default (its span, 10 minutes, the state Flink keeps).
 
-- **ours**, in process (no JSON decoding: the engine and the event store only), each query in a
+- **ours, in process** (no JSON decoding: the engine and the event store only), each query in a
   process of its own (so that its RSS is its own), in epochs of ``--batch`` events. Timed: each
   epoch's ``process`` and ``commit`` (making the batch's string ids is not). Reported: events/s,
   match deltas/s (+1 and -1), p50/p99 epoch latency, bytes per live event (event store plus the
   relations derived from it, arrays at capacity), the process's RSS after every tenth of the
   stream, and how many planted patterns came out as matches.
+- **ours, end to end** (:mod:`bench.end_to_end`; skipped with ``--no-e2e``): what a user
+  gets, ``subgraph-monitor run`` on the same stream written as JSON lines, with the same epoch
+  size, retention and allowed lateness, its output to ``/dev/null``. Timed from the process's
+  start to its exit, so the interpreter's start, the imports, decoding the JSON and encoding the
+  output are included. Reported: events/s, the process's peak RSS, and its ``+1`` and ``-1``
+  deltas (from its summary), which must be the in-process run's.
 - **Flink SQL** (:mod:`bench.flink_sql`), the same queries as interval joins over the same
   stream written as CSV, streaming mode, parallelism 1, a Flink of its own per query. Timed:
-  submitting the job to its last result, so parsing the CSV and starting the job are included;
-  the ``scan`` row (the source alone, counted per day) shows what they cost.
+  submitting the job to its last result, so parsing the CSV and starting the job are included
+  (starting its JVM is not); the ``scan`` row (the source alone, counted per day) shows what
+  they cost.
 
-Both pinned to one core (``--cpu``). With inserts only and no late event, our number of ``+1``
-deltas is the number of join results; the report says whether they agree.
+All pinned to one core (``--cpu``). With inserts only and no late event, our number of ``+1``
+deltas is the number of join results; the report says whether they agree. The CSV and the JSON
+lines are written to ``--workdir``, named by the stream's parameters, and kept for the next run
+with the same ones.
 """
 
 from __future__ import annotations
@@ -29,11 +38,13 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from bench.end_to_end import run_cli
 from bench.flink_sql import missing, run_flink
 from bench.timed_report import SAMPLES, report
 from bench.timed_stream import TimedStream, batch, csv_lines, json_lines, timed_payments
@@ -67,6 +78,14 @@ def time_settings(retention: str, lateness_ms: int) -> dict[str, Any]:
     if retention != "default":
         settings["retention"] = f"transfer={retention}"
     return settings
+
+
+def time_flags(retention: str, lateness_ms: int) -> list[str]:
+    """:func:`time_settings` as ``subgraph-monitor run``'s options."""
+    flags = ["--allowed-lateness", f"{lateness_ms}ms"]
+    if retention != "default":
+        flags += ["--retention", f"transfer={retention}"]
+    return flags
 
 
 def ours(
@@ -190,6 +209,21 @@ def run_ours(args: argparse.Namespace, query: str, retention: str) -> dict[str, 
     return figures
 
 
+def end_to_end(
+    query: str, events: int, jsonl: Path, size: int, retention: str, lateness_ms: int
+) -> dict[str, Any]:
+    """``subgraph-monitor run`` on ``jsonl`` (``events`` events) through ``query``, in epochs
+    of ``size``, with the same time settings as :func:`ours`; the figures."""
+    flags = ["--query", QUERIES[query], "--edges", str(jsonl), "--batch-size", str(size)]
+    done = run_cli([*flags, *time_flags(retention, lateness_ms)])
+    return {
+        "events_s": events / done.wall_s,
+        "plus": done.plus(query),
+        "minus": done.minus(query),
+        **asdict(done),
+    }
+
+
 def runs_of(text: str) -> list[tuple[str, str]]:
     """``query=retention`` pairs (``default``: the engine's retention, the query's span)."""
     pairs = [tuple(item.split("=", 1)) for item in text.split(",") if item]
@@ -199,12 +233,25 @@ def runs_of(text: str) -> list[tuple[str, str]]:
     return [(q, r) for q, r in pairs]
 
 
+def stream_file(args: argparse.Namespace, suffix: str) -> Path:
+    """Where the stream of these arguments is written (``csv`` for Flink, ``jsonl`` for
+    ``subgraph-monitor run``): named by every parameter of :func:`stream_of`."""
+    name = f"transfers-{args.events}-{args.days:g}d-{args.accounts}a-{args.lateness_ms}ms"
+    workdir: Path = args.workdir
+    return workdir / f"{name}-{args.seed}.{suffix}"
+
+
 def write_stream(stream: TimedStream, path: Path, lines: Any, chunk: int = 1_000_000) -> None:
-    """``lines(stream, lo, hi)`` for the whole stream into ``path``, a chunk at a time."""
+    """``lines(stream, lo, hi)`` for the whole stream into ``path``, a chunk at a time, unless
+    the file is there (written whole: a run stopped halfway leaves only a temporary file)."""
+    if path.exists():
+        return
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("wb") as handle:
+    part = path.with_name(path.name + ".part")
+    with part.open("wb") as handle:
         for lo in range(0, len(stream), chunk):
             handle.write(lines(stream, lo, min(lo + chunk, len(stream))))
+    part.replace(path)
 
 
 def main() -> int:
@@ -225,13 +272,17 @@ def main() -> int:
         "--quick", action="store_true", help="1M events over 3 days, 100k accounts (development)"
     )
     parser.add_argument("--no-flink", action="store_true", help="ours only")
+    parser.add_argument(
+        "--no-e2e", action="store_true", help="ours in process only, not `subgraph-monitor run`"
+    )
     parser.add_argument("--flink-heap", default="8g", help="the Flink JVM's -Xmx")
     parser.add_argument(
         "--flink-timeout", type=float, default=3600, help="seconds before a Flink job is killed"
     )
     parser.add_argument("--cpu", type=int, default=max(os.sched_getaffinity(0)))
-    parser.add_argument("--workdir", type=Path, default=WORKDIR, help="the CSV for Flink")
-    parser.add_argument("--jsonl", type=Path, help="also write the stream as JSON lines here")
+    parser.add_argument(
+        "--workdir", type=Path, default=WORKDIR, help="the CSV and JSON lines, results.json"
+    )
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--worker", choices=sorted(QUERIES), help=argparse.SUPPRESS)
     parser.add_argument("--profile", type=Path, help="with --worker: cProfile stats to here")
@@ -253,15 +304,19 @@ def main() -> int:
     os.sched_setaffinity(0, {args.cpu})  # every process started from here runs on it
     begun = time.perf_counter()
     stream = stream_of(args)
-    csv = args.workdir / f"transfers-{args.events}-{args.days:g}d-{args.seed}.csv"
-    write_stream(stream, csv, csv_lines)
-    if args.jsonl:
-        write_stream(stream, args.jsonl, json_lines)
     why_not = "--no-flink" if args.no_flink else missing()
+    csv, jsonl = stream_file(args, "csv"), stream_file(args, "jsonl")
+    if why_not is None:
+        write_stream(stream, csv, csv_lines)
+    if not args.no_e2e:
+        write_stream(stream, jsonl, json_lines)
     results: list[dict[str, Any]] = []
     flink: dict[str, dict[str, Any]] = {}
     for query, retention in runs_of(args.runs):
         results.append(run_ours(args, query, retention))
+        if not args.no_e2e:
+            run = (query, len(stream), jsonl, args.batch, retention, args.lateness_ms)
+            results[-1]["e2e"] = end_to_end(*run)
         print(json.dumps({k: v for k, v in results[-1].items() if k != "samples"}), flush=True)
         if why_not is None and query not in flink:
             flink[query] = run_flink(

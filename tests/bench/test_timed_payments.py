@@ -11,6 +11,8 @@ brute force finds in the window at the end of the epoch that completes them.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -19,10 +21,11 @@ import orjson
 import pytest
 
 from bench.flink_sql import missing, run_flink
-from bench.timed_payments import QUERIES, ours
+from bench.timed_payments import QUERIES, end_to_end, ours
 from bench.timed_stream import DAY_MS, I64, TimedStream, csv_lines, json_lines, timed_payments
 from tests.cli.test_cli import cli
 
+ROOT = Path(__file__).resolve().parents[2]
 LATENESS_MS = 5_000
 MINUTE_MS = 60_000
 
@@ -153,6 +156,45 @@ def test_run_on_the_json_lines_counts_the_same(
     )
     rows = [orjson.loads(line) for line in done.stdout.splitlines()]
     assert Counter(r["query"] for r in rows if r["diff"] > 0) == brute
+
+
+@pytest.mark.parametrize(
+    ("query", "retention"), [("layering_ring", "24h"), ("pass_through", "default")]
+)
+def test_end_to_end_counts_what_in_process_counts(
+    stream: TimedStream, query: str, retention: str, tmp_path: Path
+) -> None:
+    """The benchmark's end-to-end run (``subgraph-monitor run`` on the JSON lines, its summary
+    parsed) reads every event in the same epochs and reports the in-process run's +1 and -1
+    deltas (-1s too: over two days, matches expire)."""
+    jsonl = tmp_path / "in.jsonl"
+    jsonl.write_bytes(json_lines(stream))
+    e2e = end_to_end(query, len(stream), jsonl, 100, retention, LATENESS_MS)
+    inside = ours(query, stream, 100, retention, LATENESS_MS)
+    assert (e2e["updates"], e2e["applied"], e2e["epochs"]) == (3_000, 3_000, 30)
+    assert (e2e["plus"], e2e["minus"]) == (inside["plus"], inside["minus"])
+    assert e2e["plus"] >= 20 and e2e["minus"] > 0
+    assert e2e["rss_mib"] > 0 and e2e["wall_s"] >= e2e["elapsed_s"] > 0
+
+
+def test_the_benchmark_reports_both_figures_and_whether_they_agree(tmp_path: Path) -> None:
+    """A whole run on a tiny stream without Flink: the JSON lines are written to the workdir
+    (and kept), the report has the end-to-end and in-process figures, and they agree."""
+    workdir, out = tmp_path / "work", tmp_path / "report.md"
+    command = [sys.executable, "-m", "bench.timed_payments", "--no-flink"]
+    command += ["--events", "3000", "--days", "2", "--accounts", "30", "--batch", "100"]
+    command += ["--runs", "pass_through=default", "--workdir", str(workdir), "--out", str(out)]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert [p.name for p in workdir.glob("*.jsonl")] == ["transfers-3000-2d-30a-5000ms-1.jsonl"]
+    assert not list(workdir.glob("*.csv"))  # Flink's input only for Flink
+    text = out.read_text()
+    table = text.split("\n\n")[2].splitlines()
+    assert "**end to end** events/s" in table[0] and "in process events/s" in table[0]
+    row = [cell.strip() for cell in table[2].split("|")]
+    assert row[1] == "pass_through, 10m (default)" and row[3] == "--no-flink"
+    assert row[7] == row[8] and row[-2] == "yes", row  # +1s end to end and in process
+    assert "wall s" in text and "In process, the engine alone" in text
 
 
 @pytest.mark.skipif(missing() is not None, reason=f"Flink SQL baseline: {missing()}")
