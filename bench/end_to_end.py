@@ -5,14 +5,20 @@ it, ``python -m monitor``, the same entry point), its match deltas written to ``
 Measured from outside, as Flink SQL's jobs are: wall time from the process's start (``Popen``)
 to its exit (``wait4``), so starting the interpreter, importing, reading and decoding the JSON
 lines, the engine, and encoding and writing the output are all in; from ``wait4`` as well, the
-process's CPU time and its peak RSS (its own: the benchmark's other children are not counted).
+process's CPU time and its peak RSS. A child's ``ru_maxrss`` starts from the RSS of the process
+that started it (Linux keeps the larger at ``exec``), and the benchmarks hold their streams and
+engines, so the command is started from a fresh, small Python, ``python -m bench.end_to_end``
+(:func:`main`), which measures it and reports as JSON.
 From the process's summary on stderr (:func:`summary`): the updates it read, its epochs, each
 query's ``+1`` and ``-1`` deltas, and its own elapsed time (from its processor's start to the
-summary: no interpreter start, no imports).
+summary: no interpreter start, no imports); from its progress lines (:func:`progress`; one
+after every epoch with ``SGM_PROGRESS_SECONDS`` tiny), the updates read and the seconds since
+its job started at each, which time a stretch of its epochs on its own clock.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -28,6 +34,11 @@ _UPDATES = re.compile(rf"^subgraph-monitor: updates read {_NUMBER}, applied {_NU
 _EPOCHS = re.compile(rf"^subgraph-monitor: epochs {_NUMBER}$", re.M)
 _QUERY = re.compile(rf"^subgraph-monitor: query (\S+): \+{_NUMBER} -{_NUMBER} match deltas$", re.M)
 _ELAPSED = re.compile(r"^subgraph-monitor: elapsed ([\d.]+) s: ", re.M)
+_PROGRESS = re.compile(
+    rf"^subgraph-monitor: {_NUMBER} updates read(?: \(\d+%\))?, {_NUMBER} epochs, "
+    rf"{_NUMBER} match deltas, {_NUMBER} updates/s$",
+    re.M,
+)
 
 
 @dataclass(frozen=True)
@@ -47,6 +58,8 @@ class CliRun:
     elapsed_s: float
     #: From its summary: per query, the numbers of ``+1`` and ``-1`` match deltas.
     deltas: dict[str, tuple[int, int]]
+    #: From its progress lines: updates read, epochs, seconds since its job started.
+    progress: list[tuple[int, int, float]]
 
     def plus(self, query: str) -> int:
         return self.deltas.get(query, (0, 0))[0]
@@ -61,31 +74,35 @@ def command() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "monitor"]
 
 
-def run_cli(arguments: list[str]) -> CliRun:
-    """``subgraph-monitor run ARGUMENTS`` with stdout to ``/dev/null``, timed and parsed;
-    :class:`RuntimeError` with the end of its stderr if it fails. It runs on the CPUs this
-    process may use (the benchmarks pin themselves first)."""
+def run_cli(arguments: list[str], env: dict[str, str] | None = None) -> CliRun:
+    """``subgraph-monitor run ARGUMENTS`` with stdout to ``/dev/null`` (and ``env`` added to
+    this environment), timed and parsed; :class:`RuntimeError` with the end of its stderr if it
+    fails. It runs on the CPUs this process may use (the benchmarks pin themselves first)."""
     argv = [*command(), "run", *arguments]
+    measure = [sys.executable, "-m", "bench.end_to_end", *argv]
+    environment = {**os.environ, **(env or {})}
     with tempfile.TemporaryFile() as stderr:  # a file, not a pipe: nothing to drain meanwhile
-        started = time.perf_counter()
-        child = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=stderr)
-        _, status, usage = os.wait4(child.pid, 0)
-        wall = time.perf_counter() - started
-        child.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
+        done = subprocess.run(
+            measure, cwd=ROOT, env=environment, stdout=subprocess.PIPE, stderr=stderr
+        )
         stderr.seek(0)
         said = stderr.read().decode(errors="replace")
-    if child.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv)} exited {child.returncode}:\n{said[-3000:]}")
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(measure)} exited {done.returncode}:\n{said[-3000:]}")
+    measured = json.loads(done.stdout)
+    if measured["exit"] != 0:
+        raise RuntimeError(f"{' '.join(argv)} exited {measured['exit']}:\n{said[-3000:]}")
     updates, applied, epochs, elapsed, deltas = summary(said)
     return CliRun(
-        wall_s=wall,
-        cpu_s=usage.ru_utime + usage.ru_stime,
-        rss_mib=usage.ru_maxrss / 1024,
+        wall_s=measured["wall_s"],
+        cpu_s=measured["cpu_s"],
+        rss_mib=measured["rss_mib"],
         updates=updates,
         applied=applied,
         epochs=epochs,
         elapsed_s=elapsed,
         deltas=deltas,
+        progress=progress(said),
     )
 
 
@@ -112,5 +129,38 @@ def summary(stderr: str) -> tuple[int, int, int, float, dict[str, tuple[int, int
     )
 
 
+def progress(stderr: str) -> list[tuple[int, int, float]]:
+    """``(updates, epochs, seconds)`` of each progress line on a run's stderr; the seconds are
+    the updates over the rate it prints (printed whole: a relative error below 0.5 / rate)."""
+    found = []
+    for updates, epochs, _, rate in _PROGRESS.findall(stderr):
+        if _int(rate) > 0:
+            found.append((_int(updates), _int(epochs), _int(updates) / _int(rate)))
+    return found
+
+
 def _int(text: str) -> int:
     return int(text.replace(",", ""))
+
+
+def main() -> int:
+    """``python -m bench.end_to_end COMMAND...``: run ``COMMAND``, its stdout to ``/dev/null``
+    and its stderr this process's; print its exit code, wall time (start to exit), CPU time and
+    peak RSS as one JSON object."""
+    started = time.perf_counter()
+    child = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL)
+    _, status, usage = os.wait4(child.pid, 0)
+    wall = time.perf_counter() - started
+    child.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
+    measured = {
+        "exit": child.returncode,
+        "wall_s": wall,
+        "cpu_s": usage.ru_utime + usage.ru_stime,
+        "rss_mib": usage.ru_maxrss / 1024,
+    }
+    print(json.dumps(measured), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

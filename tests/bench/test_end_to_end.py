@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
+import sys
 
+import numpy as np
 import pytest
 
-from bench.end_to_end import command, summary
+from bench.end_to_end import ROOT, command, summary
 
 SUMMARY = """\
 subgraph-monitor: 100,000 updates read (50%), 10 epochs, 12 match deltas, 80,000 updates/s
@@ -34,3 +37,18 @@ def test_a_summary_without_its_lines_is_an_error_naming_the_line() -> None:
 def test_the_command_starts_the_service() -> None:
     done = subprocess.run([*command(), "--version"], capture_output=True, text=True, check=True)
     assert done.stdout.startswith("subgraph-monitor")
+
+
+def test_the_peak_rss_is_the_commands_own() -> None:
+    """A child's ``ru_maxrss`` starts from its parent's RSS: measured through a fresh process,
+    a command started by a large one (512 MiB here) is not charged for it."""
+    held = np.ones(2**26)  # touched: resident
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.end_to_end", "true"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    measured = json.loads(done.stdout)
+    assert measured["exit"] == 0 and 0 < measured["rss_mib"] < 100, (measured, held.nbytes)
