@@ -12,6 +12,17 @@ without edge variables over the pair graph (``transfer(a, b)``, set semantics), 
 stream: the baseline (streamed for at most ``--budget`` seconds: on this stream the unselective
 4-cycle over all pairs is slow). Memory is the event store plus the index relations kept for
 the events (their shared pair keys included), per live event, and the process's peak RSS.
+
+Beside each query in process, the same query **end to end**, what a user gets (skipped with
+``--no-e2e``): ``subgraph-monitor run --preload`` the same first events ``--edges`` the same
+epochs (inserts then deletes by id), written as JSON lines, its output to ``/dev/null``
+(:mod:`bench.end_to_end`). The stream's rate is over the process's own clock from the end of
+its first epoch to the end of its last (a progress line after every epoch), so it holds
+reading and decoding the stream's JSON, the engine, and encoding and writing the output, and
+neither the process's start nor the preload: the rest of its wall time, from its start to its
+exit, is reported beside it. Its match deltas (from its summary) must be the in-process run's.
+The JSON lines are kept in ``--workdir`` for the next run with the same arguments.
+
 Then an A/B against ``--before`` (a commit), in the same run: each query from scratch over that
 commit's code and over this tree's, alternately (:mod:`bench.against`).
 """
@@ -19,19 +30,24 @@ commit's code and over this tree's, alternately (:mod:`bench.against`).
 from __future__ import annotations
 
 import argparse
+import math
 import resource
 import statistics
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 
+from bench.end_to_end import run_cli
+from bench.timed_stream import Texts, format_rows
 from core.records import EventUpdates, RelationUpdates, UpdateBatch
 from monitor.query.parser import parse_queries
 from monitor.service.epochs import EpochProcessor
 from monitor.service.settings import Settings
 
 OUT = Path(__file__).resolve().parent / "payments.md"
+WORKDIR = Path(__file__).resolve().parent.parent / ".cache" / "bench" / "payments"
 QUERIES = {
     "big_ring": """big_ring(a, b, c) :=
         transfer(a, b) as t1, transfer(b, c) as t2, transfer(c, a) as t3,
@@ -95,6 +111,85 @@ def batch(data: dict[str, np.ndarray], lo: int, hi: int, deletes: np.ndarray) ->
     return UpdateBatch({}, lo, n + d, None, {"transfer": events})
 
 
+def epochs(load: int, stream: int, size: int) -> Iterator[tuple[int, int, np.ndarray]]:
+    """The streamed epochs: inserts ``lo..hi``, then deletes of the events at the positions
+    given (as many as 5% of the inserts, drawn from every event so far, the same every run)."""
+    rng = np.random.default_rng(7)
+    for lo in range(load, load + stream, size):
+        hi = min(lo + size, load + stream)
+        yield lo, hi, rng.choice(hi, (hi - lo) // 20, replace=False)
+
+
+def json_lines(data: dict[str, np.ndarray], lo: int, hi: int) -> bytes:
+    """Inserts ``lo..hi`` as ``subgraph-monitor run`` reads them; every value reads back as the
+    in-process batch's (amounts are whole cents, times whole milliseconds)."""
+    cents = np.rint(data["amount"][lo:hi] * 100).astype(np.int64)
+    channel = data["channel"][lo:hi]
+    codes = np.zeros(hi - lo, np.int64)
+    for code, name in enumerate(CHANNELS.tolist()):
+        codes[channel == name] = code
+    return format_rows(
+        *(b'{"op":"insert","relation":"transfer","id":"tx-', np.arange(lo, hi, dtype=np.int64)),
+        *(b'","src":', data["src"][lo:hi], b',"dst":', data["dst"][lo:hi], b',"amount":'),
+        *(cents // 100, b".", (cents % 100, 2), b',"channel":"'),
+        Texts(codes, tuple(c.encode() for c in CHANNELS.tolist())),
+        *(b'","ts":', data["ts"][lo:hi].astype(np.int64), b"}\n"),
+    )
+
+
+def delete_lines(positions: np.ndarray) -> bytes:
+    """Deletes by id of the events at ``positions``."""
+    ids = positions.astype(np.int64)
+    return format_rows(b'{"op":"delete","relation":"transfer","id":"tx-', ids, b'"}\n')
+
+
+def write_inputs(
+    data: dict[str, np.ndarray], load: int, stream: int, size: int, workdir: Path, name: str
+) -> tuple[Path, Path]:
+    """The preloaded events and the streamed epochs of :func:`epochs` as JSON lines in
+    ``workdir`` (files named ``name``, kept: written again only if absent)."""
+    preload, edges = (workdir / f"{name}-{part}.jsonl" for part in ("load", "stream"))
+    step = 500_000
+    _write(preload, (json_lines(data, lo, min(lo + step, load)) for lo in range(0, load, step)))
+    epochs_lines = (
+        json_lines(data, lo, hi) + delete_lines(d) for lo, hi, d in epochs(load, stream, size)
+    )
+    _write(edges, epochs_lines)
+    return preload, edges
+
+
+def _write(path: Path, chunks: Iterator[bytes]) -> None:
+    """``chunks`` into ``path`` unless it is there (written whole, through a temporary file)."""
+    if path.exists():
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    part = path.with_name(path.name + ".part")
+    with part.open("wb") as handle:
+        for chunk in chunks:
+            handle.write(chunk)
+    part.replace(path)
+
+
+def end_to_end(query: str, preload: Path, edges: Path, size: int) -> dict[str, float]:
+    """``subgraph-monitor run`` of ``query``: ``preload``, then ``edges`` in the epochs of
+    :func:`epochs` (``size`` inserts and 5% deletes each); the stream's rate from the end of
+    the first epoch to the end of the last, on the process's clock."""
+    (name,) = (q.name for q in parse_queries(query))
+    flags = ["--query", query, "--preload", str(preload), "--batch-size", str(size + size // 20)]
+    done = run_cli([*flags, "--edges", str(edges)], env={"SGM_PROGRESS_SECONDS": "1e-9"})
+    (updates, _, at), (last, _, end) = done.progress[0], done.progress[-1]
+    timed = end - at
+    return {
+        "events_s": (last - updates) / timed if timed > 0 else math.nan,
+        "other_s": done.wall_s - timed,
+        "wall_s": done.wall_s,
+        "plus": done.plus(name),
+        "minus": done.minus(name),
+        "deltas": done.plus(name) + done.minus(name),
+        "rss_mib": done.rss_mib,
+    }
+
+
 def pairs_batch(data: dict[str, np.ndarray], lo: int, hi: int, deletes: np.ndarray) -> UpdateBatch:
     """The same stream as pairs (set semantics, no ids, no fields): the baseline."""
     src = np.concatenate([data["src"][lo:hi], data["src"][deletes]])
@@ -125,12 +220,9 @@ def run(
     for lo in range(0, load, 500_000):
         processor.preload(make(data, lo, min(load, lo + 500_000), np.empty(0, np.int64)))
     loaded = time.perf_counter() - started
-    rng = np.random.default_rng(7)
-    events = deltas = epochs = 0
+    events = deltas = epochs_run = 0
     seconds = wall = 0.0  # the process's CPU time (the machine is shared), and wall time
-    for lo in range(load, load + stream, size):
-        hi = min(lo + size, load + stream)
-        deletes = rng.choice(hi, (hi - lo) // 20, replace=False)
+    for lo, hi, deletes in epochs(load, stream, size):
         update = make(data, lo, hi, deletes)
         t, cpu = time.perf_counter(), time.process_time()
         out = processor.process(update)
@@ -139,7 +231,7 @@ def run(
         wall += time.perf_counter() - t
         events += hi - lo + deletes.shape[0]
         deltas += out.deltas
-        epochs += 1
+        epochs_run += 1
         if seconds > budget:
             break
     live = sum(len(s) for s in processor.events.stores.values())
@@ -154,7 +246,7 @@ def run(
         "events_s": events / seconds,
         "deltas_s": deltas / seconds,
         "wall_events_s": events / wall,
-        "epoch_ms": 1000 * seconds / epochs,
+        "epoch_ms": 1000 * seconds / epochs_run,
         "deltas": deltas,
         "live": live,
         "store_b": store / max(live, 1),
@@ -227,6 +319,25 @@ def by_epoch_size(args: argparse.Namespace, data: dict[str, np.ndarray]) -> list
     return lines
 
 
+def end_to_end_table(ends: dict[str, dict[str, float]]) -> list[str]:
+    """The end-to-end runs: the process's memory, and whether its match deltas are the
+    in-process run's."""
+    lines = [
+        "End to end, the `subgraph-monitor run` processes (`bench/end_to_end.py`):",
+        "",
+        "| query | wall s, start to exit | peak RSS MiB | match deltas (+1, -1) | in process | "
+        "equal |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, e in ends.items():
+        equal = "yes" if e["deltas"] == e["in_process"] else "**no**"
+        lines.append(
+            f"| {name} | {e['wall_s']:,.1f} | {e['rss_mib']:,.0f} | {e['deltas']:,.0f} "
+            f"({e['plus']:,.0f}, {e['minus']:,.0f}) | {e['in_process']:,.0f} | {equal} |"
+        )
+    return lines
+
+
 def where_the_bytes_go(breakdown: dict[str, dict[str, float]]) -> list[str]:
     """A table of bytes per live event by component (arrays at their capacity), per query:
     the event store (ids, pair, fields), then the relations derived for the selections."""
@@ -270,35 +381,56 @@ def main() -> int:
         help="epoch sizes big_ring is streamed in once each, for the throughput against the "
         "epoch's length ('' for none)",
     )
+    parser.add_argument(
+        "--no-e2e", action="store_true", help="in process only, not `subgraph-monitor run`"
+    )
+    parser.add_argument("--workdir", type=Path, default=WORKDIR, help="the JSON lines")
     args = parser.parse_args()
     data = payments(args.load + args.stream, args.accounts, seed=1)
+    if not args.no_e2e:
+        name = f"payments-{args.accounts}a-{args.load}-{args.stream}-{args.batch}"
+        inputs = write_inputs(data, args.load, args.stream, args.batch, args.workdir, name)
     lines = [
         "Generated by `python -m bench.payments` (method in its docstring): "
         f"{args.load:,} events preloaded over {args.accounts:,} accounts, {args.stream:,} "
-        f"streamed with 5% deletes in epochs of {args.batch:,}, one core, in process; rates over "
-        "the process's CPU time in `process` and `commit` (the machine is shared; wall-clock "
-        "rates in the log).",
+        f"streamed with 5% deletes in epochs of {args.batch:,}, one core. *In process* is the "
+        "engine alone (batches built from numpy arrays; rates over the process's CPU time in "
+        "`process` and `commit`); *end to end* is what a user gets, `subgraph-monitor run "
+        "--preload` on the same events as JSON lines (the stream's rate over the process's "
+        "own wall clock from its first epoch's end to its last's, JSON decoding and output "
+        "included; *start, preload, first epoch*: the rest of its wall time, from its start to "
+        "its exit). The machine is shared; in-process wall-clock rates in the log.",
         "",
-        "| query | with fields: events/s | match deltas/s | preload s | B/live event (store + "
-        "index) | baseline on pairs: events/s | ratio |",
-        "|---|---|---|---|---|---|---|",
+        "| query | with fields, in process: events/s | end to end: events/s | match deltas/s "
+        "(in process) | preload s: in process | end to end: start, preload, first epoch s | "
+        "B/live event (store + index) | baseline on pairs (in process): events/s | "
+        "ratio (in process) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     breakdown: dict[str, dict[str, float]] = {}
-    figures: dict[str, dict[str, float]] = {}
+    ends: dict[str, dict[str, float]] = {}
     for name, text in QUERIES.items():
         breakdown[name] = {}
         ours = run(text, data, args.load, args.stream, args.batch, True, parts=breakdown[name])
         print(name, ours, flush=True)
         base = run(BASELINES[name], data, args.load, args.stream, args.batch, False, args.budget)
         print(name, "baseline", base, flush=True)
-        figures[name] = ours
+        if not args.no_e2e:
+            ends[name] = {**end_to_end(text, *inputs, args.batch), "in_process": ours["deltas"]}
+            print(name, "end to end", ends[name], flush=True)
+        e2e = ends.get(name)
         lines.append(
-            f"| {name} | {ours['events_s']:,.0f} | {ours['deltas_s']:,.0f} | "
-            f"{ours['load_s']:.1f} | {ours['store_b']:.0f} + {ours['index_b']:.0f} | "
+            f"| {name} | {ours['events_s']:,.0f} | "
+            f"{'not run' if e2e is None else format(e2e['events_s'], ',.0f')} | "
+            f"{ours['deltas_s']:,.0f} | {ours['load_s']:.1f} | "
+            f"{'' if e2e is None else format(e2e['other_s'], '.1f')} | "
+            f"{ours['store_b']:.0f} + {ours['index_b']:.0f} | "
             f"{base['events_s']:,.0f} | {ours['events_s'] / base['events_s']:.2f} |"
         )
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     lines += ["", f"Peak RSS of the run: {peak:,.0f} MiB.", ""]
+    if ends:
+        lines += [*end_to_end_table(ends), ""]
     if args.epochs:
         lines += [*by_epoch_size(args, data), ""]
     if args.before:

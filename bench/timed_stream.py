@@ -30,8 +30,19 @@ import numpy.typing as npt
 from core.records import EventUpdates, UpdateBatch
 
 I64 = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True)
+class Texts:
+    """A column of texts of a few kinds for :func:`format_rows`: row ``i`` is
+    ``choices[codes[i]]``."""
+
+    codes: I64
+    choices: tuple[bytes, ...]
+
+
 #: A piece of a row of text (:func:`format_rows`).
-Part = bytes | I64 | tuple[I64, int]
+Part = bytes | I64 | tuple[I64, int] | Texts
 #: 2026-01-01T00:00:00Z: the stream's first moment, in milliseconds since the epoch.
 START_MS = 1_767_225_600_000
 DAY_MS = 86_400_000
@@ -181,14 +192,16 @@ def json_lines(stream: TimedStream, lo: int = 0, hi: int | None = None) -> bytes
 
 def format_rows(*parts: Part) -> bytes:
     """Rows of text, each the concatenation of ``parts``: literal bytes, a column of
-    non-negative integers in decimal, or ``(column, width)`` zero-padded to ``width`` digits.
-    A few passes over the columns per digit, in numpy (no Python loop per row)."""
-    columns = [p for p in parts if not isinstance(p, bytes)]
-    rows = (columns[0][0] if isinstance(columns[0], tuple) else columns[0]).shape[0]
+    non-negative integers in decimal, ``(column, width)`` zero-padded to ``width`` digits, or
+    :class:`Texts`. A few passes over the columns per digit or letter, in numpy (no Python loop
+    per row)."""
+    rows = next(_column(p).shape[0] for p in parts if not isinstance(p, bytes))
     widths: list[I64] = []
     for part in parts:
         if isinstance(part, bytes):
             widths.append(np.full(rows, len(part), np.int64))
+        elif isinstance(part, Texts):
+            widths.append(np.array([len(c) for c in part.choices], np.int64)[part.codes])
         else:
             values, least = part if isinstance(part, tuple) else (part, 1)
             widths.append(np.maximum(_digits(values), least))
@@ -199,6 +212,13 @@ def format_rows(*parts: Part) -> bytes:
         if isinstance(part, bytes):
             for k, byte in enumerate(part):
                 out[at + k] = byte
+        elif isinstance(part, Texts):
+            letters = np.zeros((len(part.choices), int(width.max(initial=0))), np.uint8)
+            for code, text in enumerate(part.choices):
+                letters[code, : len(text)] = np.frombuffer(text, np.uint8)
+            for k in range(letters.shape[1]):
+                write = width > k
+                out[at[write] + k] = letters[part.codes[write], k]
         else:
             values = part[0] if isinstance(part, tuple) else part
             for k in range(int(width.max(initial=0))):
@@ -208,6 +228,11 @@ def format_rows(*parts: Part) -> bytes:
                 out[at[write] + k] = 48 + digit
         at = at + width
     return out.tobytes()
+
+
+def _column(part: I64 | tuple[I64, int] | Texts) -> I64:
+    """The column of a part of :func:`format_rows` that is not literal bytes."""
+    return part.codes if isinstance(part, Texts) else part[0] if isinstance(part, tuple) else part
 
 
 def _digits(values: I64) -> I64:
