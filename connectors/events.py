@@ -43,6 +43,9 @@ class FieldTypes:
     """One type per field and event relation: given by the queries, else the first seen."""
 
     types: dict[str, dict[str, str]] = field(default_factory=dict)
+    #: Columns the batch decoder reads as text at once: Arrow took their strings for times
+    #: before (:mod:`connectors.json_arrow`). A hint, never a type.
+    text_columns: set[str] = field(default_factory=set)
 
     @classmethod
     def of(cls, relations: Mapping[str, Mapping[str, str]]) -> FieldTypes:

@@ -4,7 +4,9 @@
 cut at the last newline. Text blocks made only of ``src dst`` integer lines (a SNAP edge list)
 are parsed by numpy without Python code per line; in other blocks the simple lines still take
 that path and the rest go one by one through :mod:`connectors.formats`. JSON Lines input is
-decoded record by record.
+decoded a block at a time (:mod:`connectors.json_lines`: pyarrow's JSON reader, else the
+batch decoder); ``fast_path=False`` decodes it line by line, the reference the block decoder
+is tested against.
 
 Updates are numbered from 0 in stream order; the batches a source yields follow each other:
 every batch starts at the previous ``first_seq + count``. A line that cannot be decoded becomes
@@ -36,6 +38,7 @@ from connectors.formats import (
     parse_json_record,
     parse_text_line,
 )
+from connectors.json_lines import JsonLines
 from connectors.streams import (
     BLOCK_SIZE,
     FORMATS,
@@ -64,7 +67,8 @@ class EdgeFileSource:
     ``format`` is ``"text"``, ``"json"`` or ``"auto"`` (decided by the first line that is not
     blank or a comment: ``{`` means JSON). Gzip input is recognized by its magic bytes (so a
     ``.gz`` file, or a compressed stream on stdin). ``block_size`` is how many bytes are read at
-    a time; ``fast_path=False`` turns the vectorized text parser off (for benchmarks and tests).
+    a time; ``fast_path=False`` turns the vectorized text parser and the block decoder of JSON
+    Lines off (for benchmarks and tests).
 
     ``on_dead_letter`` is called with every line that cannot be decoded, as the block holding it
     is decoded (before that block's updates are yielded); positions read ``path:line``, with
@@ -192,6 +196,8 @@ class EdgeFileSource:
                 self.lines_read += block.count(b"\n")
                 return [], None
             self.format = detected
+        if self.format == "json" and self.fast_path:
+            return self._decode_json(block)
         if self.format == "json" or not self.fast_path or not self._default_may_be_binary():
             return self._decode_lines(split_lines(block))
         pieces: list[UpdateBatch] = []
@@ -225,6 +231,18 @@ class EdgeFileSource:
         ]
         rest, failure = self._assemble(simple, edges, others.tolist(), lines)
         return pieces + rest, failure
+
+    def _decode_json(self, block: bytes) -> tuple[list[UpdateBatch], InputError | None]:
+        """A JSON Lines block decoded at once (:mod:`connectors.json_lines`)."""
+        json = JsonLines(self.name, self.default_relation, self.events, self.strict, self._arity)
+        decoded = json.decode(block, self.lines_read, self.updates_read)
+        self.lines_read += decoded.lines
+        self.updates_read += decoded.batch.count
+        self.dead_letters += len(decoded.dead_letters)
+        if self.on_dead_letter is not None:
+            for letter in decoded.dead_letters:
+                self.on_dead_letter(letter)
+        return [decoded.batch], decoded.failure
 
     def _decode_lines(self, lines: list[bytes]) -> tuple[list[UpdateBatch], InputError | None]:
         """Every line through the per-line decoder (JSON, or text without the fast path)."""

@@ -24,7 +24,6 @@ line at a time.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from itertools import compress, repeat
 from operator import itemgetter
 from typing import Any
@@ -37,27 +36,13 @@ from connectors.batch_ids import MISSING, checked_ids, narrow
 from connectors.event_batch import Identities, decode_events
 from connectors.events import FieldTypes
 from connectors.formats import is_relation_name, parse_json_record
+from connectors.json_arrow import DecodedRecords, decode_lines
 from core.errors import InputError, arity_message
-from core.records import EventUpdates, RelationUpdates, VertexId, id_column
+from core.records import RelationUpdates, VertexId, id_column
 
 #: Where a value is not JSON (or was not parsed: too large).
 INVALID: Any = object()
 _OPS = {"insert": 1, "delete": -1}
-
-
-@dataclass
-class DecodedRecords:
-    """A batch of records decoded. ``kept[i]``: record ``i`` became an update or an event.
-
-    ``parts`` and ``events`` are per relation in order of first appearance; their ``seq`` holds
-    the *record row* of each update (callers renumber). ``errors``: the bad records' rows and
-    messages, in row order.
-    """
-
-    kept: npt.NDArray[np.bool_]
-    parts: dict[str, RelationUpdates] = field(default_factory=dict)
-    events: dict[str, EventUpdates] = field(default_factory=dict)
-    errors: list[tuple[int, str]] = field(default_factory=list)
 
 
 def load_all(values: Iterable[bytes]) -> list[Any]:
@@ -79,6 +64,9 @@ def decode_records(
     events: FieldTypes | None,
     arities: dict[str, int],
     max_bytes: int,
+    *,
+    fast_path: bool = True,
+    origins: dict[str, str] | None = None,
 ) -> DecodedRecords:
     """Decode ``values``; ``defaults[i]`` is the relation of record ``i`` if it names none (a
     string: of every record).
@@ -86,12 +74,20 @@ def decode_records(
     A value longer than ``max_bytes`` is an error and is not parsed. Records of the ``events``
     relations are events, the others tuple updates; ``events`` learns the kinds of new fields.
     A tuple whose length is not its relation's arity in ``arities`` is an error; ``arities``
-    learns the first tuple's length of a relation it does not hold.
+    learns the first tuple's length of a relation it does not hold. With ``origins`` (a file's
+    relations and where the input fixed their arity, ``""``: known before), a relation's arity
+    learned here is noted at its first tuple's position (``identities``), and a message about a
+    tuple of another length says where the arity came from (``(since path:line)``).
     """
     n = len(values)
+    lengths = np.fromiter(map(len, values), np.int64, n)
+    if fast_path and n and int(lengths.max()) <= max_bytes:
+        # A line each (the count of lines is checked: no value may hold a line break).
+        quick = decode_lines(b"\n".join(values), defaults, identities, events, arities, rows=n)
+        if quick is not None:
+            return quick[0]
     if isinstance(defaults, str):
         defaults = [defaults] * n
-    lengths = np.fromiter(map(len, values), np.int64, n)
     large = lengths > max_bytes
     errors = [
         (row, f"record of {int(lengths[row]):,} bytes is larger than {max_bytes:,}")
@@ -117,7 +113,7 @@ def decode_records(
     out = DecodedRecords(np.zeros(n, np.bool_))
     at = np.flatnonzero(fast)
     names = [relations[i] for i in at.tolist()]
-    keep, accepted = _of_arity(names, rows[at], accepted, arities, errors)
+    keep, accepted = _of_arity(names, rows[at], accepted, arities, errors, origins, identities)
     if keep is not None:
         at, src, dst = at[keep], src[keep], dst[keep]
         names = list(compress(names, keep.tolist()))
@@ -242,12 +238,15 @@ def _of_arity(
     accepted: Accepted,
     arities: dict[str, int],
     errors: list[tuple[int, str]],
+    origins: dict[str, str] | None,
+    identities: Identities,
 ) -> tuple[npt.NDArray[np.bool_] | None, Accepted]:
     """The tuple updates whose length is their relation's arity: which of the batch rules'
     ``src``/``dst`` ones (relation ``names``, record ``rows``; None: all of them), and the
     ``accepted`` ones. A relation's arity is ``arities``', else its first tuple's (learned
     there); the other tuples' messages go into ``errors``."""
-    if not accepted and all(arities.setdefault(name, 2) == 2 for name in set(names)):
+    learning = origins is not None and not arities.keys() >= set(names)
+    if not accepted and not learning and all(arities.setdefault(n, 2) == 2 for n in set(names)):
         return None, accepted
     every = [*names, *map(itemgetter(1), accepted)]
     at = np.concatenate([rows, np.fromiter(map(itemgetter(0), accepted), np.intp, len(accepted))])
@@ -262,6 +261,10 @@ def _of_arity(
     codes = np.fromiter(map(code_of.__getitem__, every), np.intp, len(every))
     order = np.argsort(at, kind="stable")
     _, first = np.unique(codes[order], return_index=True)  # every code, in code order
+    if origins is not None:
+        for name, row in zip(relations, at[order][first].tolist(), strict=True):
+            if name not in arities:
+                origins[name] = identities([row])[0]
     arity = np.array(
         [
             arities.setdefault(name, length)
@@ -274,7 +277,8 @@ def _of_arity(
         return None, accepted
     for code, length in np.unique(np.stack([codes[wrong], lengths[wrong]], 1), axis=0).tolist():
         name = relations[code]
-        message = arity_message(name, arities[name], length)
+        origin = "" if origins is None else origins.get(name, "")
+        message = arity_message(name, arities[name], length, f" (since {origin})" if origin else "")
         found = at[wrong & (codes == code) & (lengths == length)]
         errors.extend(zip(found.tolist(), repeat(message)))
     return ~wrong[: len(names)], list(compress(accepted, (~wrong[len(names) :]).tolist()))

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from itertools import compress, repeat
 from operator import is_not
 from typing import Any, cast
@@ -24,7 +24,7 @@ from confluent_kafka import KafkaError, KafkaException, Message
 
 from connectors.events import EventRecord, FieldTypes, event_updates
 from connectors.json_batch import decode_records
-from core.records import EventUpdates, RelationUpdates, Update, UpdateBatch
+from core.records import EventUpdates, Update, UpdateBatch
 from core.times import TIME_FIELD
 
 #: Largest record value accepted; bigger ones are dead letters.
@@ -243,17 +243,8 @@ def decode_messages(
         defaults = list(map(relation_of.__getitem__, records.topics))
     known = {} if arities is None else arities
     decoded = decode_records(records.values, defaults, identities, events, known, MAX_RECORD_BYTES)
-    seq_of_row = np.cumsum(decoded.kept, dtype=np.int64) + (first_seq - 1)
-    parts = {
-        relation: RelationUpdates(part.columns, part.diff, seq_of_row[part.seq])
-        for relation, part in decoded.parts.items()
-    }
-    found = {
-        relation: replace(part, seq=seq_of_row[part.seq])
-        for relation, part in decoded.events.items()
-    }
-    count = int(decoded.kept.sum())
-    batch = UpdateBatch(parts, first_seq, count, None, found)
+    seq_of_row = decoded.seq_of_rows(first_seq)
+    batch = decoded.batch(first_seq)
     polled = Polled(batch, records=len(records))
     polled.sources = _sources(records, decoded.events, seq_of_row)
     batch.times = _times(records, polled.sources, decoded.events)
@@ -295,11 +286,19 @@ def _times(
     for part in events.values():
         if TIME_FIELD in part.fields and part.fields[TIME_FIELD].dtype == np.float64:
             ts[part.seq] = part.fields[TIME_FIELD]
-    rows = sources.rows[sources.timed].tolist()
-    out: dict[str, list[float]] = {}
-    for row, time_ms in zip(rows, ts[rows].tolist(), strict=True):
-        out.setdefault(f"{records.topics[row]}:{records.partitions[row]}", []).append(time_ms)
-    return {key: np.asarray(times, np.float64) for key, times in out.items()}
+    rows = sources.rows[sources.timed]
+    pairs = list(zip(records.topics, records.partitions, strict=True))
+    code_of = {pair: code for code, pair in enumerate(dict.fromkeys(pairs))}
+    codes = np.fromiter(map(code_of.__getitem__, pairs), np.intp, len(pairs))[rows]
+    keys = [partition_key(pair) for pair in code_of]
+    order = np.argsort(codes, kind="stable")
+    found, first, counts = np.unique(codes[order], return_index=True, return_counts=True)
+    ordered = ts[rows[order]]
+    by_first = np.argsort(order[first], kind="stable")  # in order of each one's first event
+    return {
+        keys[int(found[k])]: ordered[int(first[k]) : int(first[k] + counts[k])]
+        for k in by_first.tolist()
+    }
 
 
 def _dead_letter(records: Records, row: int, reason: str) -> KafkaDeadLetter:

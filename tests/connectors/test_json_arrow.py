@@ -1,0 +1,339 @@
+"""The Arrow fast path of JSON decoding against the per-record decoders.
+
+Random and adversarial batches (types changing mid-batch, missing keys and explicit nulls,
+huge numbers, NULs and escapes, times with and without zones, arrays and objects, duplicate
+keys, ``NaN``, byte-order marks, mixed relations, deletes) are decoded with the fast path on
+and off (:func:`~connectors.json_batch.decode_records`; off, every record goes through the
+rules :mod:`connectors.json_batch` and :mod:`connectors.event_batch` hold to the per-record
+decoders, ``test_kafka_records.py``). Whenever the fast path takes a batch it must give what
+the slow path gives: the same columns with the same types, the same field kinds learned in the
+same order, the same arities; and it must take the clean batches (a test that it is used at
+all)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import orjson
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from connectors.events import FieldTypes
+from connectors.json_arrow import DecodedRecords, decode_lines
+from connectors.json_batch import decode_records
+from core.records import INT64_MAX, INT64_MIN
+
+
+def identities(rows: Sequence[int]) -> list[str]:
+    return [f"in:{row + 1}" for row in rows]
+
+
+def same_column(a: np.ndarray, b: np.ndarray) -> None:
+    assert a.dtype == b.dtype, (a, b)
+    if a.dtype.kind == "f":
+        assert np.array_equal(a.view(np.int64), b.view(np.int64)) or np.array_equal(
+            a, b, equal_nan=True
+        ), (a, b)
+    else:
+        assert [(type(v), v) for v in a.tolist()] == [(type(v), v) for v in b.tolist()], (a, b)
+
+
+def same_decoded(slow: DecodedRecords, fast: DecodedRecords) -> None:
+    same_column(slow.kept, fast.kept)
+    assert fast.errors == slow.errors == []
+    assert list(fast.parts) == list(slow.parts)
+    for name, part in slow.parts.items():
+        mine = fast.parts[name]
+        assert len(mine.columns) == len(part.columns)
+        for a, b in zip(part.columns, mine.columns, strict=True):
+            same_column(a, b)
+        same_column(part.diff, mine.diff)
+        same_column(part.seq, mine.seq)
+    assert list(fast.events) == list(slow.events)
+    for name, events in slow.events.items():
+        mine_events = fast.events[name]
+        for column in ("ids", "diff", "seq", "src", "dst"):
+            same_column(getattr(events, column), getattr(mine_events, column))
+        assert list(mine_events.fields) == list(events.fields)
+        for field, column in events.fields.items():
+            same_column(column, mine_events.fields[field])
+
+
+def learned(types: FieldTypes | None) -> Any:
+    return None if types is None else [(r, list(f.items())) for r, f in types.types.items()]
+
+
+def both(
+    values: list[bytes],
+    spec: dict[str, dict[str, str]] | None,
+    known: dict[str, int],
+    defaults: str | list[str] = "e",
+) -> bool:
+    """Decode ``values`` both ways; True when the fast path took them."""
+    slow_types = None if spec is None else FieldTypes.of(spec)
+    slow_arities = dict(known)
+    slow = decode_records(
+        values, defaults, identities, slow_types, slow_arities, 1 << 20, fast_path=False
+    )
+    fast_types = None if spec is None else FieldTypes.of(spec)
+    fast_arities = dict(known)
+    text = b"\n".join(values)
+    took = decode_lines(text, defaults, identities, fast_types, fast_arities, rows=len(values))
+    if took is None:
+        assert learned(fast_types) == (None if spec is None else learned(FieldTypes.of(spec)))
+        assert fast_arities == known
+        return False
+    assert took[1].tolist() == list(range(len(values)))
+    same_decoded(slow, took[0])
+    assert learned(fast_types) == learned(slow_types)
+    assert fast_arities == slow_arities
+    # and through decode_records, as the sources call it
+    again_types = None if spec is None else FieldTypes.of(spec)
+    via = decode_records(values, defaults, identities, again_types, dict(known), 1 << 20)
+    same_decoded(slow, via)
+    return True
+
+
+# Records ---------------------------------------------------------------------------------------
+
+IDS = st.one_of(
+    st.integers(-3, 3),
+    st.integers(INT64_MAX - 1, INT64_MAX),
+    st.integers(INT64_MIN, INT64_MIN + 1),
+    st.sampled_from(["a", "b", "x y", "", "é", "7", "2026-01-01", "\x00", "tx-1", "a\\b"]),
+)
+ODD_IDS = st.one_of(
+    st.integers(INT64_MAX + 1, 2**64 + 5),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.booleans(),
+    st.none(),
+    st.just([1]),
+    st.just({"a": 1}),
+    st.just("x" * 1025),
+    st.just("é" * 1000),  # 2,000 bytes, 1,000 characters: an id
+)
+NUMBERS = st.one_of(
+    st.integers(-(10**6), 10**6),
+    st.integers(2**53 - 2, 2**53 + 2),
+    st.integers(INT64_MAX - 1, 2**64 + 5),
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.just(-0.0),
+)
+TIMES = st.one_of(
+    st.integers(0, 2_000_000_000_000),
+    st.floats(-3e14, 3e14),
+    st.integers(3 * 10**14, 10**18),
+    st.sampled_from(
+        [
+            "2026-12-02T10:15:00Z",
+            "2026-12-02T10:15:00.5+01:00",
+            "2026-12-02T10:15:00.123456-05:30",
+            "2026-12-02 10:15:00Z",
+            "2026-12-02T10:15:00",
+            "2026-12-02",
+            "yesterday",
+            "0001-01-01T00:00:00Z",
+            "9999-12-31T23:59:59.999999+00:00",
+        ]
+    ),
+)
+TEXTS = st.one_of(
+    st.sampled_from(["wire", "card", "", "x\x00y", "é", "\u2028", '"quoted"', "2026-01-01"]),
+    st.text(max_size=5),
+    st.just("y" * 4097),
+    st.just("é" * 3000),
+)
+FIELDS = {
+    "amount": NUMBERS,
+    "channel": TEXTS,
+    "ts": TIMES,
+    "flag": st.booleans(),
+    "note": st.one_of(TEXTS, NUMBERS, st.booleans(), st.just([1, 2]), st.just({"k": 1})),
+}
+
+
+@st.composite
+def event(draw: st.DrawFn, clean: bool) -> dict[str, Any]:
+    pairs: dict[str, Any] = {}
+    if draw(st.booleans()):
+        pairs["relation"] = draw(st.sampled_from(["transfer", "login"]))
+    delete = not draw(st.integers(0, 4))
+    if delete or draw(st.booleans()):
+        pairs["op"] = "delete" if delete else "insert"
+    if draw(st.integers(0, 3)):
+        pairs["id"] = draw(IDS if clean else st.one_of(IDS, ODD_IDS))
+    if not delete or draw(st.booleans()):
+        for key in ("src", "dst"):
+            if clean or draw(st.integers(0, 9)):
+                pairs[key] = draw(IDS if clean else st.one_of(IDS, ODD_IDS))
+    for name, values in FIELDS.items():
+        if draw(st.booleans()):
+            pairs[name] = draw(values | st.none())
+    return pairs
+
+
+@st.composite
+def edge(draw: st.DrawFn, clean: bool) -> dict[str, Any]:
+    pairs: dict[str, Any] = {}
+    if draw(st.booleans()):
+        pairs["op"] = draw(st.sampled_from(["insert", "delete"]))
+    if draw(st.booleans()):
+        pairs["relation"] = draw(st.sampled_from(["e", "f", "r3"]))
+    for key in ("src", "dst"):
+        pairs[key] = draw(IDS if clean else st.one_of(IDS, ODD_IDS))
+    if not draw(st.integers(0, 5)):
+        pairs["extra"] = draw(FIELDS["note"])
+    if not clean and not draw(st.integers(0, 9)):
+        pairs["op"] = draw(st.sampled_from(["upsert", None, 1]))
+    if not clean and not draw(st.integers(0, 9)):
+        pairs["relation"] = draw(st.sampled_from(["bad name", None, 3, "login"]))
+    return pairs
+
+
+@st.composite
+def batch(draw: st.DrawFn) -> list[bytes]:
+    clean = draw(st.booleans())
+    kinds = draw(st.sampled_from(["events", "edges", "both"]))
+    one = {"events": event(clean), "edges": edge(clean), "both": event(clean) | edge(clean)}[kinds]
+    records = draw(st.lists(one, min_size=1, max_size=30))
+    out = []
+    for record in records:
+        keys = draw(st.permutations(list(record)))
+        ascii_only = draw(st.booleans())  # non-ASCII as UTF-8, or as \u escapes
+        text = json.dumps({k: record[k] for k in keys}, ensure_ascii=ascii_only)
+        out.append(text.encode("utf-8", "surrogatepass"))
+    if not draw(st.integers(0, 4)):
+        at = draw(st.integers(0, len(out) - 1))
+        out[at] = draw(
+            st.sampled_from(
+                [
+                    b'{"src": 1, "src": 2, "dst": 3}',
+                    b'{"src": 1, "dst": NaN}',
+                    b'{"src": 1, "dst": 2, "amount": Infinity}',
+                    b'\xef\xbb\xbf{"src": 1, "dst": 2}',
+                    b'{"src": 1, "dst": 2, "x": 1e400}',
+                    b'{"src": "\\ud800", "dst": 2}',
+                    b'{"src": "\xff", "dst": 2}',
+                    b'{"src": 1, "dst": 2} x',
+                    b'{"src": 1, "dst": 2}{"src": 3, "dst": 4}',
+                    b"",
+                    b"   ",
+                    b"[1, 2]",
+                    b"7",
+                    b'{"src": 1, "dst": 2, "tuple": [1, 2]}',
+                    b'{"relation": "r3", "tuple": [1, 2, 3]}',
+                    b'{"s\\u0072c": 1, "dst": 2}',
+                    b'{"src": 1, "dst": 2, "op": null}',
+                    b'{"src": null, "dst": 2}',
+                    b'{"src": 1, "dst": 2, "relation": null}',
+                    b'{"src": 1,\n "dst": 2}',
+                    b'{"src": 1, "dst": 2}\r',
+                ]
+            )
+        )
+    return out
+
+
+SPECS = st.sampled_from(
+    [
+        None,
+        {"transfer": {}, "login": {}},
+        {"transfer": {"amount": "number", "channel": "string"}, "login": {}},
+        {"transfer": {"ts": "string"}},
+        {"transfer": {"flag": "number"}},
+    ]
+)
+KNOWN = st.sampled_from([{}, {"e": 2}, {"e": 2, "r3": 3}, {"f": 1}])
+
+
+@settings(max_examples=600, deadline=None)
+@given(batch(), SPECS, KNOWN, st.sampled_from(["e", "transfer", "both"]))
+def test_the_fast_path_decodes_as_the_slow_path(
+    values: list[bytes], spec: Any, known: dict[str, int], default: str
+) -> None:
+    defaults: str | list[str] = default
+    if default == "both":
+        defaults = ["e" if i % 2 else "transfer" for i in range(len(values))]
+    both(values, spec, known, defaults)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(event(clean=True), min_size=1, max_size=30), st.data())
+def test_a_second_batch_reads_with_what_the_first_taught(
+    records: list[dict[str, Any]], data: st.DataObject
+) -> None:
+    """Kinds learned by one batch hold for the next (the same ``FieldTypes`` each way)."""
+    cut = data.draw(st.integers(0, len(records)))
+    values = [json.dumps(r).encode() for r in records]
+    spec = {"transfer": {}, "login": {}}
+    slow_types, fast_types = FieldTypes.of(spec), FieldTypes.of(spec)
+    slow_arities: dict[str, int] = {}
+    fast_arities: dict[str, int] = {}
+    for part in (values[:cut], values[cut:]):
+        if not part:
+            continue
+        slow = decode_records(
+            part, "e", identities, slow_types, slow_arities, 1 << 20, fast_path=False
+        )
+        fast = decode_records(part, "e", identities, fast_types, fast_arities, 1 << 20)
+        assert fast.errors == slow.errors
+        assert learned(fast_types) == learned(slow_types)
+        if not slow.errors:
+            same_decoded(slow, fast)
+
+
+def test_clean_batches_take_the_fast_path() -> None:
+    """Plain events and edge records are decoded by Arrow (else the tests above test little)."""
+    rng = np.random.default_rng(3)
+    events = [
+        orjson.dumps(
+            {
+                "op": "insert",
+                "relation": "transfer",
+                "id": f"tx-{i}",
+                "src": int(rng.integers(0, 50)),
+                "dst": f"acct-{rng.integers(0, 50)}",
+                "amount": float(rng.integers(0, 10**6)) / 100,
+                "ts": "2026-12-02T10:15:00.250+01:00" if i % 2 else 1_767_225_600_000 + i,
+                "channel": "wire" if i % 3 else None,
+            }
+        )
+        for i in range(500)
+    ]
+    deletes = [b'{"op":"delete","relation":"transfer","id":"tx-3"}']
+    edges = [orjson.dumps({"src": i, "dst": i + 1}) for i in range(500)]
+    spec = {"transfer": {}}
+    # Integer and text times in one column: Arrow refuses it, the slow path reads it.
+    assert not both(events, spec, {})
+    timed = [e.replace(b'"ts":"2026-12-02T10:15:00.250+01:00"', b'"ts":5') for e in events]
+    assert both(timed, spec, {})
+    texts = [e.replace(b'"ts":1767', b'"ts":"2026-12-02T10:15:00Z","x":1767') for e in events]
+    assert both(texts, spec, {})
+    named = [orjson.dumps({"src": i, "dst": f"acct-{i}"}) for i in range(500)]
+    assert both(timed + deletes + named, spec, {"e": 2})
+    # Integer and text ids in one column: refused too.
+    assert not both(timed + edges, spec, {})
+    assert both(edges, None, {})
+    assert not both([*edges, b'{"src": 1, "dst": 2, "op": "upsert"}'], None, {})
+    assert not both(edges, None, {"e": 3})  # another arity: the slow path's dead letters
+
+
+def test_time_like_strings_stay_strings_and_are_remembered() -> None:
+    """Arrow reads ``"2026-01-01"`` as a date: read again as text, and remembered."""
+    values = [
+        orjson.dumps({"id": i, "src": "2026-01-01", "dst": 1, "day": "2026-01-02"})
+        for i in range(5)
+    ]
+    types = FieldTypes.of({"e": {}})
+    found = decode_lines(b"\n".join(values), "e", identities, types, {})
+    assert found is not None
+    decoded = found[0]
+    assert decoded.events["e"].src.tolist() == ["2026-01-01"] * 5
+    assert decoded.events["e"].fields["day"].tolist() == ["2026-01-02"] * 5
+    assert types.types["e"] == {"day": "string"}
+    assert types.text_columns == {"src", "day"}
+    assert both(values, {"e": {}}, {})
