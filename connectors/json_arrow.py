@@ -108,7 +108,7 @@ def decode_lines(
     """The records of ``text`` (lines each holding one JSON object that starts the line; empty
     lines are not records) decoded as the per-record decoders decode them, and the line (from
     0) of each; None when a record is not valid or not plain enough for this path, or when
-    ``rows`` is given and is not the number of lines.
+    ``rows`` is given and is not the number of lines and of records.
 
     ``defaults`` is the relation of records that name none (a sequence: per record).
     ``identities`` is given line numbers. On success ``events`` and ``arities`` learn what the
@@ -116,8 +116,10 @@ def decode_lines(
     if b"\r" in text or not _utf8(text):
         return None
     starts, lines = _record_lines(text)
-    if lines is None or not lines.shape[0] or (rows is not None and rows != starts.shape[0]):
+    if lines is None or not lines.shape[0]:
         return None
+    if rows is not None and not rows == starts.shape[0] == lines.shape[0]:
+        return None  # a record per line, and no line empty
     table = _read(text, events)
     if table is None or table.num_rows != lines.shape[0]:
         return None  # (so every record line is one object: Arrow reads two on a line as two)

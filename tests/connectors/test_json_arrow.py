@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import orjson
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -43,7 +44,7 @@ def same_column(a: np.ndarray, b: np.ndarray) -> None:
 
 def same_decoded(slow: DecodedRecords, fast: DecodedRecords) -> None:
     same_column(slow.kept, fast.kept)
-    assert fast.errors == slow.errors == []
+    assert fast.errors == slow.errors
     assert list(fast.parts) == list(slow.parts)
     for name, part in slow.parts.items():
         mine = fast.parts[name]
@@ -82,18 +83,22 @@ def both(
     fast_arities = dict(known)
     text = b"\n".join(values)
     took = decode_lines(text, defaults, identities, fast_types, fast_arities, rows=len(values))
+    # Through decode_records, as the sources call it, whichever path it takes.
+    again_types = None if spec is None else FieldTypes.of(spec)
+    again_arities = dict(known)
+    via = decode_records(values, defaults, identities, again_types, again_arities, 1 << 20)
+    same_decoded(slow, via)
+    assert learned(again_types) == learned(slow_types)
+    assert again_arities == slow_arities
     if took is None:
         assert learned(fast_types) == (None if spec is None else learned(FieldTypes.of(spec)))
         assert fast_arities == known
         return False
+    assert slow.errors == []
     assert took[1].tolist() == list(range(len(values)))
     same_decoded(slow, took[0])
     assert learned(fast_types) == learned(slow_types)
     assert fast_arities == slow_arities
-    # and through decode_records, as the sources call it
-    again_types = None if spec is None else FieldTypes.of(spec)
-    via = decode_records(values, defaults, identities, again_types, dict(known), 1 << 20)
-    same_decoded(slow, via)
     return True
 
 
@@ -337,3 +342,46 @@ def test_time_like_strings_stay_strings_and_are_remembered() -> None:
     assert types.types["e"] == {"day": "string"}
     assert types.text_columns == {"src", "day"}
     assert both(values, {"e": {}}, {})
+
+
+#: One record that the fast path must leave to the slow one, in a batch it would take otherwise.
+REFUSED = [
+    b'{"src": "\xff", "dst": "b"}',  # invalid UTF-8 in an id
+    b'{"src": "a", "dst": "b", "note": "\xc0\x80"}',  # in a key the decoder never reads
+    b'{"src": "a", "dst": "b", "note": "\xed\xa0\x80"}',  # a surrogate, UTF-8 encoded
+    b"",  # an empty value: no line for Arrow
+    b'{"src": "a", "dst": "b"}{"src": "c", "dst": "d"}',
+    b'{"src": "a", "dst": "b", "x": NaN}',
+    b'{"src": "a", "dst": "b", "x": [Infinity]}',
+    b'\xef\xbb\xbf{"src": "a", "dst": "b"}',
+    b'{"src": "a", "dst": "b", "op": null}',
+    b'{"src": "a", "dst": "b", "\\u006fp": null}',
+    b'{"src": "a", "src": "c", "dst": "b"}',
+    b'{"src": "a", "dst": "b"}\r',
+    b'{"src": "a", "dst": "b", "tuple": ["a", "b"]}',
+]
+
+
+@pytest.mark.parametrize("odd", REFUSED)
+@pytest.mark.parametrize("at", [0, 1, 2])
+def test_a_record_arrow_would_misread_goes_the_slow_way(odd: bytes, at: int) -> None:
+    values = [b'{"src": "a", "dst": "b", "note": "n"}'] * 3
+    values[at] = odd
+    assert not both(values, None, {})
+    assert not both(values, None, {}, defaults=["e", "f", "e"])
+
+
+def test_a_blank_value_beside_two_objects_on_one_line_goes_the_slow_way() -> None:
+    """Arrow skips a line of spaces and reads two objects on one line as two records: the row
+    count alone would not see that each record moved a line."""
+    pair = b'{"src": "a", "dst": "b"}{"src": "c", "dst": "d"}'
+    assert not both([b"   ", pair], None, {})
+    assert not both([pair, b" \t "], None, {})
+
+
+@pytest.mark.parametrize("ts", [b"1e300", b"-4e14", b"315576000000001"])
+def test_a_time_beyond_ten_thousand_years_goes_the_slow_way(ts: bytes) -> None:
+    record = b'{"relation": "transfer", "src": 1, "dst": 2, "ts": %s}'
+    values = [record % b"5", record % ts, record % b"7"]
+    assert not both(values, {"transfer": {}}, {})
+    assert both([record % b"5", record % b"315576000000000"], {"transfer": {}}, {})
