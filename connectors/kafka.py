@@ -26,15 +26,20 @@ from connectors.kafka_records import (
 from core.records import UpdateBatch
 
 CONSUMER_DEFAULTS: dict[str, object] = {
-    "queued.min.messages": 1_000_000,
     "fetch.queue.backoff.ms": 10,
+    "queued.min.messages": 100_000,
+    "queued.max.messages.kbytes": 16_384,
 }
 """librdkafka settings of the consumers that read the input (the service's and a scale-out
-worker's), each overridden by the same key in ``SGM_KAFKA``: once a partition's pre-fetch queue
-holds ``queued.min.messages`` (librdkafka's default: 100,000), its fetcher backs off for
-``fetch.queue.backoff.ms`` (default: a second), and ``consume`` then waits for records the
-broker already has (README, *Input throughput and consumer settings*). The queue's memory stays
-bounded by ``queued.max.messages.kbytes`` (64 MiB)."""
+worker's), each overridden by the same key in ``SGM_KAFKA``. The pre-fetch queue (one for all
+of a consumer's partitions) stops fetching once it holds ``queued.min.messages`` records or
+``queued.max.messages.kbytes`` KiB of values, and its fetcher then backs off for
+``fetch.queue.backoff.ms``: librdkafka's second made ``consume`` wait for records the broker
+already had, 10 ms does not. The two limits bound the queue's memory whatever the records' size
+(a queued record holds ~350 bytes beside its value): 53-56 MiB resident with the queue full,
+against 282-357 MiB with the 1,000,000 records and 64 MiB of before, while the bare consumer
+reads as fast or faster (README, *Input throughput and consumer settings*; bench/NOTES.md,
+*Kafka input ceiling*)."""
 
 #: How long one ``consume`` waits while the consumer holds no partition: an assignment arrives
 #: inside ``consume``, which then went on waiting for the first records (up to half a second),
