@@ -32,11 +32,12 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
+from connectors.arrow_records import DecodedRecords
 from connectors.batch_ids import MISSING, checked_ids, narrow
 from connectors.event_batch import Identities, decode_events
 from connectors.events import FieldTypes
 from connectors.formats import is_relation_name, parse_json_record
-from connectors.json_arrow import DecodedRecords, decode_lines
+from connectors.json_arrow import decode_lines
 from core.errors import InputError, arity_message
 from core.records import RelationUpdates, VertexId, id_column
 

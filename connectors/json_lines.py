@@ -17,9 +17,10 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from connectors.arrow_records import DecodedRecords
 from connectors.events import FieldTypes
 from connectors.formats import is_comment
-from connectors.json_arrow import DecodedRecords, decode_lines
+from connectors.json_arrow import decode_lines
 from connectors.json_batch import decode_records
 from connectors.streams import split_lines
 from core.errors import InputError

@@ -22,8 +22,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from connectors.arrow_records import DecodedRecords
 from connectors.events import FieldTypes
-from connectors.json_arrow import DecodedRecords, decode_lines
+from connectors.json_arrow import decode_lines
 from connectors.json_batch import decode_records
 from core.records import INT64_MAX, INT64_MIN
 
@@ -385,3 +386,19 @@ def test_a_time_beyond_ten_thousand_years_goes_the_slow_way(ts: bytes) -> None:
     values = [record % b"5", record % ts, record % b"7"]
     assert not both(values, {"transfer": {}}, {})
     assert both([record % b"5", record % b"315576000000000"], {"transfer": {}}, {})
+
+
+def test_fields_that_first_appear_together_keep_their_record_order() -> None:
+    """``b`` is a column before ``a`` (an earlier record names it, null), but both first hold a
+    value in the second record, where ``a`` comes first: the per-record decoder learns ``a``
+    first."""
+    values = [
+        b'{"relation": "t", "src": 1, "dst": 2, "b": null}',
+        b'{"relation": "t", "src": 1, "dst": 2, "a": 1, "c": "x", "b": 2}',
+    ]
+    types = FieldTypes.of({"t": {}})
+    found = decode_lines(b"\n".join(values), "e", identities, types, {}, rows=2)
+    assert found is not None
+    assert list(found[0].events["t"].fields) == ["a", "c", "b"]
+    assert list(types.types["t"]) == ["a", "c", "b"]
+    assert both(values, {"t": {}}, {})
