@@ -195,44 +195,34 @@ def quoted(column: npt.NDArray[np.bytes_]) -> Piece:
 
 
 def _numbers(column: npt.NDArray[np.float64]) -> Piece:
-    """Numbers as ``orjson`` writes them, integral ones (below 2**53) as integers."""
+    """Numbers as ``orjson`` writes them, integral ones (below 2**53) as integers. With the
+    compiled assembly every row's text is written once into one flat buffer, whose one shared
+    row each row reads its run of; else a matrix beside the integers' (as they are written)."""
     has = ~np.isnan(column)
     integral = has & (np.floor(column) == column) & (np.abs(column) < EXACT)
     whole = where(integers(np.where(integral, column, 0).astype(np.int64)), integral)
     rest = has & ~integral
     if not rest.any():
         return whole
-    if json_place.COMPILED:
-        return _numbers_placed(column, integral, rest, whole)
-    text = orjson.dumps(column[rest], option=_NUMPY)[1:-1]
-    fraction = _elements(np.frombuffer(text, np.uint8), int(rest.sum()))
-    cells = np.zeros((column.shape[0], fraction.width), np.uint8)
-    mask = np.zeros(cells.shape, np.bool_)
-    cells[rest] = fraction.cells
-    mask[rest] = _mask(fraction, fraction.cells.shape[0])
-    return _side_by_side([whole, Piece(cells, mask)], column.shape[0])
-
-
-def _numbers_placed(
-    column: npt.NDArray[np.float64],
-    integral: npt.NDArray[np.bool_],
-    rest: npt.NDArray[np.bool_],
-    whole: Piece,
-) -> Piece:
-    """The compiled assembly's numbers: every row's text written once into one flat buffer
-    (integers by their digits, the others as ``orjson`` writes the array, cut at its commas),
-    a piece whose one shared row each row reads its run of."""
-    assert whole.ints is not None and whole.lengths is not None
     text = np.frombuffer(orjson.dumps(column[rest], option=_NUMPY), np.uint8)[1:-1]
     commas = np.flatnonzero(text == ord(","))  # a number's text holds no comma
     begins = np.concatenate([[0], commas + 1])
+    ends = np.append(commas, text.shape[0])
+    rows = column.shape[0]
+    if not json_place.COMPILED:
+        fraction = _gather(text, begins, ends - begins)
+        cells = np.zeros((rows, fraction.width), np.uint8)
+        mask = np.zeros(cells.shape, np.bool_)
+        cells[rest] = fraction.cells
+        mask[rest] = _mask(fraction, fraction.cells.shape[0])
+        return _side_by_side([whole, Piece(cells, mask)], rows)
+    assert whole.ints is not None and whole.lengths is not None
     lengths = whole.lengths.copy()
-    lengths[rest] = np.append(commas, text.shape[0]) - begins
-    runs = np.zeros(column.shape[0], np.int64)
+    lengths[rest] = ends - begins
+    runs = np.zeros(rows, np.int64)
     runs[rest] = begins
     starts = np.cumsum(lengths) - lengths
     flat = np.empty(int(starts[-1] + lengths[-1]), np.uint8)
-    rows = column.shape[0]
     json_place.place_integers(flat, starts.copy(), 0, rows, whole.ints, whole.lengths)
     json_place.place_flat(flat, starts.copy(), 0, rows, text, runs, lengths * rest)
     return Piece(flat.reshape(1, -1), None, lengths, starts)
