@@ -39,6 +39,9 @@ CLUSTER = Path(__file__).resolve().parent / "cluster.md"
 KAFKA_OUTPUT = Path(__file__).resolve().parent / "kafka_output.md"
 CONSOLIDATION = Path(__file__).resolve().parent / "consolidation.md"
 PAYMENTS = Path(__file__).resolve().parent / "payments.md"
+#: The reports of ``bench.timed_payments`` and ``bench.decoding``, carried after the events'.
+TIMED = Path(__file__).resolve().parent / "timed_payments.md"
+DECODING = Path(__file__).resolve().parent / "decoding.md"
 
 
 def parse_count(text: str) -> int:
@@ -288,6 +291,12 @@ def main(argv: list[str] | None = None) -> int:
     cluster = CLUSTER.read_text() if CLUSTER.exists() else None
     if cluster and CONSOLIDATION.exists():
         cluster += "\n" + CONSOLIDATION.read_text().replace("# ", "### ", 1)
+    carried = [
+        (f"### {title} (bench/{path.name})\n\n", path.read_text().split("\n", 1)[1].lstrip())
+        for title, path in (("Event time", TIMED), ("Decoding alone", DECODING))
+        if path.exists()
+    ]
+    notes = "".join(head + text + "\n" for head, text in carried) + notes
     if PAYMENTS.exists():
         notes = "### Events (bench/payments.md)\n\n" + PAYMENTS.read_text() + "\n" + notes
     out_dir = args.out.resolve().parent
