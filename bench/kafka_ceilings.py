@@ -5,7 +5,7 @@ and on the same cores as the service, so that ``serve``'s figures can be read as
 - *consumer*: a consumer configured as the service's (``read_committed``, no offsets committed
   or stored by the client, :data:`~connectors.kafka.CONSUMER_DEFAULTS`, the service's garbage
   collector thresholds) assigned every partition of the input topic from its start, calling
-  ``consume(num_messages=10_000)`` as the service does until it has every record (a call's
+  ``consume(num_messages=CONSUME)`` as the service does until it has every record (a call's
   messages freed when the next call's replace them); nothing is decoded. Each pass starts with a
   stall (the first fetch, or after a seek back to the start the fetch already waiting at the end
   of the log, ``fetch.wait.max.ms``), so the clock of a pass starts once its first messages are
@@ -29,11 +29,11 @@ from dataclasses import dataclass
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from bench.kafka_output import ceiling
-from connectors.kafka import with_consumer_defaults
+from connectors.kafka import CONSUME_BATCH, with_consumer_defaults
 from monitor.service.serve import COLLECTOR_THRESHOLDS
 
 #: Messages per ``consume`` call, as :class:`connectors.kafka.KafkaSource` asks.
-CONSUME = 10_000
+CONSUME = CONSUME_BATCH
 
 
 #: The keys :class:`connectors.kafka.KafkaSource` sets itself: no offsets committed or stored

@@ -41,6 +41,11 @@ against 282-357 MiB with the 1,000,000 records and 64 MiB of before, while the b
 reads as fast or faster (README, *Input throughput and consumer settings*; bench/NOTES.md,
 *Kafka input ceiling*)."""
 
+#: Messages asked of one ``consume``: the poll takes their columns after each call, while the
+#: ``Message`` objects are still in the cache. 10,000 a call cost 0.73-0.76 us of the main
+#: thread per record, 1,000 cost 0.52-0.63 (bench/NOTES.md, *Kafka input ceiling*).
+CONSUME_BATCH = 1_000
+
 #: How long one ``consume`` waits while the consumer holds no partition: an assignment arrives
 #: inside ``consume``, which then went on waiting for the first records (up to half a second),
 #: only for :meth:`KafkaSource.poll` to give them back so that the caller sees the assignment
@@ -179,7 +184,7 @@ class KafkaSource:
             wanted = max_updates - decoded - len(pending)
             wait = 0.5 if self._holding else UNASSIGNED_WAIT
             messages = self.consumer.consume(
-                num_messages=min(10_000, wanted), timeout=min(remaining, wait)
+                num_messages=min(CONSUME_BATCH, wanted), timeout=min(remaining, wait)
             )
             if self._rebalanced:
                 self._give_back(
