@@ -17,7 +17,7 @@ relation's first record, fields in the order the per-record decoder meets them.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -27,6 +27,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from connectors.event_batch import Identities
 from connectors.events import MAX_FIELD_LENGTH, RESERVED, FieldTypes
 from connectors.formats import MAX_ID_LENGTH, is_relation_name
 from core.fields import absent_column
@@ -34,8 +35,6 @@ from core.records import EventUpdates, RelationUpdates, UpdateBatch
 from core.time_columns import parse_time_texts
 from core.times import TIME_FIELD, parse_time
 
-#: Given records' lines, the identities of their events when they have no ``id`` (positions).
-Identities = Callable[[Sequence[int]], list[str]]
 #: The keys whose null (missing) has a meaning of its own.
 _KEYED = ("op", "relation", "id", "src", "dst")
 _KEYED_NULL = re.compile(rb'"(?:op|relation|id|src|dst)"\s*:\s*null')

@@ -41,7 +41,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
-from connectors.arrow_records import DecodedRecords, Identities, Refused, TableDecoder
+from connectors.arrow_records import DecodedRecords, Refused, TableDecoder
+from connectors.event_batch import Identities
 from connectors.events import FieldTypes
 
 _MIN_BLOCK = 1 << 20
@@ -54,11 +55,12 @@ def decode_lines(
     events: FieldTypes | None,
     arities: dict[str, int],
     rows: int | None = None,
-) -> tuple[DecodedRecords, npt.NDArray[np.intp]] | None:
+) -> tuple[DecodedRecords, npt.NDArray[np.intp], int] | None:
     """The records of ``text`` (lines each holding one JSON object that starts the line; empty
-    lines are not records) decoded as the per-record decoders decode them, and the line (from
-    0) of each; None when a record is not valid or not plain enough for this path, or when
-    ``rows`` is given and is not the number of lines and of records.
+    lines are not records) decoded as the per-record decoders decode them, the line (from 0)
+    of each, and how many lines the text has; None when a record is not valid or not plain
+    enough for this path, or when ``rows`` is given and is not the number of lines and of
+    records.
 
     ``defaults`` is the relation of records that name none (a sequence: per record).
     ``identities`` is given line numbers. On success ``events`` and ``arities`` learn what the
@@ -75,7 +77,7 @@ def decode_lines(
         return None  # (so every record line is one object: Arrow reads two on a line as two)
     try:
         decoder = TableDecoder(table, text, starts[lines], lines, defaults, identities, events)
-        return decoder.decode(arities), lines
+        return decoder.decode(arities), lines, int(starts.shape[0])
     except Refused:
         return None
 

@@ -63,11 +63,11 @@ class JsonLines:
         known = {name: arity for name, (arity, _) in self.arities.items()}
         fast = decode_lines(block, self.default_relation, positions, self.events, known)
         if fast is not None:
-            decoded, lines = fast
+            decoded, lines, count = fast
             for name, part in decoded.parts.items():
                 if name not in self.arities:
                     self.arities[name] = (2, positions([int(lines[part.seq[0]])])[0])
-            return JsonBlock(decoded.batch(first_seq), block.count(b"\n"))
+            return JsonBlock(decoded.batch(first_seq), count)
         return self._slowly(split_lines(block), base_line, first_seq)
 
     def _slowly(self, lines: list[bytes], base_line: int, first_seq: int) -> JsonBlock:
