@@ -1,7 +1,9 @@
 """Whole-batch decoding of JSON records: many record values into columns, one error per bad one.
 
-A batch of record values (Kafka message values) is parsed by ``orjson`` inside one ``map`` (a C
-call per value, no Python frame; a value that is not JSON costs one caught exception). The
+A batch of record values (Kafka message values) is first offered, as one text of a line each,
+to the fast path (:mod:`connectors.json_arrow`: pyarrow's JSON reader, the columns checked at
+once), which takes every batch whose records it can decode exactly. The others are parsed by
+``orjson`` inside one ``map`` (a C call per value, no Python frame; a value that is not JSON costs one caught exception). The
 decoded objects are then checked a column at a time: ``op``, ``relation``, ``src`` and ``dst``
 are pulled out by one list comprehension each, and the set of their types decides the whole
 column at once (:mod:`connectors.batch_ids`); only a mixed column is checked value by value.
@@ -17,8 +19,9 @@ tuple's, learned for the batches after. A tuple of another length is a bad recor
 file (the lengths are checked at once, one message per relation and wrong length).
 
 The Kafka source and the scale-out workers decode through here
-(:func:`connectors.kafka_records.decode_messages`); the file source still decodes JSON Lines a
-line at a time.
+(:func:`connectors.kafka_records.decode_messages`), and so does the file source for a block
+of JSON Lines the fast path does not take (:mod:`connectors.json_lines`, with ``origins`` for
+its ``(since path:line)`` messages).
 """
 
 from __future__ import annotations
