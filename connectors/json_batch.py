@@ -1,16 +1,16 @@
 """Whole-batch decoding of JSON records: many record values into columns, one error per bad one.
 
-A batch of record values (Kafka message values) is first offered, as one text of a line each,
-to the fast path (:mod:`connectors.json_arrow`: pyarrow's JSON reader, the columns checked at
+A batch of record values (Kafka message values) is first offered, as one text of a line each, to
+the fast path (:mod:`connectors.json_arrow`: pyarrow's JSON reader, the columns checked at
 once), which takes every batch whose records it can decode exactly. The others are parsed by
-``orjson`` inside one ``map`` (a C call per value, no Python frame; a value that is not JSON costs one caught exception). The
-decoded objects are then checked a column at a time: ``op``, ``relation``, ``src`` and ``dst``
-are pulled out by one list comprehension each, and the set of their types decides the whole
-column at once (:mod:`connectors.batch_ids`); only a mixed column is checked value by value.
-Records the batch rules do not accept go through the per-record decoder
-(:func:`~connectors.formats.parse_json_record`), which also writes every error message; records
-of event relations are decoded by :mod:`connectors.event_batch`. So a batch decodes to exactly
-what the per-record decoders give record by record, in the same order
+``orjson`` inside one ``map`` (a C call per value, no Python frame; a value that is not JSON
+costs one caught exception). The decoded objects are then checked a column at a time: ``op``,
+``relation``, ``src`` and ``dst`` are pulled out by one list comprehension each, and the set of
+their types decides the whole column at once (:mod:`connectors.batch_ids`); only a mixed column
+is checked value by value. Records the batch rules do not accept go through the per-record
+decoder (:func:`~connectors.formats.parse_json_record`), which also writes every error message;
+records of event relations are decoded by :mod:`connectors.event_batch`. So a batch decodes to
+exactly what the per-record decoders give record by record, in the same order
 (``tests/connectors/test_kafka_records.py`` holds it to the per-record Kafka decoding on random
 batches).
 
