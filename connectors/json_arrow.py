@@ -18,7 +18,8 @@ What Arrow reads differently from ``orjson``, and how each is kept out:
   character in a string, text after the object: Arrow refuses the batch (so does ``orjson``
   the record), and the slow path runs; ``NaN``, ``Infinity`` (found in the double columns)
   and a byte-order mark, which Arrow takes and ``orjson`` refuses, send a batch that holds
-  them to the slow path;
+  them to the slow path, and so does a -0.0 (Arrow reads the integer ``-0`` as one where a
+  column holds fractions too);
 - a missing key and an explicit ``null`` are both a null: a null in ``op``, ``relation``,
   ``id``, ``src`` or ``dst`` is read as missing only when the text holds no such key followed
   by ``null`` (and no ``\\u`` escape, which could spell the key);
@@ -44,6 +45,7 @@ import pyarrow.json as pj
 from connectors.arrow_records import DecodedRecords, Refused, TableDecoder
 from connectors.event_batch import Identities
 from connectors.events import FieldTypes
+from connectors.json_scan import read_table
 
 _MIN_BLOCK = 1 << 20
 
@@ -55,6 +57,8 @@ def decode_lines(
     events: FieldTypes | None,
     arities: dict[str, int],
     rows: int | None = None,
+    *,
+    scan: bool = True,
 ) -> tuple[DecodedRecords, npt.NDArray[np.intp], int] | None:
     """The records of ``text`` (lines each holding one JSON object that starts the line; empty
     lines are not records) decoded as the per-record decoders decode them, the line (from 0)
@@ -62,17 +66,22 @@ def decode_lines(
     enough for this path, or when ``rows`` is given and is not the number of lines and of
     records.
 
+    The compiled scanner (:mod:`connectors.json_scan`) reads the text where it can
+    (``scan``), pyarrow's reader where it cannot.
+
     ``defaults`` is the relation of records that name none (a sequence: per record).
     ``identities`` is given line numbers. On success ``events`` and ``arities`` learn what the
     records teach (new fields' kinds, relations' arities); on None nothing is learned."""
     if b"\r" in text or not _utf8(text):
         return None
-    starts, lines = _record_lines(text)
+    starts, ends, lines = _record_lines(text)
     if lines is None or not lines.shape[0]:
         return None
     if rows is not None and not rows == starts.shape[0] == lines.shape[0]:
         return None  # a record per line, and no line empty
-    table = _read(text, events)
+    table = read_table(text, starts[lines], ends[lines]) if scan else None
+    if table is None:
+        table = _read(text, events)
     if table is None or table.num_rows != lines.shape[0]:
         return None  # (so every record line is one object: Arrow reads two on a line as two)
     try:
@@ -84,9 +93,10 @@ def decode_lines(
 
 def _record_lines(
     text: bytes,
-) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp] | None]:
-    """Where each line of ``text`` starts, and which lines are records (None when a line is
-    neither empty nor starts with ``{``: a comment, a blank line of spaces, a stray value)."""
+) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp], npt.NDArray[np.intp] | None]:
+    """Where each line of ``text`` starts and ends, and which lines are records (None when a
+    line is neither empty nor starts with ``{``: a comment, a blank line of spaces, a stray
+    value)."""
     data = np.frombuffer(text, np.uint8)
     breaks = np.flatnonzero(data == 10)
     end = len(text)
@@ -96,8 +106,8 @@ def _record_lines(
     ends = np.append(breaks, end)
     full = starts < ends
     if not (data[starts[full]] == ord("{")).all():
-        return starts, None
-    return starts, np.flatnonzero(full)
+        return starts, ends, None
+    return starts, ends, np.flatnonzero(full)
 
 
 def _utf8(text: bytes) -> bool:
@@ -136,10 +146,14 @@ def _read(text: bytes, events: FieldTypes | None) -> pa.Table | None:
 
 def _finite(table: pa.Table, text: bytes) -> bool:
     """Whether the table holds no ``NaN`` or ``Infinity`` (literals Arrow reads and ``orjson``
-    refuses; a number beyond a double Arrow refuses itself)."""
+    refuses; a number beyond a double Arrow refuses itself) and no -0.0 (which Arrow also
+    makes of the integer ``-0`` in a column of doubles, where ``orjson`` reads 0)."""
     for column, kind in zip(table.columns, table.schema.types, strict=True):
         if kind == pa.float64():
             if column.null_count < len(column) and not pc.all(pc.is_finite(column)).as_py():
+                return False
+            values = column.to_numpy(zero_copy_only=False)
+            if np.signbit(values[values == 0]).any():
                 return False
         elif pa.types.is_nested(kind) and (b"NaN" in text or b"Infinity" in text):
             return False
