@@ -233,6 +233,8 @@ def same_column(a: np.ndarray, b: np.ndarray) -> None:
     assert a.dtype == b.dtype
     if a.dtype.kind == "f":
         assert np.array_equal(a, b, equal_nan=True)
+        zero = a == 0  # (and -0.0 is not 0.0: it prints as -0.0)
+        assert np.array_equal(np.signbit(a[zero]), np.signbit(b[zero]))
     else:
         assert [(type(v), v) for v in a.tolist()] == [(type(v), v) for v in b.tolist()]
 
