@@ -6,12 +6,14 @@ The event-time benchmark's payments stream (:mod:`bench.timed_stream`, JSON Line
 
 - **file source**: :class:`~connectors.files.EdgeFileSource` reading the file into batches of
   10,000 events (``transfer`` an event relation, as a query over it makes it), with the block
-  decoder (pyarrow's JSON reader, :mod:`connectors.json_lines`) and, in the same run, with the
-  per-line decoder the product had before (``fast_path=False``, the baseline);
+  decoder (:mod:`connectors.json_lines`) reading the text with the compiled scanner
+  (:mod:`connectors.json_scan`, the product's reader) and with pyarrow's JSON reader alone, and
+  with the per-line decoder the product had before (``fast_path=False``, the baseline), all in
+  the same run;
 - **Kafka records**: the same lines as record values, :func:`~connectors.json_batch.decode_records`
-  a poll of 10,000 at a time (as ``serve`` decodes them after ``consume``), fast path on and off
-  (off: ``orjson`` per record and the column rules of :mod:`connectors.json_batch`, the decoder
-  of issue #14);
+  a poll of 10,000 at a time (as ``serve`` decodes them after ``consume``), the same three ways
+  (before: ``orjson`` per record and the column rules of :mod:`connectors.json_batch`, the
+  decoder of issue #14);
 - **memory**: for one batch of 10,000, the peak of what decoding allocates (Python objects and
   numpy arrays by ``tracemalloc``, Arrow's buffers by its memory pool) against the bytes of the
   columns it hands on (ids, pairs, fields; string ids counted as their Python objects).
@@ -26,7 +28,8 @@ import os
 import sys
 import time
 import tracemalloc
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +37,7 @@ import pyarrow as pa
 
 from bench.timed_payments import write_stream
 from bench.timed_stream import json_lines, timed_payments
-from connectors import json_arrow
+from connectors import json_arrow, json_scan
 from connectors.events import FieldTypes
 from connectors.files import EdgeFileSource
 from connectors.json_batch import decode_records
@@ -59,25 +62,46 @@ def best_cpu(run: Callable[[], int], repeat: int) -> tuple[float, int]:
     return best, counted
 
 
-def file_source(path: Path, fast: bool) -> Callable[[], int]:
+#: The decoders compared: (fast path, compiled scanner).
+DECODERS = {"before": (False, False), "pyarrow": (True, False), "scanner": (True, True)}
+
+
+@contextmanager
+def reading(decoder: str) -> Iterator[None]:
+    """``decoder``'s reader switched on (the scanner, or pyarrow's alone)."""
+    was = json_scan.COMPILED
+    json_scan.COMPILED = DECODERS[decoder][1] and was
+    try:
+        yield
+    finally:
+        json_scan.COMPILED = was
+
+
+def file_source(path: Path, decoder: str) -> Callable[[], int]:
+    fast = DECODERS[decoder][0]
+
     def run() -> int:
         types = FieldTypes.of({"transfer": {}})
         source = EdgeFileSource(str(path), events=types, fast_path=fast)
-        return sum(batch.count for batch in source.batches(BATCH))
+        with reading(decoder):
+            return sum(batch.count for batch in source.batches(BATCH))
 
     return run
 
 
-def kafka_polls(values: list[bytes], fast: bool) -> Callable[[], int]:
+def kafka_polls(values: list[bytes], decoder: str) -> Callable[[], int]:
+    fast = DECODERS[decoder][0]
+
     def run() -> int:
         types = FieldTypes.of({"transfer": {}})
         arities: dict[str, int] = {}
         count = 0
-        for lo in range(0, len(values), BATCH):
-            decoded = decode_records(
-                values[lo : lo + BATCH], "e", positions, types, arities, 1 << 20, fast_path=fast
-            )
-            count += int(decoded.kept.sum())
+        with reading(decoder):
+            for lo in range(0, len(values), BATCH):
+                decoded = decode_records(
+                    values[lo : lo + BATCH], "e", positions, types, arities, 1 << 20, fast_path=fast
+                )
+                count += int(decoded.kept.sum())
         return count
 
     return run
@@ -100,11 +124,15 @@ def column_bytes(events: EventUpdates) -> int:
     return total
 
 
-def memory(values: list[bytes], fast: bool) -> dict[str, float]:
-    """Peak bytes allocated while one batch is decoded, and its columns' bytes."""
+def memory(values: list[bytes], decoder: str) -> dict[str, float]:
+    """Peak bytes allocated while one batch is decoded, and its columns' bytes (the
+    scanner's working arrays, which it keeps for the next batch, counted as allocated)."""
+    fast = DECODERS[decoder][0]
     pool = pa.default_memory_pool()
     types = FieldTypes.of({"transfer": {}})
-    decode_records(values, "e", positions, types, {}, 1 << 20, fast_path=fast)  # warm
+    with reading(decoder):
+        decode_records(values, "e", positions, types, {}, 1 << 20, fast_path=fast)  # warm
+    json_scan.forget()
     arrow_before = pool.bytes_allocated()
     held: list[int] = [0]
     parse = json_arrow._parse
@@ -117,7 +145,8 @@ def memory(values: list[bytes], fast: bool) -> dict[str, float]:
     json_arrow._parse = measured
     tracemalloc.start()
     try:
-        decoded = decode_records(values, "e", positions, types, {}, 1 << 20, fast_path=fast)
+        with reading(decoder):
+            decoded = decode_records(values, "e", positions, types, {}, 1 << 20, fast_path=fast)
         _, python_peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -145,30 +174,41 @@ def report(figures: dict[str, Any]) -> str:
         f"record), batches of {BATCH:,}; CPU seconds of one process, best of "
         f"{figures['repeat']}; load average {figures['load']}. *Before* is the decoder the "
         "product had (per line in files; `orjson` per record and column rules for Kafka "
-        "polls), measured in the same run.",
+        "polls); *pyarrow* is the batch decoder reading the text with pyarrow's JSON reader "
+        "alone; *scanner* reads it with the compiled scanner (`connectors/json_scan.py`), "
+        "the product's default. All measured in the same run.",
         "",
-        "| path | records/s before | records/s now | speed-up |",
-        "|---|---|---|---|",
+        "| path | records/s before | records/s, pyarrow | records/s, scanner | speed-up |",
+        "|---|---|---|---|---|",
     ]
     for name in ("file source", "Kafka records"):
-        before, now = figures[name]
-        lines.append(f"| {name} | {n / before:,.0f} | **{n / now:,.0f}** | {before / now:.1f}x |")
-    memory_now, memory_before = figures["memory"], figures["memory_before"]
+        before, arrow, now = (figures[name][decoder] for decoder in DECODERS)
+        lines.append(
+            f"| {name} | {n / before:,.0f} | {n / arrow:,.0f} | **{n / now:,.0f}** | "
+            f"{before / now:.1f}x |"
+        )
+    memory = figures["memory"]
+    now = memory["scanner"]
     lines += [
         "",
-        f"Memory of one batch of {BATCH:,} (its text {memory_now['text'] / 2**20:.2f} MiB, "
-        f"its columns {memory_now['columns'] / 2**20:.2f} MiB, string ids counted as their "
-        "Python objects):",
+        f"Memory of one batch of {BATCH:,} (its text {now['text'] / 2**20:.2f} MiB, "
+        f"its columns {now['columns'] / 2**20:.2f} MiB, string ids counted as their "
+        "Python objects; the scanner's working arrays, kept for the next batch, counted):",
         "",
-        "| decoder | peak Python and numpy | Arrow's table | (peak + table) / columns |",
+        "| decoder | peak Python and numpy | Arrow's pool | (peak + pool) / columns |",
         "|---|---|---|---|",
-        f"| now | {memory_now['python_peak'] / 2**20:.2f} MiB | "
-        f"{memory_now['arrow_peak'] / 2**20:.2f} MiB | **{memory_now['ratio']:.1f}x** |",
-        f"| before | {memory_before['python_peak'] / 2**20:.2f} MiB | - | "
-        f"{memory_before['ratio']:.1f}x |",
+    ]
+    for decoder in ("scanner", "pyarrow", "before"):
+        used = memory[decoder]
+        pool = f"{used['arrow_peak'] / 2**20:.2f} MiB" if decoder == "pyarrow" else "-"
+        lines.append(
+            f"| {decoder} | {used['python_peak'] / 2**20:.2f} MiB | {pool} | "
+            f"**{used['ratio']:.1f}x** |"
+        )
+    lines += [
         "",
         "Arrow's buffers are freed with the batch (bytes still held by its pool after it: "
-        f"{memory_now['arrow_after']:,}); no list of dicts is made on the fast path.",
+        f"{memory['pyarrow']['arrow_after']:,}); no list of dicts is made on the fast path.",
     ]
     return "\n".join(lines) + "\n"
 
@@ -195,16 +235,15 @@ def main() -> int:
         ("file source", file_source, path),
         ("Kafka records", kafka_polls, values),
     ):
-        before, counted_before = best_cpu(make(data, False), 1)
-        now, counted = best_cpu(make(data, True), args.repeat)
-        if counted != counted_before or counted != len(values):
-            raise SystemExit(f"{name}: {counted} events now, {counted_before} before")
-        figures[name] = (before, now)
-        print(
-            f"{name}: {len(values) / before:,.0f} -> {len(values) / now:,.0f} records/s", flush=True
-        )
-    figures["memory"] = memory(values[:BATCH], True)
-    figures["memory_before"] = memory(values[:BATCH], False)
+        figures[name] = {}
+        for decoder in DECODERS:
+            repeat = 1 if decoder == "before" else args.repeat
+            seconds, counted = best_cpu(make(data, decoder), repeat)
+            if counted != len(values):
+                raise SystemExit(f"{name}, {decoder}: {counted} events of {len(values)}")
+            figures[name][decoder] = seconds
+            print(f"{name}, {decoder}: {len(values) / seconds:,.0f} records/s", flush=True)
+    figures["memory"] = {decoder: memory(values[:BATCH], decoder) for decoder in DECODERS}
     text = report(figures)
     args.out.write_text(text)
     print(text)
