@@ -46,6 +46,10 @@ _TAKEN, _REFUSED, _WIDER = 0, 1, 2
 _WIDTH = 16
 _MAX_WIDTH = 64
 
+#: The working arrays grow by this many values, or records, at a time.
+_GRAIN = 1 << 14
+_ROWS = 1 << 10
+
 _POWERS = np.array([10.0**k for k in range(23)])
 
 if AVAILABLE:
@@ -139,8 +143,9 @@ if AVAILABLE:
         return i, 5, 0, -value if negative else value
 
     @njit(cache=True, nogil=True, error_model="numpy")
-    def _scan(data, starts, ends, slots, kinds, values, doubles, stops, keys, seen, powers):  # type: ignore[no-untyped-def]
-        """Each record's values: ``slots[r, k]`` the value of key ``k`` (-1: none), each
+    def _scan(data, starts, ends, firsts, slots, kinds, values, doubles, stops, keys, seen, powers):  # type: ignore[no-untyped-def]
+        """Each record's values: ``firsts[r] + slots[r, k]`` the value of key ``k`` (``slots``
+        -1: none; a record has at most ``width`` values, which its byte counts), each
         value's kind, integer (a string's start), double and a string's end; ``keys`` the
         distinct keys' starts and ends, ``seen`` the kinds of each (bits). The text holds no
         backslash and no control byte but newlines, so a string is every byte to the next
@@ -153,6 +158,7 @@ if AVAILABLE:
         known, pair = 0, 0
         for r in range(starts.shape[0]):
             i, end = _blank(data, starts[r] + 1, ends[r]), ends[r]  # (after its "{")
+            firsts[r] = pair
             for k in range(known):
                 slots[r, k] = -1
             place = 0
@@ -207,7 +213,10 @@ if AVAILABLE:
                         i, kind, integer, double = _number(data, i, end, powers)
                         if kind == 0:
                             return 1, known
-                        values[pair], doubles[pair] = integer, double
+                        if kind == 4:  # (``doubles`` may share ``values``' bytes)
+                            values[pair] = integer
+                        else:
+                            doubles[pair] = double
                     elif byte == 116 and _literal(data, i, end, true):
                         kind = 3
                         i += 4
@@ -221,7 +230,7 @@ if AVAILABLE:
                         return 1, known  # an object, an array, NaN, anything else
                     kinds[pair] = kind
                     seen[key] |= 1 << kind
-                    slots[r, key] = pair
+                    slots[r, key] = pair - firsts[r]
                     pair += 1
                     i = _blank(data, i, end)
                     if i < end and data[i] == 44:
@@ -247,12 +256,12 @@ if AVAILABLE:
         return odd, colons
 
     @njit(cache=True, nogil=True)
-    def _numbers(slot, kinds, values, doubles, ints, floats, valid):  # type: ignore[no-untyped-def]
+    def _numbers(firsts, slot, kinds, values, doubles, ints, floats, valid):  # type: ignore[no-untyped-def]
         """A number column: integers to ``ints``, or every number as a double to ``floats``
         where that is given (non-empty); ``valid`` where a number is."""
         as_double = floats.shape[0] > 0
         for r in range(slot.shape[0]):
-            pair = slot[r]
+            pair = firsts[r] + slot[r] if slot[r] >= 0 else -1
             kind = kinds[pair] if pair >= 0 else 0
             valid[r] = kind > 1
             if as_double:
@@ -261,17 +270,17 @@ if AVAILABLE:
                 ints[r] = values[pair] if kind == 4 else 0
 
     @njit(cache=True, nogil=True)
-    def _flags(slot, kinds, truth, valid):  # type: ignore[no-untyped-def]
+    def _flags(firsts, slot, kinds, truth, valid):  # type: ignore[no-untyped-def]
         for r in range(slot.shape[0]):
-            pair = slot[r]
+            pair = firsts[r] + slot[r] if slot[r] >= 0 else -1
             kind = kinds[pair] if pair >= 0 else 0
             valid[r] = kind > 1
             truth[r] = kind == 3
 
     @njit(cache=True, nogil=True)
-    def _spans(slot, kinds, values, stops, first, stop, valid):  # type: ignore[no-untyped-def]
+    def _spans(firsts, slot, kinds, values, stops, first, stop, valid):  # type: ignore[no-untyped-def]
         for r in range(slot.shape[0]):
-            pair = slot[r]
+            pair = firsts[r] + slot[r] if slot[r] >= 0 else -1
             string = pair >= 0 and kinds[pair] == 6
             valid[r] = string
             first[r] = values[pair] if string else 0
@@ -292,18 +301,24 @@ class _Scratch(threading.local):
     cost more in page faults than the scan itself)."""
 
     def __init__(self) -> None:
-        self.pairs = np.empty(0, np.int64)
-        self.slots = np.empty((0, 0), np.int32)
+        self.values = np.empty(0, np.int64)
+        self.slots = np.empty((0, 0), np.int8)
+        self.firsts = np.empty(0, np.int32)
 
     def arrays(self, pairs: int, rows: int, width: int) -> tuple[Any, ...]:
-        if self.pairs.shape[0] < pairs:
-            self.pairs = np.empty(max(pairs, 2 * self.pairs.shape[0]), np.int64)
-            self.kinds = np.empty(self.pairs.shape[0], np.int8)
-            self.doubles = np.empty(self.pairs.shape[0], np.float64)
-            self.stops = np.empty(self.pairs.shape[0], np.int64)
+        """Room for ``pairs`` values (13 bytes each: a double shares its integer's bytes) and
+        ``rows`` records of ``width`` keys (a byte each, and 4 a record)."""
+        if self.values.shape[0] < pairs:
+            room = -(-pairs // _GRAIN) * _GRAIN
+            self.values = np.empty(room, np.int64)
+            self.kinds = np.empty(room, np.int8)
+            self.stops = np.empty(room, np.int32)
         if self.slots.shape[0] < rows or self.slots.shape[1] != width:
-            self.slots = np.empty((max(rows, 2 * self.slots.shape[0]), width), np.int32)
-        return self.slots[:rows], self.kinds, self.pairs, self.doubles, self.stops
+            self.slots = np.empty((-(-rows // _ROWS) * _ROWS, width), np.int8)
+            self.firsts = np.empty(self.slots.shape[0], np.int32)
+        doubles = self.values.view(np.float64)
+        slots, firsts = self.slots[:rows], self.firsts[:rows]
+        return firsts, slots, self.kinds, self.values, doubles, self.stops
 
 
 _scratch = _Scratch()
@@ -319,7 +334,7 @@ def read_table(
 ) -> pa.Table | None:
     """The table of the records at ``text[starts[i]:ends[i]]`` (each starts with ``{``);
     None where this scanner does not read them (see the module's docstring)."""
-    if not COMPILED or not starts.shape[0]:
+    if not COMPILED or not starts.shape[0] or len(text) >= 2**31:
         return None
     data = np.frombuffer(text, np.uint8)
     odd, colons = _census(data)
@@ -329,11 +344,11 @@ def read_table(
     room = colons + 1  # every pair has its colon
     width = _WIDTH
     while True:
-        slots, kinds, values, doubles, stops = _scratch.arrays(room, starts.shape[0], width)
+        firsts, slots, kinds, values, doubles, stops = _scratch.arrays(room, starts.shape[0], width)
         keys = np.zeros((width, 2), np.int64)
         seen = np.zeros(width, np.int64)
         said, known = _scan(
-            data, starts, ends, slots, kinds, values, doubles, stops, keys, seen, _POWERS
+            data, starts, ends, firsts, slots, kinds, values, doubles, stops, keys, seen, _POWERS
         )
         if said != _WIDER or width >= _MAX_WIDTH:
             break
@@ -342,7 +357,7 @@ def read_table(
         return None
     columns = []
     for k in range(known):
-        column = _column(data, slots[:, k], int(seen[k]), kinds, values, doubles, stops)
+        column = _column(data, firsts, slots[:, k], int(seen[k]), kinds, values, doubles, stops)
         if column is None:
             return None
         columns.append(column)
@@ -356,7 +371,8 @@ _FLAGS = (1 << TRUE) | (1 << FALSE)
 
 def _column(
     data: npt.NDArray[np.uint8],
-    slot: npt.NDArray[np.int32],
+    firsts: npt.NDArray[np.int32],
+    slot: npt.NDArray[np.int8],
     seen: int,
     kinds: npt.NDArray[np.int8],
     values: npt.NDArray[np.int64],
@@ -371,7 +387,7 @@ def _column(
     valid = np.empty(n, np.bool_)
     if seen == 1 << STRING:
         first, stop = np.empty(n, np.int64), np.empty(n, np.int64)
-        _spans(slot, kinds, values, stops, first, stop, valid)
+        _spans(firsts, slot, kinds, values, stops, first, stop, valid)
         offsets = np.zeros(n + 1, np.int64)
         np.cumsum(stop - first, out=offsets[1:])
         if offsets[-1] >= 2**31:
@@ -383,14 +399,14 @@ def _column(
     if not seen & ~_NUMBERS:
         if seen == 1 << INT:
             ints, floats = np.empty(n, np.int64), np.empty(0, np.float64)
-            _numbers(slot, kinds, values, doubles, ints, floats, valid)
+            _numbers(firsts, slot, kinds, values, doubles, ints, floats, valid)
             return _array(pa.int64(), valid, [pa.py_buffer(ints)])
         floats = np.empty(n, np.float64)
-        _numbers(slot, kinds, values, doubles, np.empty(0, np.int64), floats, valid)
+        _numbers(firsts, slot, kinds, values, doubles, np.empty(0, np.int64), floats, valid)
         return _array(pa.float64(), valid, [pa.py_buffer(floats)])
     if not seen & ~_FLAGS:
         truth = np.empty(n, np.bool_)
-        _flags(slot, kinds, truth, valid)
+        _flags(firsts, slot, kinds, truth, valid)
         bits = pa.py_buffer(np.packbits(truth, bitorder="little"))
         return _array(pa.bool_(), valid, [bits])
     return None  # kinds Arrow would not put in one column
