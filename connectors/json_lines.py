@@ -17,6 +17,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from connectors import json_scan
 from connectors.arrow_records import DecodedRecords
 from connectors.events import FieldTypes
 from connectors.formats import is_comment
@@ -52,6 +53,9 @@ class JsonLines:
     events: FieldTypes | None
     strict: bool
     arities: dict[str, tuple[int, str]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        json_scan.warm()  # (the first block's decoding compiles or loads nothing)
 
     def decode(self, block: bytes, base_line: int, first_seq: int) -> JsonBlock:
         """The records of ``block`` (whole lines, ending with a line break), whose first line

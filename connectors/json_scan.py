@@ -420,6 +420,15 @@ def _array(kind: pa.DataType, valid: npt.NDArray[np.bool_], buffers: list[pa.Buf
 
 def warm() -> None:
     """Load (or compile, the first time on a machine) the scanner's loops for the types it
-    passes: one block of every kind of column."""
+    passes: one block of every kind of column. Once per process."""
+    global _warm
+    if _warm or not COMPILED:
+        return
+    _warm = True
     text = b'{"a": "b", "c": -1.5, "d": 2, "e": true, "f": null, "g": 1}\n{"g": 2.5}'
-    read_table(text, np.array([0, text.index(b"\n") + 1]), np.array([text.index(b"\n"), len(text)]))
+    cut = text.index(b"\n")
+    read_table(text, np.array([0, cut + 1]), np.array([cut, len(text)]))
+    forget()
+
+
+_warm = False

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, TopicPartition
 
+from connectors import json_scan
 from connectors.events import FieldTypes
 from connectors.kafka_records import (
     Partition,
@@ -119,6 +120,7 @@ class KafkaSource:
         self._seq = 0
         self._rebalanced = False
         self._holding = False  # whether any partition is assigned
+        json_scan.warm()  # (the first poll's decoding compiles or loads nothing)
         self.consumer.subscribe(self.topics, on_assign=self._assigned, on_revoke=self._revoked)
 
     def _assigned(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:

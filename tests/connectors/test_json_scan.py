@@ -8,6 +8,10 @@ ones it exists for, it must take."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -228,3 +232,48 @@ def test_a_block_after_a_declined_one_reads_as_ever() -> None:
     again = scanned(b'{"a": 1, "b": "x"}\n{"b": "y"}')
     assert first is not None and again is not None
     assert values(again) == values(first) == {"a": [1, None], "b": ["x", "y"]}
+
+
+WARM = textwrap.dedent(
+    """
+    import json, sys
+    from numba.core.registry import CPUDispatcher
+    from connectors import json_scan
+    from connectors.events import FieldTypes
+    from connectors.json_lines import JsonLines
+
+    def signatures():
+        return {
+            name: len(value.signatures)
+            for name, value in vars(json_scan).items()
+            if isinstance(value, CPUDispatcher)
+        }
+
+    decoder = JsonLines(sys.argv[1], "e", FieldTypes.of({"transfer": {}}), strict=False)
+    before = signatures()
+    with open(sys.argv[1], "rb") as lines:
+        block = decoder.decode(lines.read(), 0, 0)
+    after = signatures()
+    print(json.dumps({"count": block.batch.count, "before": before, "after": after}))
+    """
+)
+
+
+def test_the_json_decoder_loads_the_scanner_when_it_is_made(tmp_path: Path) -> None:
+    """The scanner's loops are loaded when the JSON decoder is made, not in its first block
+    (a fresh container would otherwise compile them inside the first epoch)."""
+    path = tmp_path / "transfers.jsonl"
+    lines = [
+        b'{"relation":"transfer","id":"t%d","src":%d,"dst":%d,"amount":%d.5,"ts":%d,"ok":true}'
+        % (i, i, i + 1, i, 1000 + i)
+        for i in range(3000)
+    ]
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    done = subprocess.run(
+        [sys.executable, "-c", WARM, str(path)], capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["count"] == 3000
+    assert sum(result["before"].values()) >= 5, result  # loaded, every kind of column
+    assert result["after"] == result["before"], result
