@@ -39,7 +39,6 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.end_to_end import run_cli
 from bench.timed_stream import Texts, format_rows
 from core.records import EventUpdates, RelationUpdates, UpdateBatch
 from monitor.query.parser import parse_queries
@@ -176,6 +175,9 @@ def end_to_end(query: str, preload: Path, edges: Path, size: int) -> dict[str, f
     the first epoch to the end of the last, on the process's clock."""
     (name,) = (q.name for q in parse_queries(query))
     flags = ["--query", query, "--preload", str(preload), "--batch-size", str(size + size // 20)]
+    # (imported here: the A/B's child runs this module over an older tree, which lacks it)
+    from bench.end_to_end import run_cli
+
     done = run_cli([*flags, "--edges", str(edges)], env={"SGM_PROGRESS_SECONDS": "1e-9"})
     (updates, _, at), (last, _, end) = done.progress[0], done.progress[-1]
     timed = end - at
