@@ -17,7 +17,7 @@ import numpy.typing as npt
 from core.fields import affine, compare
 from monitor.engine.prefixes import Candidates, Prefixes
 from monitor.engine.time_order import EndpointSource, RangeSource
-from monitor.index.adjacency import AdjacencyView, Probe
+from monitor.index.adjacency import Probe
 from monitor.index.levels import I32, I64
 from monitor.index.time_index import TimeIndexView
 from monitor.plan.cut import Cut
@@ -36,10 +36,25 @@ from monitor.plan.plan import (
 Keys = list[Any]
 
 
+class View(Protocol):
+    """One adjacency as a cut sees it: :class:`~monitor.index.adjacency.AdjacencyView`, or the
+    partitioned index's view over its shards (:mod:`monitor.distributed.sharded`)."""
+
+    def probe(self, keys: npt.NDArray[np.integer]) -> Probe: ...
+
+    def count(self, keys: npt.NDArray[np.integer] | Probe) -> I64: ...
+
+    def propose(self, keys: npt.NDArray[np.integer] | Probe) -> tuple[I64, I32]: ...
+
+    def contains(
+        self, keys: npt.NDArray[np.integer], values: npt.NDArray[np.integer]
+    ) -> npt.NDArray[np.bool_]: ...
+
+
 class IndexReader(Protocol):
     """What evaluation needs of an index."""
 
-    def view(self, relation: str, position: int, cut: Cut) -> AdjacencyView: ...
+    def view(self, relation: str, position: int, cut: Cut) -> View: ...
 
     def keys(self, relation: str, position: int, columns: Sequence[I32]) -> I64: ...
 
@@ -70,7 +85,7 @@ class Source(Protocol):
 class AdjacencySource:
     """An extender over an atom's adjacency, as one cut sees it."""
 
-    def __init__(self, extender: Extender, view: AdjacencyView, index: IndexReader) -> None:
+    def __init__(self, extender: Extender, view: View, index: IndexReader) -> None:
         self.extender = extender
         self.view = view
         self.index = index
