@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NoReturn
 
 import click
@@ -37,9 +37,12 @@ from monitor.cli.options import (
     format_option,
     prefixes_option,
     query_option,
+    ray_address_option,
     relation_option,
+    shards_option,
     strict_option,
     undirected_option,
+    workers_option,
 )
 from monitor.cli.reports import dead_letter_reporter, print_progress, print_summary
 from monitor.index.graph import GraphIndex
@@ -278,6 +281,9 @@ def _run_job(
 @relation_option
 @strict_option
 @prefixes_option
+@workers_option
+@shards_option
+@ray_address_option
 def count(
     query_specs: tuple[str, ...],
     edges: str,
@@ -286,13 +292,20 @@ def count(
     default_relation: str | None,
     strict: bool,
     max_prefixes: int | None,
+    workers: int | None,
+    shards: int | None,
+    ray_address: str | None,
 ) -> None:
-    """Load the edges and print ``name<TAB>count`` for every query."""
+    """Load the edges and print ``name<TAB>count`` for every query (with ``--workers``, on the
+    partitioned engine)."""
     try:
         settings = _settings(
             undirected=undirected, default_relation=default_relation, max_prefixes=max_prefixes
         )
         queries = _queries(query_specs)
+        if workers is not None:
+            _count_partitioned(queries, settings, edges, fmt, strict, workers, shards, ray_address)
+            return
         processor = EpochProcessor(queries, settings)
         source = _source(
             edges,
@@ -309,6 +322,36 @@ def count(
             click.echo(f"{name}\t{matches}")
     except MonitorError as error:
         _fail(error)
+
+
+def _count_partitioned(
+    queries: Sequence[Query],
+    settings: Settings,
+    edges: str,
+    fmt: str,
+    strict: bool,
+    workers: int,
+    shards: int | None,
+    ray_address: str | None,
+) -> None:
+    """``count`` on the partitioned engine: the shards on Ray, per-shard figures on stderr."""
+    from core.records import mirrored
+    from monitor.distributed.cluster import ray_shards
+    from monitor.distributed.count import count_all, refuse_unsupported
+
+    refuse_unsupported(queries)  # (before Ray starts)
+    source = _source(edges, settings, fmt, strict, quiet=False, events=None, arities={})
+    batches = _batches(source, 1 << 20)
+    if settings.undirected:
+        batches = (mirrored(b) for b in batches)
+    with ray_shards(workers, shards, ray_address) as ray_shard_set:
+        counts, index = count_all(queries, ray_shard_set, batches, settings.max_prefixes)
+        stats = index.stats()
+    for name, matches in counts.items():
+        click.echo(f"{name}\t{matches}")
+    for s, figures in enumerate(stats):
+        described = ", ".join(f"{key} {value:,}" for key, value in figures.items())
+        click.echo(f"subgraph-monitor: shard {s}: {described}", err=True)
 
 
 @main.command()

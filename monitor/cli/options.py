@@ -50,3 +50,25 @@ prefixes_option = click.option(
     default=None,
     help="Prefixes alive at once during evaluation (bounds memory) [default: 1048576].",
 )
+
+workers_option = click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=None,
+    envvar="SGM_WORKERS",
+    help="Run on the partitioned engine with this many Ray workers (a local Ray cluster, or "
+    "the one --ray-address names) [default: the embedded single process].",
+)
+shards_option = click.option(
+    "--shards",
+    type=click.IntRange(min=1),
+    default=None,
+    envvar="SGM_SHARDS",
+    help="Index partitions of the partitioned engine [default: 2 per worker].",
+)
+ray_address_option = click.option(
+    "--ray-address",
+    default=None,
+    envvar="SGM_RAY_ADDRESS",
+    help="Join this Ray cluster instead of starting a local one (with --workers).",
+)

@@ -1,0 +1,108 @@
+"""One shard of the partitioned index: the pairs of every binary relation whose key it owns.
+
+Shard ``s`` of ``S`` owns the keys ``k`` with ``k % S == s`` and stores them under the local
+key ``k // S``, so its adjacencies' offsets cover ``1/S`` of the key space. Each position of a
+relation (1: forward, keyed by ``src``; 0: reverse, keyed by ``dst``) is an ordinary
+:class:`~monitor.index.adjacency.Adjacency` with its levels and compaction: the extension code
+of one process runs here on this shard's part. Updates are netted per position with set
+semantics (:func:`~monitor.index.netting.net`); both copies of a tuple see the same updates in
+the same order, so they agree without talking to each other.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import numpy.typing as npt
+
+from monitor.index.adjacency import Adjacency
+from monitor.index.levels import I32, I64, pack, unpack
+from monitor.index.netting import net
+from monitor.plan.cut import Cut
+
+#: A binary relation's positions: the value at ``q`` keyed by the other one.
+POSITIONS = (0, 1)
+
+
+class ShardIndex:
+    """Shard ``shard`` of ``shards``: an adjacency per relation and position over its keys."""
+
+    def __init__(self, shard: int, shards: int) -> None:
+        if not 0 <= shard < shards:
+            raise ValueError(f"shard {shard} of {shards}")
+        self.shard = shard
+        self.shards = shards
+        self.relations: dict[str, list[Adjacency]] = {}
+        #: The work done: keys counted, values proposed, pairs intersected.
+        self.work: Counter[str] = Counter()
+
+    def _adjacency(self, relation: str, position: int) -> Adjacency:
+        if relation not in self.relations:
+            self.relations[relation] = [Adjacency() for _ in POSITIONS]
+        return self.relations[relation][position]
+
+    def _local(self, keys: npt.NDArray[np.integer], adjacency: Adjacency) -> I64:
+        local = keys.astype(np.int64) // self.shards
+        if local.shape[0]:
+            adjacency.ensure_keys(int(local.max()) + 1)
+        return local
+
+    def apply(
+        self,
+        relation: str,
+        position: int,
+        keys: I64,
+        values: I32,
+        insert: npt.NDArray[np.bool_],
+        seq: I64,
+    ) -> dict[str, int]:
+        """Stage and commit updates of the pairs ``(keys[i], values[i])`` this shard owns at
+        ``position``, in stream order (``seq``); what was ignored, by reason."""
+        adjacency = self._adjacency(relation, position)
+        local = self._local(keys, adjacency)
+        view = adjacency.view(Cut.OLD)
+        ignored: Counter[str] = Counter()
+        netted = net(pack(local, values), insert, seq, lambda k: view.contains(*unpack(k)), ignored)
+        order = np.argsort(netted.keys, kind="stable")
+        adjacency.stage(netted.keys[order], netted.diff[order])
+        adjacency.commit()
+        return dict(ignored)
+
+    def count(self, relation: str, position: int, cut: Cut, keys: I64) -> I64:
+        adjacency = self._adjacency(relation, position)
+        self.work["counted"] += int(keys.shape[0])
+        local = self._local(keys, adjacency)  # (first: the view's offsets then cover them)
+        return adjacency.view(cut).count(local)
+
+    def propose(self, relation: str, position: int, cut: Cut, keys: I64) -> tuple[I64, I32]:
+        """Every value of every key: ``(owner, value)``, ``owner`` indexing ``keys``."""
+        adjacency = self._adjacency(relation, position)
+        local = self._local(keys, adjacency)
+        owner, values = adjacency.view(cut).propose(local)
+        self.work["proposed"] += int(values.shape[0])
+        return owner, values
+
+    def contains(
+        self, relation: str, position: int, cut: Cut, keys: I64, values: I32
+    ) -> npt.NDArray[np.bool_]:
+        adjacency = self._adjacency(relation, position)
+        self.work["intersected"] += int(keys.shape[0])
+        local = self._local(keys, adjacency)
+        return adjacency.view(cut).contains(local, values)
+
+    def tuples(self, relation: str, cut: Cut) -> tuple[I64, I32]:
+        """The ``(src, dst)`` of every tuple whose ``src`` this shard owns (global ids)."""
+        if relation not in self.relations:
+            return np.empty(0, np.int64), np.empty(0, np.int32)
+        local, values = unpack(self.relations[relation][1].pairs(cut))
+        return local.astype(np.int64) * self.shards + self.shard, values
+
+    def stats(self) -> dict[str, int]:
+        """Its pairs, index bytes and work."""
+        adjacencies = [a for positions in self.relations.values() for a in positions]
+        return {
+            "pairs": sum(len(a) for a in adjacencies),
+            "bytes": sum(a.nbytes for a in adjacencies),
+            **self.work,
+        }

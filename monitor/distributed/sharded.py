@@ -1,0 +1,208 @@
+"""The index the engine reads when it is partitioned: every operation routed to the key's shard.
+
+:class:`ShardedIndex` is an :class:`~monitor.engine.extend.IndexReader`; its views count,
+propose and intersect by splitting a batch of keys by shard (``key % S``), making one call per
+shard that holds any of them, all shards at once, and putting the answers back in the batch's
+order. So the stage runners, the pipeline and its prefix budget are the single process's.
+
+The shards are reached through :class:`Shards`: :class:`LocalShards` holds them as objects of
+this process (the oracle tests' and a one-process run's); :class:`RayShards` as Ray actors, one
+call per shard in flight and the answers gathered with one ``ray.get``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from monitor.distributed.shard import ShardIndex
+from monitor.index.adjacency import Probe
+from monitor.index.levels import I32, I64
+from monitor.plan.cut import Cut
+
+
+class Shards(Protocol):
+    """Calls to every shard, each with its own arguments, answered in shard order."""
+
+    @property
+    def count(self) -> int: ...
+
+    def call(self, method: str, arguments: Sequence[tuple[Any, ...] | None]) -> list[Any]:
+        """``method(*arguments[s])`` on each shard ``s`` whose arguments are not None (its
+        answer None otherwise)."""
+        ...
+
+
+class LocalShards:
+    """Shards as objects of this process."""
+
+    def __init__(self, shards: int) -> None:
+        self.shards = [ShardIndex(s, shards) for s in range(shards)]
+
+    @property
+    def count(self) -> int:
+        return len(self.shards)
+
+    def call(self, method: str, arguments: Sequence[tuple[Any, ...] | None]) -> list[Any]:
+        return [
+            None if given is None else getattr(shard, method)(*given)
+            for shard, given in zip(self.shards, arguments, strict=True)
+        ]
+
+
+class RayShards:
+    """Shards as Ray actors (Ray is imported here only: the embedded default never starts it)."""
+
+    def __init__(self, shards: int) -> None:
+        import ray
+
+        actor = ray.remote(ShardIndex)
+        self._ray = ray
+        self.actors = [actor.remote(s, shards) for s in range(shards)]
+
+    @property
+    def count(self) -> int:
+        return len(self.actors)
+
+    def call(self, method: str, arguments: Sequence[tuple[Any, ...] | None]) -> list[Any]:
+        pending = {
+            s: getattr(actor, method).remote(*given)
+            for s, (actor, given) in enumerate(zip(self.actors, arguments, strict=True))
+            if given is not None
+        }
+        answers = dict(zip(pending, self._ray.get(list(pending.values())), strict=True))
+        return [answers.get(s) for s in range(len(self.actors))]
+
+
+class Split:
+    """A batch's rows grouped by the shard of their keys: ``rows[bounds[s]:bounds[s + 1]]``
+    are shard ``s``'s, in batch order."""
+
+    def __init__(self, keys: npt.NDArray[np.integer], shards: int) -> None:
+        owner = keys.astype(np.int64) % shards
+        self.rows = np.argsort(owner, kind="stable")
+        self.bounds = np.searchsorted(owner[self.rows], np.arange(shards + 1))
+        self.n = int(keys.shape[0])
+
+    def part(self, s: int) -> npt.NDArray[np.intp] | None:
+        """Shard ``s``'s rows (None when it has none)."""
+        lo, hi = int(self.bounds[s]), int(self.bounds[s + 1])
+        return self.rows[lo:hi] if hi > lo else None
+
+
+class ShardedView:
+    """One relation's adjacency at one position and cut, over all shards."""
+
+    def __init__(self, shards: Shards, relation: str, position: int, cut: Cut) -> None:
+        self.shards = shards
+        self.head = (relation, position, cut)
+
+    def probe(self, keys: npt.NDArray[np.integer]) -> Probe:
+        return Probe(keys, None, None)  # (each shard finds its own level's ranges)
+
+    def _keys(self, keys: npt.NDArray[np.integer] | Probe) -> npt.NDArray[np.integer]:
+        return keys.keys if isinstance(keys, Probe) else keys
+
+    def count(self, keys: npt.NDArray[np.integer] | Probe) -> I64:
+        keys = self._keys(keys)
+        split = Split(keys, self.shards.count)
+        parts = [split.part(s) for s in range(self.shards.count)]
+        answers = self.shards.call(
+            "count", [None if p is None else (*self.head, keys[p]) for p in parts]
+        )
+        counts = np.zeros(split.n, np.int64)
+        for rows, answer in zip(parts, answers, strict=True):
+            if rows is not None:
+                counts[rows] = answer
+        return counts
+
+    def propose(self, keys: npt.NDArray[np.integer] | Probe) -> tuple[I64, I32]:
+        """Every value of every key, each key's values together, keys in batch order."""
+        keys = self._keys(keys)
+        split = Split(keys, self.shards.count)
+        parts = [split.part(s) for s in range(self.shards.count)]
+        answers = self.shards.call(
+            "propose", [None if p is None else (*self.head, keys[p]) for p in parts]
+        )
+        owners = [rows[a[0]] for rows, a in zip(parts, answers, strict=True) if rows is not None]
+        values = [a[1] for rows, a in zip(parts, answers, strict=True) if rows is not None]
+        if not owners:
+            return np.empty(0, np.int64), np.empty(0, np.int32)
+        owner, value = np.concatenate(owners).astype(np.int64), np.concatenate(values)
+        order = np.argsort(owner, kind="stable")  # (the single process's order of owners)
+        return owner[order], value[order]
+
+    def contains(
+        self, keys: npt.NDArray[np.integer], values: npt.NDArray[np.integer]
+    ) -> npt.NDArray[np.bool_]:
+        split = Split(keys, self.shards.count)
+        parts = [split.part(s) for s in range(self.shards.count)]
+        answers = self.shards.call(
+            "contains",
+            [None if p is None else (*self.head, keys[p], values[p]) for p in parts],
+        )
+        found = np.zeros(split.n, np.bool_)
+        for rows, answer in zip(parts, answers, strict=True):
+            if rows is not None:
+                found[rows] = answer
+        return found
+
+
+class ShardedIndex:
+    """The engine's index over the shards, for binary relations with integer vertex ids (the
+    ids are the dense ids: their order is the order comparisons read)."""
+
+    def __init__(self, shards: Shards) -> None:
+        self.shards = shards
+        #: One more than the largest vertex id loaded.
+        self.vertices = 0
+
+    def load(self, relation: str, columns: Sequence[I64], diff: npt.NDArray[np.integer]) -> None:
+        """Apply updates of a binary relation (integer ids, in stream order), each pair sent
+        to the shard of its key at each position."""
+        src, dst = columns
+        insert = np.asarray(diff) > 0
+        seq = np.arange(src.shape[0], dtype=np.int64)
+        if src.shape[0]:
+            self.vertices = max(self.vertices, int(max(src.max(), dst.max())) + 1)
+        for position, keys, values in ((1, src, dst), (0, dst, src)):
+            split = Split(keys, self.shards.count)
+            parts = [split.part(s) for s in range(self.shards.count)]
+            values = values.astype(np.int32)
+            arguments = [
+                None if p is None else (relation, position, keys[p], values[p], insert[p], seq[p])
+                for p in parts
+            ]
+            self.shards.call("apply", arguments)
+
+    def view(self, relation: str, position: int, cut: Cut) -> ShardedView:
+        return ShardedView(self.shards, relation, position, cut)
+
+    def tuples(self, relation: str, cut: Cut = Cut.NEW) -> list[I32]:
+        found = self.shards.call("tuples", [(relation, cut)] * self.shards.count)
+        src = np.concatenate([f[0] for f in found]).astype(np.int32)
+        dst = np.concatenate([f[1] for f in found]).astype(np.int32)
+        return [src, dst] if src.shape[0] else []
+
+    def order_keys(self) -> I64:
+        return np.arange(self.vertices, dtype=np.int64)
+
+    def stats(self) -> list[dict[str, int]]:
+        """Each shard's pairs, index bytes and work."""
+        answers: list[dict[str, int]] = self.shards.call("stats", [()] * self.shards.count)
+        return answers
+
+    def keys(self, relation: str, position: int, columns: Sequence[I32]) -> I64:
+        raise NotImplementedError("tuple keys: relations of three or more ids")
+
+    def field_values(self, relation: str, name: str, eids: I32) -> npt.NDArray[Any] | None:
+        raise NotImplementedError("event fields")
+
+    def time_view(self, relation: str, cut: Cut) -> Any:
+        raise NotImplementedError("event time")
+
+    def endpoints(self, relation: str, position: int, eids: npt.NDArray[np.integer]) -> I32:
+        raise NotImplementedError("events")

@@ -1,0 +1,46 @@
+"""``subgraph-monitor count --workers N``: the partitioned engine from the command line, with
+its shards' figures on stderr, and what it cannot run refused before Ray starts."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+TRIANGLE = "tri(a, b, c) := e(a, b), e(b, c), e(a, c), a < b, b < c."
+
+
+def run(*arguments: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "monitor", "count", *arguments]
+    return subprocess.run(command, capture_output=True, text=True, timeout=300)
+
+
+def test_count_with_workers_is_the_count_without(tmp_path: Path) -> None:
+    pytest.importorskip("ray", reason="ray is not installed (the `distributed` extra)")
+    rng = np.random.default_rng(4)
+    edges = tmp_path / "edges.txt"
+    pairs = rng.integers(0, 200, (3000, 2))
+    edges.write_text("".join(f"{a} {b}\n" for a, b in pairs.tolist()))
+    alone = run("--undirected", "--edges", str(edges), "-q", TRIANGLE)
+    sharded = run("--undirected", "--edges", str(edges), "-q", TRIANGLE, "--workers", "1")
+    assert alone.returncode == 0, alone.stderr
+    assert sharded.returncode == 0, sharded.stderr
+    assert sharded.stdout == alone.stdout
+    assert int(alone.stdout.split("\t")[1]) > 0
+    # Two shards a worker by default, each with its pairs and work.
+    assert "shard 0: pairs" in sharded.stderr and "shard 1: pairs" in sharded.stderr
+    assert "shard 2:" not in sharded.stderr
+
+
+def test_what_the_partitioned_engine_cannot_run_is_refused_at_start(tmp_path: Path) -> None:
+    edges = tmp_path / "edges.txt"
+    edges.write_text("1 2\n")
+    done = run(
+        "--edges", str(edges), "-q", "big(a, b) := e(a, b) as t, t.amount > 1.", "--workers", "2"
+    )
+    assert done.returncode != 0
+    assert "query big: the partitioned engine (--workers) does not run events" in done.stderr
+    assert "Ray" not in done.stderr  # (refused before Ray starts)

@@ -1,0 +1,150 @@
+"""The partitioned index's static count against the single process (the oracle), and against
+networkx on real data: random graphs with inserts and deletes, 1-5 shards; the same shards as
+Ray actors; what it cannot run yet refused by name."""
+
+from __future__ import annotations
+
+import gzip
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from core.errors import InputError
+from core.records import RelationUpdates, UpdateBatch
+from monitor.distributed.count import count_all
+from monitor.distributed.sharded import LocalShards, RayShards
+from monitor.query.parser import parse_queries
+from monitor.service.epochs import EpochProcessor
+from monitor.service.settings import Settings
+
+QUERIES = parse_queries(
+    """
+    triangle(a, b, c) := e(a, b), e(b, c), e(a, c), a < b, b < c.
+    directed(a, b, c) := e(a, b), e(b, c), e(c, a).
+    square(a, b, c, d) := e(a, b), e(b, c), e(c, d), e(d, a), a < b, a < c, a < d, b != d.
+    clique4(a, b, c, d) := e(a, b), e(a, c), e(a, d), e(b, c), e(b, d), e(c, d),
+        a < b, b < c, c < d.
+    path(a, b, c) := e(a, b), f(b, c), a != c.
+    """
+)
+
+
+def batch(src: np.ndarray, dst: np.ndarray, diff: np.ndarray, relation: str = "e") -> UpdateBatch:
+    part = RelationUpdates(
+        [src.astype(np.int64), dst.astype(np.int64)],
+        diff.astype(np.int8),
+        np.arange(src.shape[0], dtype=np.int64),
+    )
+    return UpdateBatch({relation: part}, 0, int(src.shape[0]))
+
+
+def single_process(batches: list[UpdateBatch]) -> dict[str, int]:
+    processor = EpochProcessor(QUERIES, Settings())
+    for b in batches:
+        processor.preload(b)
+    return processor.counts()
+
+
+@st.composite
+def graphs(draw: st.DrawFn) -> list[UpdateBatch]:
+    """A few batches of random updates of ``e`` and ``f`` over a few vertices (so patterns
+    close), with deletes, duplicates and deletes of absent tuples."""
+    vertices = draw(st.integers(3, 14))
+    out = []
+    for _ in range(draw(st.integers(1, 4))):
+        n = draw(st.integers(0, 60))
+        ints = st.lists(st.integers(0, vertices - 1), min_size=n, max_size=n)
+        src, dst = np.array(draw(ints), np.int64), np.array(draw(ints), np.int64)
+        diff = np.array(draw(st.lists(st.sampled_from([1, 1, 1, -1]), min_size=n, max_size=n)))
+        relation = draw(st.sampled_from(["e", "e", "f"]))
+        out.append(batch(src, dst, diff.astype(np.int8), relation))
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(graphs(), st.integers(1, 5), st.sampled_from([1 << 20, 7]))
+def test_the_sharded_count_is_the_single_process_count(
+    batches: list[UpdateBatch], shards: int, max_prefixes: int
+) -> None:
+    counts, index = count_all(QUERIES, LocalShards(shards), batches, max_prefixes)
+    assert counts == single_process(batches)
+    stats = index.stats()
+    assert len(stats) == shards
+    # Each pair is on one shard per position: the shards hold the single process's pairs.
+    processor = EpochProcessor(QUERIES, Settings())
+    for b in batches:
+        processor.preload(b)
+    pairs = sum(2 * len(r.primary) for r in processor.index.relations.values())
+    assert sum(s["pairs"] for s in stats) == pairs
+
+
+def test_each_shard_holds_its_part_of_the_index() -> None:
+    rng = np.random.default_rng(5)
+    src, dst = rng.integers(0, 5000, 40_000), rng.integers(0, 5000, 40_000)
+    whole = count_all(QUERIES[:1], LocalShards(1), [batch(src, dst, np.ones(40_000))], 1 << 20)
+    counts, index = count_all(
+        QUERIES[:1], LocalShards(4), [batch(src, dst, np.ones(40_000))], 1 << 20
+    )
+    assert counts == whole[0]
+    total = whole[1].stats()[0]["bytes"]
+    parts = [s["bytes"] for s in index.stats()]
+    assert max(parts) <= 1.3 * total / 4, (parts, total)
+    assert min(s["proposed"] for s in index.stats()) > 0  # every shard did work
+
+
+def test_what_it_cannot_run_yet_is_refused_by_name() -> None:
+    events = parse_queries("big(a, b) := transfer(a, b) as t, t.amount > 10.")
+    with pytest.raises(InputError, match=r"query big: .* does not run events"):
+        count_all(events, LocalShards(2), [], 1 << 20)
+    labelled = parse_queries("hub(a, b) := e(a, b), flagged(a).")
+    with pytest.raises(InputError, match="relations of 1 ids"):
+        count_all(labelled, LocalShards(2), [], 1 << 20)
+    texts = batch(np.zeros(1), np.zeros(1), np.ones(1))
+    texts.parts["e"].columns[0] = np.array(["x"], dtype=object)
+    with pytest.raises(InputError, match="integer vertex ids"):
+        count_all(QUERIES[:1], LocalShards(2), [texts], 1 << 20)
+
+
+@pytest.mark.slow
+def test_ego_facebook_triangles_and_four_cliques(datasets: Path) -> None:
+    """Real data: ego-Facebook (undirected: each edge both ways) with 2 and 4 shards against
+    the published triangle count and the single process's 4-cliques."""
+    with gzip.open(datasets / "ego-facebook.txt.gz", "rt") as f:
+        edges = np.loadtxt(f, dtype=np.int64, comments="#").reshape(-1, 2)
+    src = np.concatenate([edges[:, 0], edges[:, 1]])
+    dst = np.concatenate([edges[:, 1], edges[:, 0]])
+    updates = [batch(src, dst, np.ones(src.shape[0]))]
+    queries = [QUERIES[0], QUERIES[3]]
+    expected = single_process(updates)
+    assert expected["triangle"] == 1_612_010  # SNAP's published count
+    for shards in (2, 4):
+        counts, _ = count_all(queries, LocalShards(shards), updates, 1 << 20)
+        assert counts == {q.name: expected[q.name] for q in queries}
+
+
+@pytest.fixture(scope="module")
+def ray_cluster() -> Iterator[None]:
+    ray = pytest.importorskip("ray", reason="ray is not installed (the `distributed` extra)")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def test_ray_actors_count_as_the_single_process(ray_cluster: None) -> None:
+    rng = np.random.default_rng(2)
+    src, dst = rng.integers(0, 300, 5000), rng.integers(0, 300, 5000)
+    diff = np.where(rng.random(5000) < 0.1, -1, 1)
+    updates = [
+        batch(src[:3000], dst[:3000], diff[:3000]),
+        batch(src[3000:], dst[3000:], diff[3000:]),
+    ]
+    counts, index = count_all(QUERIES[:4], RayShards(3), updates, 1 << 12)
+    expected = single_process(updates)
+    assert counts == {q.name: expected[q.name] for q in QUERIES[:4]}
+    assert len(index.stats()) == 3
