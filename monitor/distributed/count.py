@@ -51,18 +51,20 @@ def load(index: ShardedIndex, batches: Iterable[UpdateBatch]) -> int:
         if batch.events:
             raise InputError("the partitioned engine (--workers) does not take events yet")
         for name, part in sorted(batch.parts.items()):
-            if len(part.columns) != 2:
-                raise InputError(
-                    f"relation {name}: the partitioned engine (--workers) takes relations of "
-                    f"two ids, got {len(part.columns)}"
-                )
-            columns = [_vertex_ids(name, c) for c in part.columns]
+            columns = [vertex_ids(name, c, len(part.columns)) for c in part.columns]
             index.load(name, columns, part.diff)
             total += len(part)
     return total
 
 
-def _vertex_ids(relation: str, column: np.ndarray) -> np.ndarray:
+def vertex_ids(relation: str, column: np.ndarray, arity: int) -> np.ndarray:
+    """A column of a relation's updates as the partitioned index takes it (integer ids of a
+    binary relation, from 0 to :data:`MAX_VERTEX`), or :class:`InputError` saying why not."""
+    if arity != 2:
+        raise InputError(
+            f"relation {relation}: the partitioned engine (--workers) takes relations of "
+            f"two ids, got {arity}"
+        )
     if column.dtype != np.int64:
         raise InputError(
             f"relation {relation}: the partitioned engine (--workers) takes integer vertex ids "

@@ -48,7 +48,7 @@ class ShardIndex:
             adjacency.ensure_keys(int(local.max()) + 1)
         return local
 
-    def apply(
+    def stage(
         self,
         relation: str,
         position: int,
@@ -56,18 +56,32 @@ class ShardIndex:
         values: I32,
         insert: npt.NDArray[np.bool_],
         seq: I64,
-    ) -> dict[str, int]:
-        """Stage and commit updates of the pairs ``(keys[i], values[i])`` this shard owns at
-        ``position``, in stream order (``seq``); what was ignored, by reason."""
+    ) -> tuple[I64, I32, npt.NDArray[np.int8], I64, dict[str, int]]:
+        """Stage updates of the pairs ``(keys[i], values[i])`` this shard owns at ``position``,
+        in stream order (``seq``), as the uncommitted epoch: their effective changes (global
+        key, value, diff, the deciding update's ``seq``) and what was ignored, by reason."""
         adjacency = self._adjacency(relation, position)
         local = self._local(keys, adjacency)
         view = adjacency.view(Cut.OLD)
         ignored: Counter[str] = Counter()
         netted = net(pack(local, values), insert, seq, lambda k: view.contains(*unpack(k)), ignored)
         order = np.argsort(netted.keys, kind="stable")
-        adjacency.stage(netted.keys[order], netted.diff[order])
-        adjacency.commit()
-        return dict(ignored)
+        changed, diff = netted.keys[order], netted.diff[order]
+        adjacency.stage(changed, diff)
+        local_keys, changed_values = unpack(changed)
+        global_keys = local_keys.astype(np.int64) * self.shards + self.shard
+        return global_keys, changed_values, diff, netted.seq[order], dict(ignored)
+
+    def commit(self) -> None:
+        """Fold the staged epoch into every adjacency (compacting where it has grown)."""
+        for positions in self.relations.values():
+            for adjacency in positions:
+                adjacency.commit()
+
+    def abort(self) -> None:
+        for positions in self.relations.values():
+            for adjacency in positions:
+                adjacency.abort()
 
     def count(self, relation: str, position: int, cut: Cut, keys: I64) -> I64:
         adjacency = self._adjacency(relation, position)

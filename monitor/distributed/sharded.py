@@ -12,6 +12,7 @@ call per shard in flight and the answers gathered with one ``ray.get``.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -20,6 +21,7 @@ import numpy.typing as npt
 
 from monitor.distributed.shard import ShardIndex
 from monitor.index.adjacency import Probe
+from monitor.index.graph import Change
 from monitor.index.levels import I32, I64
 from monitor.plan.cut import Cut
 
@@ -159,15 +161,28 @@ class ShardedIndex:
         self.shards = shards
         #: One more than the largest vertex id loaded.
         self.vertices = 0
+        #: Updates that changed nothing, by reason (as the single process counts them).
+        self.ignored: Counter[str] = Counter()
+        self._order: I64 = np.empty(0, np.int64)
 
-    def load(self, relation: str, columns: Sequence[I64], diff: npt.NDArray[np.integer]) -> None:
-        """Apply updates of a binary relation (integer ids, in stream order), each pair sent
-        to the shard of its key at each position."""
+    def stage(
+        self,
+        relation: str,
+        columns: Sequence[I64],
+        diff: npt.NDArray[np.integer],
+        seq: I64 | None = None,
+    ) -> Change:
+        """Stage an epoch's updates of a binary relation (integer ids, in stream order), each
+        pair sent to the shard of its key at each position; the effective changes, as the
+        shards of the forward copies found them (both copies see the same updates in the same
+        order, so they agree)."""
         src, dst = columns
         insert = np.asarray(diff) > 0
-        seq = np.arange(src.shape[0], dtype=np.int64)
+        if seq is None:
+            seq = np.arange(src.shape[0], dtype=np.int64)
         if src.shape[0]:
             self.vertices = max(self.vertices, int(max(src.max(), dst.max())) + 1)
+        found: list[Any] = []
         for position, keys, values in ((1, src, dst), (0, dst, src)):
             split = Split(keys, self.shards.count)
             parts = [split.part(s) for s in range(self.shards.count)]
@@ -176,7 +191,32 @@ class ShardedIndex:
                 None if p is None else (relation, position, keys[p], values[p], insert[p], seq[p])
                 for p in parts
             ]
-            self.shards.call("apply", arguments)
+            answers = self.shards.call("stage", arguments)
+            if position == 1:
+                found = [a for a in answers if a is not None]
+                for a in found:
+                    self.ignored.update(a[4])
+        if not found:
+            return Change([np.empty(0, np.int32)] * 2, np.empty(0, np.int8), np.empty(0, np.int64))
+        return Change(
+            [
+                np.concatenate([a[0] for a in found]).astype(np.int32),
+                np.concatenate([a[1] for a in found]),
+            ],
+            np.concatenate([a[2] for a in found]),
+            np.concatenate([a[3] for a in found]),
+        )
+
+    def commit(self) -> None:
+        self.shards.call("commit", [()] * self.shards.count)
+
+    def abort(self) -> None:
+        self.shards.call("abort", [()] * self.shards.count)
+
+    def load(self, relation: str, columns: Sequence[I64], diff: npt.NDArray[np.integer]) -> None:
+        """Apply updates of a binary relation at once (staged and committed)."""
+        self.stage(relation, columns, diff)
+        self.commit()
 
     def view(self, relation: str, position: int, cut: Cut) -> ShardedView:
         return ShardedView(self.shards, relation, position, cut)
@@ -188,7 +228,12 @@ class ShardedIndex:
         return [src, dst] if src.shape[0] else []
 
     def order_keys(self) -> I64:
-        return np.arange(self.vertices, dtype=np.int64)
+        """Each vertex id's rank in the order comparisons read: the id itself (kept between
+        calls; 8 bytes per id in the driver, until string ids bring a partitioned
+        dictionary)."""
+        if self._order.shape[0] < self.vertices:
+            self._order = np.arange(max(self.vertices, 2 * self._order.shape[0]), dtype=np.int64)
+        return self._order
 
     def stats(self) -> list[dict[str, int]]:
         """Each shard's pairs, index bytes and work."""

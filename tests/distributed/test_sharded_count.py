@@ -5,8 +5,6 @@ Ray actors; what it cannot run yet refused by name."""
 from __future__ import annotations
 
 import gzip
-import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -125,15 +123,6 @@ def test_ego_facebook_triangles_and_four_cliques(datasets: Path) -> None:
     for shards in (2, 4):
         counts, _ = count_all(queries, LocalShards(shards), updates, 1 << 20)
         assert counts == {q.name: expected[q.name] for q in queries}
-
-
-@pytest.fixture(scope="module")
-def ray_cluster() -> Iterator[None]:
-    ray = pytest.importorskip("ray", reason="ray is not installed (the `distributed` extra)")
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
 
 
 def test_ray_actors_count_as_the_single_process(ray_cluster: None) -> None:

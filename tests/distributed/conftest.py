@@ -1,0 +1,17 @@
+"""The distributed tests' Ray: one local cluster for the session (it takes seconds to start)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[None]:
+    ray = pytest.importorskip("ray", reason="ray is not installed (the `distributed` extra)")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
