@@ -15,6 +15,7 @@ import numpy as np
 from core.errors import InputError
 from core.records import UpdateBatch
 from monitor.distributed.sharded import ShardedIndex, Shards
+from monitor.distributed.stages import ShardedStageRunner
 from monitor.engine.static import count_matches
 from monitor.query.ast import Query
 
@@ -85,5 +86,8 @@ def count_all(
     refuse_unsupported(queries)
     index = ShardedIndex(shards)
     load(index, batches)
-    counts = {q.name: count_matches(q, index, max_prefixes=max_prefixes) for q in queries}
+    counts = {
+        q.name: count_matches(q, index, max_prefixes=max_prefixes, runner=ShardedStageRunner)
+        for q in queries
+    }
     return counts, index

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from core.records import UpdateBatch
 from monitor.distributed.count import refuse_unsupported, vertex_ids
 from monitor.distributed.sharded import ShardedIndex, Shards
+from monitor.distributed.stages import ShardedStageRunner
 from monitor.engine.delta import DeltaEvaluator, MatchDeltas
 from monitor.index.graph import Change
 from monitor.query.ast import Query
@@ -26,6 +27,7 @@ class ShardedEpochs:
         refuse_unsupported(queries)
         self.index = ShardedIndex(shards)
         self.evaluator = DeltaEvaluator(queries, max_prefixes)
+        self.evaluator.runner = ShardedStageRunner  # (a stage in three rounds of calls)
         self.epochs = 0
 
     def process(self, batch: UpdateBatch) -> list[MatchDeltas]:

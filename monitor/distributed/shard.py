@@ -105,6 +105,19 @@ class ShardIndex:
         local = self._local(keys, adjacency)
         return adjacency.view(cut).contains(local, values)
 
+    # One call a round for every request of a stage (:func:`~monitor.distributed.sharded.exchange`).
+
+    def count_many(self, requests: list[tuple[str, int, Cut, I64]]) -> list[I64]:
+        return [self.count(*request) for request in requests]
+
+    def propose_many(self, requests: list[tuple[str, int, Cut, I64]]) -> list[tuple[I64, I32]]:
+        return [self.propose(*request) for request in requests]
+
+    def contains_many(
+        self, requests: list[tuple[str, int, Cut, I64, I32]]
+    ) -> list[npt.NDArray[np.bool_]]:
+        return [self.contains(*request) for request in requests]
+
     def tuples(self, relation: str, cut: Cut) -> tuple[I64, I32]:
         """The ``(src, dst)`` of every tuple whose ``src`` this shard owns (global ids)."""
         if relation not in self.relations:

@@ -29,6 +29,10 @@ from monitor.plan.cut import Cut
 class Shards(Protocol):
     """Calls to every shard, each with its own arguments, answered in shard order."""
 
+    #: Rounds made, and calls in them.
+    rounds: int
+    calls: int
+
     @property
     def count(self) -> int: ...
 
@@ -43,12 +47,15 @@ class LocalShards:
 
     def __init__(self, shards: int) -> None:
         self.shards = [ShardIndex(s, shards) for s in range(shards)]
+        self.rounds = self.calls = 0
 
     @property
     def count(self) -> int:
         return len(self.shards)
 
     def call(self, method: str, arguments: Sequence[tuple[Any, ...] | None]) -> list[Any]:
+        self.rounds += 1
+        self.calls += sum(given is not None for given in arguments)
         return [
             None if given is None else getattr(shard, method)(*given)
             for shard, given in zip(self.shards, arguments, strict=True)
@@ -64,6 +71,7 @@ class RayShards:
         actor = ray.remote(ShardIndex)
         self._ray = ray
         self.actors = [actor.remote(s, shards) for s in range(shards)]
+        self.rounds = self.calls = 0
 
     @property
     def count(self) -> int:
@@ -75,6 +83,8 @@ class RayShards:
             for s, (actor, given) in enumerate(zip(self.actors, arguments, strict=True))
             if given is not None
         }
+        self.rounds += 1
+        self.calls += len(pending)
         answers = dict(zip(pending, self._ray.get(list(pending.values())), strict=True))
         return [answers.get(s) for s in range(len(self.actors))]
 
@@ -95,6 +105,51 @@ class Split:
         return self.rows[lo:hi] if hi > lo else None
 
 
+#: A request of a round: the view (relation, position, cut), the keys, and arrays beside the
+#: keys (the values to intersect).
+Request = tuple[tuple[str, int, Cut], npt.NDArray[np.integer], tuple[npt.NDArray[Any], ...]]
+
+#: Per request, per shard that holds any of its keys: the request's rows there and the answer.
+Answers = list[list[tuple[npt.NDArray[np.intp], Any]]]
+
+
+def exchange(shards: Shards, method: str, requests: Sequence[Request]) -> Answers:
+    """One round: every request's keys split by shard, one call per shard carrying its part of
+    every request (``method`` of a :class:`~monitor.distributed.shard.ShardIndex`, ``_many``)."""
+    parts: list[list[tuple[Any, ...]]] = [[] for _ in range(shards.count)]
+    where: list[list[tuple[int, int, npt.NDArray[np.intp]]]] = []
+    for head, keys, extra in requests:
+        split = Split(keys, shards.count)
+        mine = []
+        for s in range(shards.count):
+            rows = split.part(s)
+            if rows is not None:
+                mine.append((s, len(parts[s]), rows))
+                parts[s].append((*head, keys[rows], *(x[rows] for x in extra)))
+        where.append(mine)
+    answers = shards.call(f"{method}_many", [(p,) if p else None for p in parts])
+    return [[(rows, answers[s][j]) for s, j, rows in mine] for mine in where]
+
+
+def scattered(answers: list[tuple[npt.NDArray[np.intp], Any]], n: int, dtype: Any) -> Any:
+    """Per-shard answers of one request put back in the batch's order."""
+    out = np.zeros(n, dtype)
+    for rows, answer in answers:
+        out[rows] = answer
+    return out
+
+
+def proposals(answers: list[tuple[npt.NDArray[np.intp], Any]]) -> tuple[I64, I32]:
+    """Per-shard proposals of one request as the single process makes them: ``(owner, value)``
+    with each owner's values together, owners in the batch's order."""
+    if not answers:
+        return np.empty(0, np.int64), np.empty(0, np.int32)
+    owner = np.concatenate([rows[a[0]] for rows, a in answers]).astype(np.int64)
+    value = np.concatenate([a[1] for _, a in answers])
+    order = np.argsort(owner, kind="stable")
+    return owner[order], value[order]
+
+
 class ShardedView:
     """One relation's adjacency at one position and cut, over all shards."""
 
@@ -110,46 +165,20 @@ class ShardedView:
 
     def count(self, keys: npt.NDArray[np.integer] | Probe) -> I64:
         keys = self._keys(keys)
-        split = Split(keys, self.shards.count)
-        parts = [split.part(s) for s in range(self.shards.count)]
-        answers = self.shards.call(
-            "count", [None if p is None else (*self.head, keys[p]) for p in parts]
-        )
-        counts = np.zeros(split.n, np.int64)
-        for rows, answer in zip(parts, answers, strict=True):
-            if rows is not None:
-                counts[rows] = answer
+        answers = exchange(self.shards, "count", [(self.head, keys, ())])[0]
+        counts: I64 = scattered(answers, keys.shape[0], np.int64)
         return counts
 
     def propose(self, keys: npt.NDArray[np.integer] | Probe) -> tuple[I64, I32]:
         """Every value of every key, each key's values together, keys in batch order."""
         keys = self._keys(keys)
-        split = Split(keys, self.shards.count)
-        parts = [split.part(s) for s in range(self.shards.count)]
-        answers = self.shards.call(
-            "propose", [None if p is None else (*self.head, keys[p]) for p in parts]
-        )
-        owners = [rows[a[0]] for rows, a in zip(parts, answers, strict=True) if rows is not None]
-        values = [a[1] for rows, a in zip(parts, answers, strict=True) if rows is not None]
-        if not owners:
-            return np.empty(0, np.int64), np.empty(0, np.int32)
-        owner, value = np.concatenate(owners).astype(np.int64), np.concatenate(values)
-        order = np.argsort(owner, kind="stable")  # (the single process's order of owners)
-        return owner[order], value[order]
+        return proposals(exchange(self.shards, "propose", [(self.head, keys, ())])[0])
 
     def contains(
         self, keys: npt.NDArray[np.integer], values: npt.NDArray[np.integer]
     ) -> npt.NDArray[np.bool_]:
-        split = Split(keys, self.shards.count)
-        parts = [split.part(s) for s in range(self.shards.count)]
-        answers = self.shards.call(
-            "contains",
-            [None if p is None else (*self.head, keys[p], values[p]) for p in parts],
-        )
-        found = np.zeros(split.n, np.bool_)
-        for rows, answer in zip(parts, answers, strict=True):
-            if rows is not None:
-                found[rows] = answer
+        answers = exchange(self.shards, "contains", [(self.head, keys, (values,))])[0]
+        found: npt.NDArray[np.bool_] = scattered(answers, keys.shape[0], np.bool_)
         return found
 
 

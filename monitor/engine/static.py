@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from monitor.engine.extend import IndexReader
+from monitor.engine.extend import IndexReader, StageRunner
 from monitor.engine.pipeline import run_plan
 from monitor.engine.seeds import seed_prefixes
 from monitor.index.levels import I32
@@ -27,18 +27,25 @@ def enumerate_matches(
     *,
     max_prefixes: int = 1 << 20,
     cut: Cut = Cut.NEW,
+    runner: type[StageRunner] = StageRunner,
 ) -> None:
-    """Pass every current match to ``emit``, in batches of binding columns in head order."""
+    """Pass every current match to ``emit``, in batches of binding columns in head order
+    (``runner``: the stage implementation, as :func:`~monitor.engine.pipeline.run_plan`'s)."""
     plan = static_plan(query)
     columns = index.tuples(plan.seed.relation, cut)
     if not columns or not columns[0].shape[0]:
         return
     seeds = seed_prefixes(plan, columns, np.ones(columns[0].shape[0], np.int64), index)
-    run_plan(plan, index, seeds, max_prefixes, lambda p: emit(list(p.columns)))
+    run_plan(plan, index, seeds, max_prefixes, lambda p: emit(list(p.columns)), runner)
 
 
 def count_matches(
-    query: Query, index: IndexReader, *, max_prefixes: int = 1 << 20, cut: Cut = Cut.NEW
+    query: Query,
+    index: IndexReader,
+    *,
+    max_prefixes: int = 1 << 20,
+    cut: Cut = Cut.NEW,
+    runner: type[StageRunner] = StageRunner,
 ) -> int:
     """The number of current matches of ``query``."""
     total = 0
@@ -47,5 +54,5 @@ def count_matches(
         nonlocal total
         total += int(columns[0].shape[0]) if columns else 0
 
-    enumerate_matches(query, index, add, max_prefixes=max_prefixes, cut=cut)
+    enumerate_matches(query, index, add, max_prefixes=max_prefixes, cut=cut, runner=runner)
     return total
