@@ -29,9 +29,9 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "monitor.cli": ("monitor", "connectors", "core"),
     "monitor.__main__": ("monitor.cli",),
     "monitor.service": WIRING,
-    # The partitioned engine wires the engine to its shards as the service wires it to Kafka
-    # (DESIGN's module map: beside `service`, never below the engine).
-    "monitor.distributed": WIRING,
+    # The partitioned engine wires the engine to its shards as the service wires it to Kafka,
+    # and reuses the service's pieces (settings, match ids): above `service`, below the CLI.
+    "monitor.distributed": (*WIRING, "monitor.service"),
     "connectors": ("core",),
     "monitor.engine": ("monitor.index", "monitor.plan", "monitor.query", "core"),
     "monitor.index": ("monitor.plan.cut", "monitor.failpoints", "core"),

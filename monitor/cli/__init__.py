@@ -30,7 +30,7 @@ from core.errors import (
     QueryError,
     StateError,
 )
-from core.records import Checkpoint, UpdateBatch
+from core.records import Checkpoint, UpdateBatch, exact_batches
 from core.times import format_duration
 from monitor.cli.options import (
     edges_option,
@@ -184,6 +184,9 @@ def main() -> None:
     help="How far the watermark stays behind the latest event time (500ms, 10s, 1m) [default: 5s].",
 )
 @click.option("--quiet", is_flag=True, help="No progress and no summary on stderr.")
+@workers_option
+@shards_option
+@ray_address_option
 def run(
     query_specs: tuple[str, ...],
     edges: str,
@@ -202,8 +205,12 @@ def run(
     retention: str | None,
     allowed_lateness: str | None,
     quiet: bool,
+    workers: int | None,
+    shards: int | None,
+    ray_address: str | None,
 ) -> None:
-    """Stream edge updates and print one JSON line per match delta, epochs in order."""
+    """Stream edge updates and print one JSON line per match delta, epochs in order (with
+    ``--workers``, on the partitioned engine)."""
     try:
         settings = _settings(
             undirected=undirected,
@@ -221,6 +228,11 @@ def run(
         if initial and preload is None:
             raise ConfigError("--initial emits the matches of the --preload graph; give --preload")
         queries = _queries(query_specs)
+        if workers is not None:
+            partitioned = (workers, shards, ray_address)
+            others = (preload, initial, output)
+            _run_partitioned(queries, settings, edges, fmt, strict, quiet, partitioned, *others)
+            return
         with stop_on_signals():  # from here on, SIGTERM stops after the epoch in flight
             _run_job(queries, settings, edges, fmt, strict, quiet, preload, initial, output)
     except MonitorError as error:
@@ -324,6 +336,50 @@ def count(
         _fail(error)
 
 
+def _run_partitioned(
+    queries: Sequence[Query],
+    settings: Settings,
+    edges: str,
+    fmt: str,
+    strict: bool,
+    quiet: bool,
+    partitioned: tuple[int, int | None, str | None],
+    preload: str | None,
+    initial: bool,
+    output: str | None,
+) -> None:
+    """``run`` on the partitioned engine: deltas on stdout, a summary and the shards on
+    stderr."""
+    from connectors.sinks import JsonLinesSink
+    from monitor.distributed.cluster import ray_shards
+    from monitor.distributed.count import refuse_unsupported
+    from monitor.distributed.filejob import refuse_options, run_partitioned
+
+    refuse_options(state_dir=settings.state_dir, preload=preload, initial=initial, output=output)
+    refuse_unsupported(queries)  # (before Ray starts)
+    workers, shards, address = partitioned
+    source = _source(edges, settings, fmt, strict, quiet, events=None, arities={})
+    started = time.perf_counter()
+    batches = exact_batches(source.batches(settings.batch_size), settings.batch_size)
+    with ray_shards(workers, shards, address) as shard_set:
+        sink = JsonLinesSink(sys.stdout.buffer)
+        totals = run_partitioned(queries, settings, batches, sink, shard_set)
+    if quiet:
+        return
+    seconds = time.perf_counter() - started
+    click.echo(
+        f"subgraph-monitor: {totals.updates:,} updates, {totals.epochs:,} epochs in "
+        f"{seconds:.2f} s on {len(totals.shards)} shards ({totals.rounds:,} rounds of calls)",
+        err=True,
+    )
+    for query in queries:
+        plus, minus = totals.deltas[(query.name, 1)], totals.deltas[(query.name, -1)]
+        click.echo(
+            f"subgraph-monitor: query {query.name}: +{plus:,} -{minus:,} match deltas", err=True
+        )
+    _print_shards(totals.shards)
+
+
 def _count_partitioned(
     queries: Sequence[Query],
     settings: Settings,
@@ -349,6 +405,11 @@ def _count_partitioned(
         stats = index.stats()
     for name, matches in counts.items():
         click.echo(f"{name}\t{matches}")
+    _print_shards(stats)
+
+
+def _print_shards(stats: Sequence[Mapping[str, int]]) -> None:
+    """Each shard's pairs, index bytes and work, on stderr."""
     for s, figures in enumerate(stats):
         described = ", ".join(f"{key} {value:,}" for key, value in figures.items())
         click.echo(f"subgraph-monitor: shard {s}: {described}", err=True)
