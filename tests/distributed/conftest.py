@@ -1,4 +1,5 @@
-"""The distributed tests' Ray: one local cluster for the session (it takes seconds to start)."""
+"""The distributed tests' Ray: one local cluster for this package's tests (it takes seconds
+to start), shut down before the rest of the suite runs."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def ray_cluster() -> Iterator[None]:
     ray = pytest.importorskip("ray", reason="ray is not installed (the `distributed` extra)")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
