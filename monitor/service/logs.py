@@ -127,6 +127,8 @@ class JsonFormatter(OrjsonFormatter):
     ) -> None:
         log_data["timestamp"] = _timestamp(record)
         super().add_fields(log_data, record, message_dict)
+        for key in [key for key in log_data if key.startswith("_")]:
+            del log_data[key]  # (a library's own attribute on every record: Ray adds one)
 
     def jsonify_log_record(self, log_data: Any) -> str:
         options = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
@@ -134,13 +136,16 @@ class JsonFormatter(OrjsonFormatter):
 
 
 class TextFormatter(logging.Formatter):
-    """``timestamp LEVEL logger: message key=value ...`` for a terminal."""
+    """``timestamp LEVEL logger: message key=value ...`` for a terminal (private attributes,
+    which libraries add to every record, left out)."""
 
     _standard = frozenset(RESERVED_ATTRS) | {"taskName"}
 
     def format(self, record: logging.LogRecord) -> str:
         extras = " ".join(
-            f"{key}={value}" for key, value in record.__dict__.items() if key not in self._standard
+            f"{key}={value}"
+            for key, value in record.__dict__.items()
+            if key not in self._standard and not key.startswith("_")
         )
         line = f"{_timestamp(record)} {record.levelname} {record.name}: {record.getMessage()}"
         if extras:
