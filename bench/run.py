@@ -42,6 +42,7 @@ PAYMENTS = Path(__file__).resolve().parent / "payments.md"
 #: The reports of ``bench.timed_payments`` and ``bench.decoding``, carried after the events'.
 TIMED = Path(__file__).resolve().parent / "timed_payments.md"
 DECODING = Path(__file__).resolve().parent / "decoding.md"
+DISTRIBUTED = Path(__file__).resolve().parent / "distributed.md"
 
 
 def parse_count(text: str) -> int:
@@ -293,7 +294,11 @@ def main(argv: list[str] | None = None) -> int:
         cluster += "\n" + CONSOLIDATION.read_text().replace("# ", "### ", 1)
     carried = [
         (f"### {title} (bench/{path.name})\n\n", path.read_text().split("\n", 1)[1].lstrip())
-        for title, path in (("Event time", TIMED), ("Decoding alone", DECODING))
+        for title, path in (
+            ("Event time", TIMED),
+            ("Decoding alone", DECODING),
+            ("The partitioned engine", DISTRIBUTED),
+        )
         if path.exists()
     ]
     notes = "".join(head + text + "\n" for head, text in carried) + notes
