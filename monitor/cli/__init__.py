@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from typing import Any, NoReturn
 
 import click
@@ -30,7 +30,7 @@ from core.errors import (
     QueryError,
     StateError,
 )
-from core.records import Checkpoint, UpdateBatch, exact_batches
+from core.records import Checkpoint, UpdateBatch
 from core.times import format_duration
 from monitor.cli.options import (
     edges_option,
@@ -44,6 +44,7 @@ from monitor.cli.options import (
     undirected_option,
     workers_option,
 )
+from monitor.cli.partitioned import count_on_shards, run_on_shards
 from monitor.cli.reports import dead_letter_reporter, print_progress, print_summary
 from monitor.index.graph import GraphIndex
 from monitor.index.store import StateStore
@@ -229,9 +230,9 @@ def run(
             raise ConfigError("--initial emits the matches of the --preload graph; give --preload")
         queries = _queries(query_specs)
         if workers is not None:
+            source = _source(edges, settings, fmt, strict, quiet, events=None, arities={})
             partitioned = (workers, shards, ray_address)
-            others = (preload, initial, output)
-            _run_partitioned(queries, settings, edges, fmt, strict, quiet, partitioned, *others)
+            run_on_shards(queries, settings, source, quiet, partitioned, preload, initial, output)
             return
         with stop_on_signals():  # from here on, SIGTERM stops after the epoch in flight
             _run_job(queries, settings, edges, fmt, strict, quiet, preload, initial, output)
@@ -316,7 +317,8 @@ def count(
         )
         queries = _queries(query_specs)
         if workers is not None:
-            _count_partitioned(queries, settings, edges, fmt, strict, workers, shards, ray_address)
+            source = _source(edges, settings, fmt, strict, quiet=False, events=None, arities={})
+            count_on_shards(queries, settings, source, (workers, shards, ray_address))
             return
         processor = EpochProcessor(queries, settings)
         source = _source(
@@ -334,85 +336,6 @@ def count(
             click.echo(f"{name}\t{matches}")
     except MonitorError as error:
         _fail(error)
-
-
-def _run_partitioned(
-    queries: Sequence[Query],
-    settings: Settings,
-    edges: str,
-    fmt: str,
-    strict: bool,
-    quiet: bool,
-    partitioned: tuple[int, int | None, str | None],
-    preload: str | None,
-    initial: bool,
-    output: str | None,
-) -> None:
-    """``run`` on the partitioned engine: deltas on stdout, a summary and the shards on
-    stderr."""
-    from connectors.sinks import JsonLinesSink
-    from monitor.distributed.cluster import ray_shards
-    from monitor.distributed.count import refuse_unsupported
-    from monitor.distributed.filejob import refuse_options, run_partitioned
-
-    refuse_options(state_dir=settings.state_dir, preload=preload, initial=initial, output=output)
-    refuse_unsupported(queries)  # (before Ray starts)
-    workers, shards, address = partitioned
-    source = _source(edges, settings, fmt, strict, quiet, events=None, arities={})
-    started = time.perf_counter()
-    batches = exact_batches(source.batches(settings.batch_size), settings.batch_size)
-    with ray_shards(workers, shards, address) as shard_set:
-        sink = JsonLinesSink(sys.stdout.buffer)
-        totals = run_partitioned(queries, settings, batches, sink, shard_set)
-    if quiet:
-        return
-    seconds = time.perf_counter() - started
-    click.echo(
-        f"subgraph-monitor: {totals.updates:,} updates, {totals.epochs:,} epochs in "
-        f"{seconds:.2f} s on {len(totals.shards)} shards ({totals.rounds:,} rounds of calls)",
-        err=True,
-    )
-    for query in queries:
-        plus, minus = totals.deltas[(query.name, 1)], totals.deltas[(query.name, -1)]
-        click.echo(
-            f"subgraph-monitor: query {query.name}: +{plus:,} -{minus:,} match deltas", err=True
-        )
-    _print_shards(totals.shards)
-
-
-def _count_partitioned(
-    queries: Sequence[Query],
-    settings: Settings,
-    edges: str,
-    fmt: str,
-    strict: bool,
-    workers: int,
-    shards: int | None,
-    ray_address: str | None,
-) -> None:
-    """``count`` on the partitioned engine: the shards on Ray, per-shard figures on stderr."""
-    from core.records import mirrored
-    from monitor.distributed.cluster import ray_shards
-    from monitor.distributed.count import count_all, refuse_unsupported
-
-    refuse_unsupported(queries)  # (before Ray starts)
-    source = _source(edges, settings, fmt, strict, quiet=False, events=None, arities={})
-    batches = _batches(source, 1 << 20)
-    if settings.undirected:
-        batches = (mirrored(b) for b in batches)
-    with ray_shards(workers, shards, ray_address) as ray_shard_set:
-        counts, index = count_all(queries, ray_shard_set, batches, settings.max_prefixes)
-        stats = index.stats()
-    for name, matches in counts.items():
-        click.echo(f"{name}\t{matches}")
-    _print_shards(stats)
-
-
-def _print_shards(stats: Sequence[Mapping[str, int]]) -> None:
-    """Each shard's pairs, index bytes and work, on stderr."""
-    for s, figures in enumerate(stats):
-        described = ", ".join(f"{key} {value:,}" for key, value in figures.items())
-        click.echo(f"subgraph-monitor: shard {s}: {described}", err=True)
 
 
 @main.command()
