@@ -72,6 +72,14 @@ class ShardIndex:
         global_keys = local_keys.astype(np.int64) * self.shards + self.shard
         return global_keys, changed_values, diff, netted.seq[order], dict(ignored)
 
+    def stage_many(
+        self, requests: list[tuple[str, int, I64, I32, npt.NDArray[np.bool_], I64]]
+    ) -> list[tuple[I64, I32, npt.NDArray[np.int8], I64, dict[str, int]] | None]:
+        """:meth:`stage` each request; the changes of the forward copies (position 1) only:
+        the reverse copies' are the same changes, and would only cross the wire again."""
+        staged = [self.stage(*request) for request in requests]
+        return [s if r[1] == 1 else None for s, r in zip(staged, requests, strict=True)]
+
     def commit(self) -> None:
         """Fold the staged epoch into every adjacency (compacting where it has grown)."""
         for positions in self.relations.values():

@@ -211,20 +211,19 @@ class ShardedIndex:
             seq = np.arange(src.shape[0], dtype=np.int64)
         if src.shape[0]:
             self.vertices = max(self.vertices, int(max(src.max(), dst.max())) + 1)
-        found: list[Any] = []
+        # Both copies of every pair in one round; only the forward copies report their changes.
+        requests: list[list[tuple[Any, ...]]] = [[] for _ in range(self.shards.count)]
         for position, keys, values in ((1, src, dst), (0, dst, src)):
             split = Split(keys, self.shards.count)
-            parts = [split.part(s) for s in range(self.shards.count)]
             values = values.astype(np.int32)
-            arguments = [
-                None if p is None else (relation, position, keys[p], values[p], insert[p], seq[p])
-                for p in parts
-            ]
-            answers = self.shards.call("stage", arguments)
-            if position == 1:
-                found = [a for a in answers if a is not None]
-                for a in found:
-                    self.ignored.update(a[4])
+            for s in range(self.shards.count):
+                p = split.part(s)
+                if p is not None:
+                    requests[s].append((relation, position, keys[p], values[p], insert[p], seq[p]))
+        answers = self.shards.call("stage_many", [(r,) if r else None for r in requests])
+        found = [a for shard in answers if shard for a in shard if a is not None]
+        for a in found:
+            self.ignored.update(a[4])
         if not found:
             return Change([np.empty(0, np.int32)] * 2, np.empty(0, np.int8), np.empty(0, np.int64))
         return Change(
