@@ -97,7 +97,7 @@ def sharded(edges: np.ndarray, size: int, shards: Shards) -> dict[str, Any]:
     run = ShardedEpochs(QUERIES, shards, 1 << 20)
     half = edges.shape[0] // 2
     run.index.load("e", [edges[:half, 0], edges[:half, 1]], np.ones(half, np.int8))
-    rounds, calls = shards.rounds, shards.calls
+    rounds, calls = shards.traffic.rounds, shards.traffic.calls
     latencies, deltas = [], 0
     for b in epochs_of(edges, size):
         started = time.perf_counter()
@@ -106,8 +106,8 @@ def sharded(edges: np.ndarray, size: int, shards: Shards) -> dict[str, Any]:
     return {
         "latencies": latencies,
         "deltas": deltas,
-        "rounds": shards.rounds - rounds,
-        "calls": shards.calls - calls,
+        "rounds": shards.traffic.rounds - rounds,
+        "calls": shards.traffic.calls - calls,
         "stats": run.index.stats(),
     }
 

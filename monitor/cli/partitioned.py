@@ -71,6 +71,7 @@ def count_on_shards(
     """``count --workers``: the current matches of every query, counted on the shards."""
     from monitor.distributed.cluster import ray_shards
     from monitor.distributed.count import count_all, refuse_unsupported
+    from monitor.distributed.filejob import with_traffic
 
     refuse_unsupported(queries)  # (before Ray starts)
     batches = source.batches(1 << 20)
@@ -78,14 +79,14 @@ def count_on_shards(
         batches = (mirrored(b) for b in batches)
     with ray_shards(*partitioned) as shards:
         counts, index = count_all(queries, shards, batches, settings.max_prefixes)
-        stats = index.stats()
+        stats = with_traffic(index.stats(), shards)
     for name, matches in counts.items():
         click.echo(f"{name}\t{matches}")
     print_shards(stats)
 
 
 def print_shards(stats: Sequence[Mapping[str, int]]) -> None:
-    """Each shard's pairs, index bytes and work, on stderr."""
+    """Each shard's pairs, index bytes, work and bytes exchanged, on stderr."""
     for s, figures in enumerate(stats):
         described = ", ".join(f"{key} {value:,}" for key, value in figures.items())
         click.echo(f"subgraph-monitor: shard {s}: {described}", err=True)

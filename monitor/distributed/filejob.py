@@ -73,5 +73,14 @@ def run_partitioned(
         sink.flush()
         totals.epochs += 1
         totals.updates += batch.count
-    totals.shards, totals.rounds = epochs.index.stats(), shards.rounds
+    totals.shards, totals.rounds = with_traffic(epochs.index.stats(), shards), shards.traffic.rounds
     return totals
+
+
+def with_traffic(stats: list[dict[str, int]], shards: Shards) -> list[dict[str, int]]:
+    """Each shard's figures with the bytes sent to it and received from it."""
+    traffic = shards.traffic
+    return [
+        {**figures, "sent": sent, "received": received}
+        for figures, sent, received in zip(stats, traffic.sent, traffic.received, strict=True)
+    ]

@@ -26,12 +26,39 @@ from monitor.index.levels import I32, I64
 from monitor.plan.cut import Cut
 
 
+def payload_bytes(value: Any) -> int:
+    """The bytes of the arrays in a call's arguments or answer (what crosses to or from a
+    shard; names, cuts and counters are not counted)."""
+    if isinstance(value, np.ndarray):
+        return int(value.nbytes)
+    if isinstance(value, (tuple, list)):
+        return sum(payload_bytes(v) for v in value)
+    return 0
+
+
+class Traffic:
+    """Rounds of calls made, the calls in them, and the bytes sent to and received from each
+    shard."""
+
+    def __init__(self, shards: int) -> None:
+        self.rounds = self.calls = 0
+        self.sent = [0] * shards
+        self.received = [0] * shards
+
+    def record(self, arguments: Sequence[tuple[Any, ...] | None], answers: Sequence[Any]) -> None:
+        self.rounds += 1
+        for s, (given, answer) in enumerate(zip(arguments, answers, strict=True)):
+            if given is not None:
+                self.calls += 1
+                self.sent[s] += payload_bytes(given)
+                self.received[s] += payload_bytes(answer)
+
+
 class Shards(Protocol):
     """Calls to every shard, each with its own arguments, answered in shard order."""
 
-    #: Rounds made, and calls in them.
-    rounds: int
-    calls: int
+    #: Rounds made, calls in them, bytes each way per shard.
+    traffic: Traffic
 
     @property
     def count(self) -> int: ...
@@ -47,19 +74,19 @@ class LocalShards:
 
     def __init__(self, shards: int) -> None:
         self.shards = [ShardIndex(s, shards) for s in range(shards)]
-        self.rounds = self.calls = 0
+        self.traffic = Traffic(shards)
 
     @property
     def count(self) -> int:
         return len(self.shards)
 
     def call(self, method: str, arguments: Sequence[tuple[Any, ...] | None]) -> list[Any]:
-        self.rounds += 1
-        self.calls += sum(given is not None for given in arguments)
-        return [
+        answers = [
             None if given is None else getattr(shard, method)(*given)
             for shard, given in zip(self.shards, arguments, strict=True)
         ]
+        self.traffic.record(arguments, answers)
+        return answers
 
 
 class RayShards:
@@ -71,7 +98,7 @@ class RayShards:
         actor = ray.remote(ShardIndex)
         self._ray = ray
         self.actors = [actor.remote(s, shards) for s in range(shards)]
-        self.rounds = self.calls = 0
+        self.traffic = Traffic(shards)
 
     @property
     def count(self) -> int:
@@ -83,10 +110,10 @@ class RayShards:
             for s, (actor, given) in enumerate(zip(self.actors, arguments, strict=True))
             if given is not None
         }
-        self.rounds += 1
-        self.calls += len(pending)
-        answers = dict(zip(pending, self._ray.get(list(pending.values())), strict=True))
-        return [answers.get(s) for s in range(len(self.actors))]
+        answered = dict(zip(pending, self._ray.get(list(pending.values())), strict=True))
+        answers = [answered.get(s) for s in range(len(self.actors))]
+        self.traffic.record(arguments, answers)
+        return answers
 
 
 class Split:

@@ -33,6 +33,12 @@ def test_count_with_workers_is_the_count_without(tmp_path: Path) -> None:
     # Two shards a worker by default, each with its pairs and work.
     assert "shard 0: pairs" in sharded.stderr and "shard 1: pairs" in sharded.stderr
     assert "shard 2:" not in sharded.stderr
+    # And the bytes sent to and received from each (arrays of keys and answers).
+    for line in sharded.stderr.splitlines():
+        if ": shard " in line:
+            figures = dict(f.rsplit(" ", 1) for f in line.split(": ", 2)[2].split(", "))
+            assert int(figures["sent"].replace(",", "")) > 0
+            assert int(figures["received"].replace(",", "")) > 0
 
 
 def test_what_the_partitioned_engine_cannot_run_is_refused_at_start(tmp_path: Path) -> None:
