@@ -15,6 +15,7 @@ import math
 import sys
 import time
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any, NoReturn
 
 import click
@@ -44,10 +45,8 @@ from monitor.cli.options import (
     undirected_option,
     workers_option,
 )
-from monitor.cli.partitioned import count_on_shards, run_on_shards
-from monitor.cli.reports import dead_letter_reporter, print_progress, print_summary
-from monitor.index.graph import GraphIndex
-from monitor.index.store import StateStore
+from monitor.cli.partitioned import count_on_shards, inspect_shards, run_on_shards
+from monitor.cli.reports import dead_letter_reporter, print_progress, print_state, print_summary
 from monitor.plan.events import event_relations, rewrite
 from monitor.plan.planner import delta_queries, static_plan
 from monitor.plan.windows import describe, retentions, span
@@ -230,9 +229,14 @@ def run(
             raise ConfigError("--initial emits the matches of the --preload graph; give --preload")
         queries = _queries(query_specs)
         if workers is not None:
-            source = _source(edges, settings, fmt, strict, quiet, events=None, arities={})
+
+            def open_source(start: Checkpoint | None, skip_to: int) -> EdgeFileSource:
+                return _source(edges, settings, fmt, strict, quiet, None, {}, start, skip_to)
+
             partitioned = (workers, shards, ray_address)
-            run_on_shards(queries, settings, source, quiet, partitioned, preload, initial, output)
+            run_on_shards(
+                queries, settings, edges, open_source, quiet, partitioned, preload, initial, output
+            )
             return
         with stop_on_signals():  # from here on, SIGTERM stops after the epoch in flight
             _run_job(queries, settings, edges, fmt, strict, quiet, preload, initial, output)
@@ -402,45 +406,12 @@ def state() -> None:
 @state.command()
 @click.argument("directory", type=click.Path(file_okay=False))
 def inspect(directory: str) -> None:
-    """Print a state directory's epoch, input position, queries, relations and size on disk."""
+    """Print a state directory's epoch, input position, queries, relations and size on disk
+    (of the partitioned engine's: of each shard)."""
     try:
-        with StateStore.open(directory, read_only=True) as store:
-            meta = store.meta
-            if meta is None:
-                raise StateError(f"{directory} holds no committed epoch yet")
-            index = GraphIndex()
-            store.load(index)
-            disk = store.disk_bytes()
-        stored = index.edge_count() + sum(len(e) for e in index.event_stores.values())
-        position = meta.position
-        checkpoint = position.get("checkpoint") or {}
-        lines = [
-            f"state directory  {directory}",
-            f"format version   {meta.format_version}",
-            f"epoch            {meta.epoch} (snapshot at epoch {meta.snapshot_epoch})",
-            f"input            {position.get('input')}: {position.get('seq', 0):,} updates "
-            f"consumed (byte offset {checkpoint.get('offset', 0):,}, "
-            f"line {checkpoint.get('line', 0):,})",
-            "output           "
-            + ("stdout" if meta.output_bytes is None else f"{meta.output_bytes:,} bytes committed"),
-            "settings         " + ", ".join(f"{k}={v}" for k, v in sorted(meta.settings.items())),
-            "queries",
-            *(f"  {q}" for q in meta.queries),
-            "relations",
-            *(
-                f"  {name:<20} arity {rel.arity}  {len(rel):>12,} tuples"
-                for name, rel in sorted(index.relations.items())
-            ),
-            *(
-                f"  {name:<20} events   {len(events):>12,} live  fields "
-                + (", ".join(f"{f} ({c.kind})" for f, c in events.fields.items()) or "none")
-                for name, events in sorted(index.event_stores.items())
-            ),
-            f"vertices         {len(index.dictionary):,}",
-            f"size on disk     {disk:,} bytes"
-            + (f" ({disk / stored:.1f} per tuple or event)" if stored else ""),
-        ]
-        for line in lines:
-            click.echo(line)
+        if (Path(directory) / "driver").is_dir():  # the partitioned engine's
+            inspect_shards(directory)
+        else:
+            print_state(directory)
     except MonitorError as error:
         _fail(error)

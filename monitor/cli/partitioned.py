@@ -7,17 +7,20 @@ inside the commands, so the embedded default never pays for it.
 
 from __future__ import annotations
 
-import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import click
 
 from connectors.files import EdgeFileSource
-from connectors.sinks import JsonLinesSink
-from core.records import exact_batches, mirrored
+from core.errors import StateError
+from core.records import Checkpoint, mirrored
 from monitor.query.ast import Query
 from monitor.service.settings import Settings
+
+if TYPE_CHECKING:  # (the partitioned engine is imported inside the commands)
+    from monitor.distributed.filejob import PartitionedTotals
 
 #: ``--workers``, ``--shards`` and ``--ray-address`` as given.
 Partitioned = tuple[int, int | None, str | None]
@@ -26,31 +29,37 @@ Partitioned = tuple[int, int | None, str | None]
 def run_on_shards(
     queries: Sequence[Query],
     settings: Settings,
-    source: EdgeFileSource,
+    edges: str,
+    open_source: Callable[[Checkpoint | None, int], EdgeFileSource],
     quiet: bool,
     partitioned: Partitioned,
     preload: str | None,
     initial: bool,
     output: str | None,
 ) -> None:
-    """``run --workers``: every epoch of ``source`` through the shards."""
+    """``run --workers``: every epoch of the input through the shards."""
     from monitor.distributed.cluster import ray_shards
     from monitor.distributed.count import refuse_unsupported
-    from monitor.distributed.filejob import refuse_options, run_partitioned
+    from monitor.distributed.filejob import PartitionedJob, refuse_options, run_partitioned
 
-    refuse_options(state_dir=settings.state_dir, preload=preload, initial=initial, output=output)
+    refuse_options(preload=preload, initial=initial)
     refuse_unsupported(queries)  # (before Ray starts)
     started = time.perf_counter()
-    batches = exact_batches(source.batches(settings.batch_size), settings.batch_size)
+    job = PartitionedJob(
+        edges,
+        open_source,
+        state_dir=settings.state_dir,
+        output=output,
+        progress=None if quiet else (lambda totals: print_progress(totals, started)),
+    )
     with ray_shards(*partitioned) as shards:
-        totals = run_partitioned(
-            queries, settings, batches, JsonLinesSink(sys.stdout.buffer), shards
-        )
+        totals = run_partitioned(queries, settings, job, shards)
     if quiet:
         return
     seconds = time.perf_counter() - started
+    resumed = f" (continuing after epoch {totals.resumed:,})" if totals.resumed else ""
     click.echo(
-        f"subgraph-monitor: {totals.updates:,} updates, {totals.epochs:,} epochs in "
+        f"subgraph-monitor: {totals.updates:,} updates, {totals.epochs:,} epochs{resumed} in "
         f"{seconds:.2f} s on {len(totals.shards)} shards ({totals.rounds:,} rounds of calls)",
         err=True,
     )
@@ -85,8 +94,70 @@ def count_on_shards(
     print_shards(stats)
 
 
+def print_progress(totals: PartitionedTotals, started: float) -> None:
+    """A progress line: updates, epochs and match deltas so far, and the rate."""
+    seconds = time.perf_counter() - started
+    click.echo(
+        f"subgraph-monitor: {totals.updates:,} updates, {totals.epochs:,} epochs, "
+        f"{sum(totals.deltas.values()):,} match deltas in {seconds:.0f} s "
+        f"({totals.updates / seconds:,.0f} updates/s)",
+        err=True,
+    )
+
+
 def print_shards(stats: Sequence[Mapping[str, int]]) -> None:
     """Each shard's pairs, index bytes, work and bytes exchanged, on stderr."""
     for s, figures in enumerate(stats):
         described = ", ".join(f"{key} {value:,}" for key, value in figures.items())
         click.echo(f"subgraph-monitor: shard {s}: {described}", err=True)
+
+
+def inspect_shards(directory: str) -> None:
+    """``state inspect`` of the partitioned engine's state directory: the driver's record, then
+    each shard's pairs per relation and position, and its size on disk."""
+    from monitor.distributed.durable import DriverStore, shard_directory
+    from monitor.distributed.shard_store import ShardStore
+
+    driver = DriverStore.open(directory, read_only=True)
+    try:
+        meta = driver.meta
+    finally:
+        driver.close()
+    if meta is None:
+        raise StateError(f"{directory} holds no committed epoch yet")
+    shards = int(meta.settings["shards"])
+    position = meta.position
+    checkpoint = position.get("checkpoint") or {}
+    lines = [
+        f"state directory  {directory} (the partitioned engine's, {shards} shards)",
+        f"epoch            {meta.epoch}",
+        f"input            {position.get('input')}: {position.get('seq', 0):,} updates "
+        f"consumed (byte offset {checkpoint.get('offset', 0):,}, "
+        f"line {checkpoint.get('line', 0):,})",
+        "output           "
+        + ("stdout" if meta.output_bytes is None else f"{meta.output_bytes:,} bytes committed"),
+        "settings         " + ", ".join(f"{k}={v}" for k, v in sorted(meta.settings.items())),
+        "queries",
+        *(f"  {q}" for q in meta.queries),
+        f"vertices         {meta.vertices:,} (ids 0 to {max(meta.vertices - 1, 0):,})",
+        "shards",
+    ]
+    for s in range(shards):
+        path = shard_directory(directory, s)
+        store = ShardStore.open(path, s, shards, meta.epoch, read_only=True)
+        try:
+            parts = store.load()
+            disk = store.disk_bytes()
+            snapshot = store.meta["snapshot_epoch"]
+        finally:
+            store.close()
+        held = ", ".join(
+            f"{relation}/{'src' if position else 'dst'} {keys.shape[0]:,}"
+            for (relation, position), (keys, _) in sorted(parts.items())
+        )
+        lines.append(
+            f"  shard {s:<4} pairs {held or 'none'}; {disk:,} bytes on disk "
+            f"(snapshot at epoch {snapshot})"
+        )
+    for line in lines:
+        click.echo(line)

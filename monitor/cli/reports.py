@@ -1,4 +1,5 @@
-"""What a file run says on stderr: skipped lines, progress, and the summary at the end."""
+"""What a file run says on stderr (skipped lines, progress, the summary at the end), and what
+``state inspect`` says of a state directory."""
 
 from __future__ import annotations
 
@@ -7,8 +8,11 @@ from collections.abc import Callable
 
 import click
 
+from core.errors import StateError
 from core.records import DeadLetter
 from core.times import format_time
+from monitor.index.graph import GraphIndex
+from monitor.index.store import StateStore
 from monitor.service.epochs import RunTotals
 from monitor.service.filejob import Progress
 
@@ -64,3 +68,46 @@ def print_summary(totals: RunTotals, bad_lines: int, seconds: float) -> None:
     lines.append(f"elapsed {seconds:.2f} s: {rate_u:,.0f} updates/s, {rate_d:,.0f} match deltas/s")
     for line in lines:
         click.echo(f"subgraph-monitor: {line}", err=True)
+
+
+def print_state(directory: str) -> None:
+    """``state inspect`` of a single process's state directory: its epoch, input position,
+    queries, relations and size on disk."""
+    with StateStore.open(directory, read_only=True) as store:
+        meta = store.meta
+        if meta is None:
+            raise StateError(f"{directory} holds no committed epoch yet")
+        index = GraphIndex()
+        store.load(index)
+        disk = store.disk_bytes()
+    stored = index.edge_count() + sum(len(e) for e in index.event_stores.values())
+    position = meta.position
+    checkpoint = position.get("checkpoint") or {}
+    lines = [
+        f"state directory  {directory}",
+        f"format version   {meta.format_version}",
+        f"epoch            {meta.epoch} (snapshot at epoch {meta.snapshot_epoch})",
+        f"input            {position.get('input')}: {position.get('seq', 0):,} updates "
+        f"consumed (byte offset {checkpoint.get('offset', 0):,}, "
+        f"line {checkpoint.get('line', 0):,})",
+        "output           "
+        + ("stdout" if meta.output_bytes is None else f"{meta.output_bytes:,} bytes committed"),
+        "settings         " + ", ".join(f"{k}={v}" for k, v in sorted(meta.settings.items())),
+        "queries",
+        *(f"  {q}" for q in meta.queries),
+        "relations",
+        *(
+            f"  {name:<20} arity {rel.arity}  {len(rel):>12,} tuples"
+            for name, rel in sorted(index.relations.items())
+        ),
+        *(
+            f"  {name:<20} events   {len(events):>12,} live  fields "
+            + (", ".join(f"{f} ({c.kind})" for f, c in events.fields.items()) or "none")
+            for name, events in sorted(index.event_stores.items())
+        ),
+        f"vertices         {len(index.dictionary):,}",
+        f"size on disk     {disk:,} bytes"
+        + (f" ({disk / stored:.1f} per tuple or event)" if stored else ""),
+    ]
+    for line in lines:
+        click.echo(line)

@@ -32,6 +32,13 @@ class ShardedEpochs:
 
     def process(self, batch: UpdateBatch) -> list[MatchDeltas]:
         """Stage ``batch``, evaluate every query's change, commit; the changes."""
+        deltas = self.evaluate(batch)
+        self.commit()
+        return deltas
+
+    def evaluate(self, batch: UpdateBatch) -> list[MatchDeltas]:
+        """Stage ``batch`` and evaluate every query's change (aborted on failure); the changes.
+        Then :meth:`commit` it (with a state directory, after the shards prepared it)."""
         changes: dict[str, Change] = {}
         for name, part in sorted(batch.parts.items()):
             columns = [vertex_ids(name, c, len(part.columns)) for c in part.columns]
@@ -43,6 +50,9 @@ class ShardedEpochs:
         except BaseException:
             self.index.abort()
             raise
+        return deltas
+
+    def commit(self) -> None:
+        """Fold the evaluated epoch into the shards."""
         self.index.commit()
         self.epochs += 1
-        return deltas

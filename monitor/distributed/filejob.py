@@ -1,28 +1,42 @@
-"""``run --workers``: the file job on the partitioned engine, its deltas on standard output.
+"""``run --workers``: the file job on the partitioned engine, its deltas on standard output or in
+an ``--output`` file, exactly once with ``--state-dir``.
 
 Each epoch of the source is processed by :class:`~monitor.distributed.delta.ShardedEpochs` and
 its match deltas are written as the single process writes them (the same records, with the same
 ``match_id``; within an epoch the rows may come in another order, since the single process
-orders them by its dense ids). What the file job of the partitioned engine does not do yet
-(``--state-dir``, ``--preload``, ``--initial``, ``--output``) is refused at start, by name.
+orders them by its dense ids). With ``--state-dir``, every epoch is committed in two phases
+(:mod:`monitor.distributed.durable`): written and synced, prepared by every shard, recorded by
+the driver, folded. A rerun after a death anywhere continues from the last recorded epoch and
+writes what an uninterrupted run writes. What the file job of the partitioned engine does not do
+yet (``--preload``, ``--initial``) is refused at start, by name.
 """
 
 from __future__ import annotations
 
+import logging
+import sys
+import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from connectors.sinks import JsonLinesSink
-from core.errors import InputError
-from core.records import UpdateBatch, mirrored
+from connectors.files import EdgeFileSource
+from connectors.sinks import JsonLinesSink, OutputFile
+from core.errors import InputError, StateError
+from core.records import Checkpoint, exact_batches, mirrored
 from monitor.distributed.delta import ShardedEpochs
+from monitor.distributed.durable import DriverMeta, DriverStore
 from monitor.distributed.sharded import Shards
+from monitor.engine.delta import MatchDeltas
+from monitor.failpoints import failpoint
 from monitor.query.ast import Query
 from monitor.service.match_ids import match_ids
 from monitor.service.settings import Settings
+from monitor.service.stop import Stop, stop_on_signals
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -35,6 +49,21 @@ class PartitionedTotals:
     #: Each shard's pairs, index bytes and work at the end; rounds of calls made.
     shards: list[dict[str, int]] = field(default_factory=list)
     rounds: int = 0
+    #: The epoch the run started after (0: a new run).
+    resumed: int = 0
+
+
+@dataclass(frozen=True)
+class PartitionedJob:
+    """What to run: the input (opened at a checkpoint, skipping to an update), the state
+    directory and the output file (None: stdout)."""
+
+    edges: str
+    open_source: Callable[[Checkpoint | None, int], EdgeFileSource]
+    state_dir: str | None = None
+    output: str | None = None
+    #: Called every ``progress_seconds`` with the totals so far.
+    progress: Callable[[PartitionedTotals], None] | None = None
 
 
 def refuse_options(**given: object) -> None:
@@ -46,35 +75,183 @@ def refuse_options(**given: object) -> None:
 
 
 def run_partitioned(
+    queries: Sequence[Query], settings: Settings, job: PartitionedJob, shards: Shards
+) -> PartitionedTotals:
+    """Every epoch of the job's input through the shards, its deltas to the output."""
+    epochs = ShardedEpochs(queries, shards, settings.max_prefixes)
+    store = DriverStore.open(job.state_dir) if job.state_dir else None
+    try:
+        meta = _start(store, epochs, queries, settings, job, shards.count)
+        totals = _stream(store, epochs, settings, job, meta)
+        if store is not None:
+            epochs.index.close()
+    finally:
+        if store is not None:
+            store.close()
+    totals.shards = with_traffic(epochs.index.stats(), shards)
+    totals.rounds = shards.traffic.rounds
+    return totals
+
+
+def _start(
+    store: DriverStore | None,
+    epochs: ShardedEpochs,
     queries: Sequence[Query],
     settings: Settings,
-    batches: Iterable[UpdateBatch],
-    sink: JsonLinesSink,
-    shards: Shards,
+    job: PartitionedJob,
+    shards: int,
+) -> DriverMeta:
+    """The stored epoch's record (the shards loaded at it), or a new run's first."""
+    wanted = DriverMeta(
+        position={"input": job.edges, "seq": 0, "checkpoint": None},
+        output_bytes=0 if job.output is not None else None,
+        queries=tuple(str(q) for q in queries),
+        settings={
+            "batch_size": settings.batch_size,
+            "undirected": settings.undirected,
+            "default_relation": settings.default_relation,
+            "shards": shards,
+        },
+    )
+    if store is None:
+        return wanted
+    meta = store.meta
+    if meta is None:
+        store.commit(wanted)
+        meta = wanted
+    else:
+        _check_compatible(store, meta, wanted)
+    loading = time.perf_counter()
+    pairs = epochs.index.restore(str(store.path), meta.epoch, meta.vertices)
+    epochs.epochs = meta.epoch
+    if meta.epoch:
+        log.info(
+            "loaded state from %s: epoch %d, %d pairs on %d shards in %.2f s",
+            store.path,
+            meta.epoch,
+            pairs,
+            shards,
+            time.perf_counter() - loading,
+        )
+    return meta
+
+
+def _check_compatible(store: DriverStore, meta: DriverMeta, wanted: DriverMeta) -> None:
+    for name, value in wanted.settings.items():
+        stored = meta.settings.get(name)
+        if stored != value:
+            flag = f"--{name.replace('_', '-')}"
+            raise StateError(
+                f"state in {store.path} was built with {name}={stored!r}, this run has "
+                f"{name}={value!r}; rerun with the same {flag}, or give a new --state-dir"
+            )
+    if meta.position.get("input") != wanted.position["input"]:
+        raise StateError(
+            f"state in {store.path} was built from input {meta.position.get('input')!r}, this "
+            f"run reads {wanted.position['input']!r}; rerun on the same input to continue, or "
+            "give a new --state-dir"
+        )
+    if (meta.output_bytes is None) != (wanted.output_bytes is None):
+        had = "with" if meta.output_bytes is not None else "without"
+        raise StateError(
+            f"state in {store.path} was built {had} --output; rerun the same way, or give a "
+            "new --state-dir"
+        )
+    if meta.queries != wanted.queries:
+        raise StateError(
+            f"state in {store.path} was built for other queries; the partitioned engine "
+            "continues only the same queries: rerun with them, or give a new --state-dir"
+        )
+
+
+def _stream(
+    store: DriverStore | None,
+    epochs: ShardedEpochs,
+    settings: Settings,
+    job: PartitionedJob,
+    meta: DriverMeta,
 ) -> PartitionedTotals:
-    """Every epoch of ``batches`` through the shards, its deltas to ``sink``."""
-    epochs = ShardedEpochs(queries, shards, settings.max_prefixes)
-    totals = PartitionedTotals()
-    for batch in batches:
-        epoch = epochs.epochs + 1
-        for deltas in epochs.process(mirrored(batch) if settings.undirected else batch):
-            diff = deltas.diff
-            columns = [c.astype(np.int64) for c in deltas.columns]  # (the ids are the ids)
-            if settings.emit == "appearances":
-                keep = diff > 0
-                columns, diff = [c[keep] for c in columns], diff[keep]
-            if not diff.shape[0]:
-                continue
-            extra = {"match_id": match_ids(deltas.query, columns, diff.shape[0])}
-            sink.write_deltas(deltas.query, epoch, deltas.variables, columns, diff, extra=extra)
-            plus = int((diff > 0).sum())
-            totals.deltas[(deltas.query, 1)] += plus
-            totals.deltas[(deltas.query, -1)] += int(diff.shape[0]) - plus
-        sink.flush()
-        totals.epochs += 1
-        totals.updates += batch.count
-    totals.shards, totals.rounds = with_traffic(epochs.index.stats(), shards), shards.traffic.rounds
+    totals = PartitionedTotals(resumed=meta.epoch)
+    sink = _open_sink(job, meta)
+    checkpoint = meta.position.get("checkpoint")
+    start = Checkpoint.from_dict(checkpoint) if checkpoint else None
+    source = job.open_source(start, int(meta.position.get("seq", 0)))
+    last_report = time.perf_counter()
+    with stop_on_signals():
+        for batch in exact_batches(source.batches(settings.batch_size), settings.batch_size):
+            epoch = epochs.epochs + 1
+            for deltas in epochs.evaluate(mirrored(batch) if settings.undirected else batch):
+                _write(sink, epoch, deltas, settings.emit, totals)
+            failpoint("before_output_sync")
+            sink.flush()
+            length = sink.sync() if isinstance(sink, OutputFile) else None
+            failpoint("after_output_sync")
+            if store is not None:
+                epochs.index.prepare(epoch)
+                failpoint("after_shards_prepare")
+                meta = replace(
+                    meta,
+                    epoch=epoch,
+                    position={
+                        "input": job.edges,
+                        "seq": batch.first_seq + batch.count,
+                        "checkpoint": batch.resume.to_dict() if batch.resume else None,
+                    },
+                    output_bytes=length,
+                    vertices=epochs.index.vertices,
+                )
+                store.commit(meta)
+                failpoint("after_epoch_commit")
+            epochs.commit()
+            totals.epochs += 1
+            totals.updates += batch.count
+            now = time.perf_counter()
+            if job.progress is not None and now - last_report >= settings.progress_seconds:
+                last_report = now
+                job.progress(totals)
+            if Stop.requested:
+                log.warning("stopping after epoch %d as requested", epoch)
+                break
+    if isinstance(sink, OutputFile):
+        sink.close()
     return totals
+
+
+def _open_sink(job: PartitionedJob, meta: DriverMeta) -> JsonLinesSink:
+    if job.output is None:
+        return JsonLinesSink(sys.stdout.buffer)
+    if not meta.epoch and not meta.output_bytes:
+        try:
+            with open(job.output, "rb") as existing:
+                if existing.read(1):
+                    raise StateError(
+                        f"output file {job.output} already has content that no state "
+                        "directory accounts for; remove it or choose another --output"
+                    )
+        except FileNotFoundError:
+            pass
+    try:
+        return OutputFile(job.output, meta.output_bytes or 0)
+    except OSError as error:
+        raise StateError(f"{error}; restore the file or give a new --state-dir") from error
+
+
+def _write(
+    sink: JsonLinesSink, epoch: int, deltas: MatchDeltas, emit: str, totals: PartitionedTotals
+) -> None:
+    query = deltas.query
+    diff = deltas.diff
+    columns = [c.astype(np.int64) for c in deltas.columns]  # (the ids are the ids)
+    if emit == "appearances":
+        keep = diff > 0
+        columns, diff = [c[keep] for c in columns], diff[keep]
+    if not diff.shape[0]:
+        return
+    extra = {"match_id": match_ids(query, columns, diff.shape[0])}
+    sink.write_deltas(query, epoch, deltas.variables, columns, diff, extra=extra)
+    plus = int((diff > 0).sum())
+    totals.deltas[(query, 1)] += plus
+    totals.deltas[(query, -1)] += int(diff.shape[0]) - plus
 
 
 def with_traffic(stats: list[dict[str, int]], shards: Shards) -> list[dict[str, int]]:

@@ -16,7 +16,10 @@ from collections import Counter
 import numpy as np
 import numpy.typing as npt
 
+from monitor.distributed.shard_store import Pairs, Part, ShardStore
+from monitor.failpoints import failpoint
 from monitor.index.adjacency import Adjacency
+from monitor.index.graph import Change
 from monitor.index.levels import I32, I64, pack, unpack
 from monitor.index.netting import net
 from monitor.plan.cut import Cut
@@ -36,6 +39,28 @@ class ShardIndex:
         self.relations: dict[str, list[Adjacency]] = {}
         #: The work done: keys counted, values proposed, pairs intersected.
         self.work: Counter[str] = Counter()
+        #: The staged epoch's changes per part (relation, position), in global ids.
+        self.staged: dict[Part, Change] = {}
+        #: Its directory (``--state-dir``), and the last epoch prepared there.
+        self.store: ShardStore | None = None
+        self.epoch = 0
+
+    def restore(self, directory: str, committed: int) -> int:
+        """Keep this shard's part in ``directory`` from now on, after loading what it holds at
+        the driver's ``committed`` epoch (dropping an epoch prepared after it); its pairs."""
+        self.store = ShardStore.open(directory, self.shard, self.shards, committed)
+        self.epoch = committed
+        loaded = self.store.load()
+        for (relation, position), (keys, values) in loaded.items():
+            adjacency = self._adjacency(relation, position)
+            local = self._local(keys, adjacency)
+            adjacency.load(pack(local, values))  # (sorted by key, then value: so packed)
+        return sum(int(keys.shape[0]) for keys, _ in loaded.values())
+
+    def close(self) -> None:
+        if self.store is not None:
+            self.store.close()
+            self.store = None
 
     def _adjacency(self, relation: str, position: int) -> Adjacency:
         if relation not in self.relations:
@@ -70,6 +95,9 @@ class ShardIndex:
         adjacency.stage(changed, diff)
         local_keys, changed_values = unpack(changed)
         global_keys = local_keys.astype(np.int64) * self.shards + self.shard
+        self.staged[(relation, position)] = Change(
+            [global_keys.astype(np.int32), changed_values], diff
+        )
         return global_keys, changed_values, diff, netted.seq[order], dict(ignored)
 
     def stage_many(
@@ -80,16 +108,40 @@ class ShardIndex:
         staged = [self.stage(*request) for request in requests]
         return [s if r[1] == 1 else None for s, r in zip(staged, requests, strict=True)]
 
+    def prepare(self, epoch: int) -> None:
+        """Make the staged epoch durable as ``epoch`` (synced), before the driver commits it."""
+        failpoint("shard_before_prepare")
+        if self.store is not None:
+            self.store.prepare(epoch, self.staged)
+        self.epoch = epoch
+        failpoint("shard_after_prepare")
+
     def commit(self) -> None:
-        """Fold the staged epoch into every adjacency (compacting where it has grown)."""
+        """Fold the staged epoch into every adjacency (compacting where it has grown); with a
+        directory, rewrite its snapshot when the log has outgrown it."""
+        failpoint("shard_before_fold")
         for positions in self.relations.values():
             for adjacency in positions:
                 adjacency.commit()
+        self.staged = {}
+        if self.store is not None and self.store.wants_snapshot():
+            self.store.snapshot(self.epoch, self.parts())
 
     def abort(self) -> None:
         for positions in self.relations.values():
             for adjacency in positions:
                 adjacency.abort()
+        self.staged = {}
+
+    def parts(self) -> dict[Part, Pairs]:
+        """Every part's committed pairs in global ids, sorted."""
+        parts: dict[Part, Pairs] = {}
+        for relation, positions in self.relations.items():
+            for position, adjacency in enumerate(positions):
+                local, values = unpack(adjacency.pairs(Cut.OLD))
+                keys = (local.astype(np.int64) * self.shards + self.shard).astype(np.int32)
+                parts[(relation, position)] = (keys, values)
+        return parts
 
     def count(self, relation: str, position: int, cut: Cut, keys: I64) -> I64:
         adjacency = self._adjacency(relation, position)
@@ -134,10 +186,12 @@ class ShardIndex:
         return local.astype(np.int64) * self.shards + self.shard, values
 
     def stats(self) -> dict[str, int]:
-        """Its pairs, index bytes and work."""
+        """Its pairs, index bytes and work (and bytes on disk, with a directory)."""
         adjacencies = [a for positions in self.relations.values() for a in positions]
+        disk = {} if self.store is None else {"disk": self.store.disk_bytes()}
         return {
             "pairs": sum(len(a) for a in adjacencies),
             "bytes": sum(a.nbytes for a in adjacencies),
             **self.work,
+            **disk,
         }

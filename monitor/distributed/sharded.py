@@ -19,6 +19,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from core.errors import MonitorError
 from monitor.distributed.shard import ShardIndex
 from monitor.index.adjacency import Probe
 from monitor.index.graph import Change
@@ -97,7 +98,7 @@ class RayShards:
 
         actor = ray.remote(ShardIndex)
         self._ray = ray
-        self.actors = [actor.remote(s, shards) for s in range(shards)]
+        self.actors: list[Any] = [actor.remote(s, shards) for s in range(shards)]
         self.traffic = Traffic(shards)
 
     @property
@@ -110,10 +111,33 @@ class RayShards:
             for s, (actor, given) in enumerate(zip(self.actors, arguments, strict=True))
             if given is not None
         }
-        answered = dict(zip(pending, self._ray.get(list(pending.values())), strict=True))
+        try:
+            answered = dict(zip(pending, self._ray.get(list(pending.values())), strict=True))
+        except self._ray.exceptions.RayActorError as error:
+            lost = [s for s, ref in pending.items() if _failed(self._ray, ref)]
+            which = ", ".join(map(str, lost)) or "?"
+            raise ShardLost(
+                f"shard {which} stopped in {method} ({error.__class__.__name__}: its process "
+                "died); nothing after the last committed epoch was kept: run again with "
+                "the same arguments (with --state-dir, the run continues from that epoch)"
+            ) from error
         answers = [answered.get(s) for s in range(len(self.actors))]
         self.traffic.record(arguments, answers)
         return answers
+
+
+class ShardLost(MonitorError):
+    """A shard's actor died (its process was killed, its node lost)."""
+
+
+def _failed(ray: Any, ref: Any) -> bool:
+    try:
+        ray.get(ref, timeout=0)
+    except ray.exceptions.RayActorError:
+        return True
+    except Exception:  # (not this one: still running, or failed otherwise)
+        return False
+    return False
 
 
 class Split:
@@ -262,8 +286,25 @@ class ShardedIndex:
             np.concatenate([a[3] for a in found]),
         )
 
+    def restore(self, state_dir: str, committed: int, vertices: int) -> int:
+        """Have every shard keep its part in its directory of ``state_dir``, loading what it
+        holds at the driver's ``committed`` epoch; the pairs loaded."""
+        from monitor.distributed.durable import shard_directory
+
+        paths = [(shard_directory(state_dir, s), committed) for s in range(self.shards.count)]
+        self.vertices = vertices
+        return sum(self.shards.call("restore", paths))
+
+    def prepare(self, epoch: int) -> None:
+        """Every shard makes the staged epoch durable as ``epoch``."""
+        self.shards.call("prepare", [(epoch,)] * self.shards.count)
+
     def commit(self) -> None:
         self.shards.call("commit", [()] * self.shards.count)
+
+    def close(self) -> None:
+        """Every shard closes its directory."""
+        self.shards.call("close", [()] * self.shards.count)
 
     def abort(self) -> None:
         self.shards.call("abort", [()] * self.shards.count)

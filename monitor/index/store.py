@@ -111,12 +111,17 @@ class StateStore:
         if read_only and not (directory / "CURRENT").exists():
             raise StateError(f"{directory} holds no subgraph-monitor state")
         fresh = not directory.exists() or not any(directory.iterdir())
+        if (directory / "driver").is_dir():
+            raise StateError(
+                f"{directory} holds the partitioned engine's state; run with --workers (and the "
+                "same --shards) to continue it, or give a new --state-dir"
+            )
         if not fresh and not (directory / "CURRENT").exists():
             raise StateError(
                 f"{directory} is not empty and holds no subgraph-monitor state; give an empty "
                 f"or new directory as the state directory"
             )
-        options, cache = _options(cache_bytes)
+        options, cache = rocks_options(cache_bytes)
         if not fresh and not read_only:
             # Check what is there without writing anything: RocksDB's read-write open
             # recovers and rewrites files, which a refused directory must not see.
@@ -143,7 +148,7 @@ class StateStore:
             else:
                 db = rocksdict.Rdict(str(directory), options)
         except Exception as error:  # rocksdict raises plain Exception with RocksDB's status
-            raise _open_error(directory, error) from error
+            raise open_error(directory, error) from error
         try:
             _read_meta(directory, db)
         except StateError:
@@ -354,7 +359,7 @@ class StateStore:
         return sum(f.stat().st_size for f in self.path.rglob("*") if f.is_file())
 
 
-def _options(cache_bytes: int) -> tuple[rocksdict.Options, Any]:
+def rocks_options(cache_bytes: int) -> tuple[rocksdict.Options, Any]:
     options = rocksdict.Options(raw_mode=True)
     options.create_if_missing(True)
     options.set_paranoid_checks(True)
@@ -390,7 +395,7 @@ def _read_meta(directory: Path, db: Any) -> StoredMeta | None:
     return meta
 
 
-def _open_error(directory: Path, error: Exception) -> StateError:
+def open_error(directory: Path, error: Exception) -> StateError:
     text = str(error)
     if "lock" in text.lower() or "Resource temporarily unavailable" in text:
         return StateError(

@@ -55,7 +55,42 @@ def test_run_with_workers_writes_the_single_process_s_deltas(tmp_path: Path, emi
 def test_options_it_does_not_take_yet_are_refused(tmp_path: Path) -> None:
     edges = tmp_path / "edges.txt"
     edges.write_text("1 2\n")
-    state = str(tmp_path / "state")
-    done = run("--edges", str(edges), "-q", QUERIES, "--workers", "2", "--state-dir", state)
+    done = run("--edges", str(edges), "-q", QUERIES, "--workers", "2", "--preload", str(edges))
     assert done.returncode != 0
-    assert "--state-dir does not work with --workers yet" in done.stderr
+    assert "--preload does not work with --workers yet" in done.stderr
+
+
+def test_a_state_directory_is_continued_only_as_it_was_built(tmp_path: Path) -> None:
+    pytest.importorskip("ray", reason="ray is not installed (the `distributed` extra)")
+    edges = tmp_path / "edges.txt"
+    edges.write_text("".join(f"{a} {a + 1}\n{a} {a + 2}\n" for a in range(50)))
+    state, output = tmp_path / "state", tmp_path / "out.jsonl"
+    common = ["--edges", str(edges), "-q", QUERIES, "--state-dir", str(state), "-b", "10"]
+    first = run(*common, "--workers", "1", "--shards", "2", "--output", str(output))
+    assert first.returncode == 0, first.stderr
+    shown = subprocess.run(
+        [sys.executable, "-m", "monitor", "state", "inspect", str(state)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert "the partitioned engine's, 2 shards" in shown.stdout
+    assert "epoch            10" in shown.stdout
+    pairs = [line for line in shown.stdout.splitlines() if line.startswith("  shard ")]
+    assert len(pairs) == 2 and all("e/src" in line and "e/dst" in line for line in pairs)
+    other_shards = run(*common, "--workers", "1", "--shards", "3", "--output", str(output))
+    assert other_shards.returncode != 0
+    assert "was built with shards=2, this run has shards=3" in other_shards.stderr
+    alone = run(*common, "--output", str(output))
+    assert alone.returncode != 0
+    assert "holds the partitioned engine's state; run with --workers" in alone.stderr
+    single_state = tmp_path / "single"
+    assert (
+        run("--edges", str(edges), "-q", QUERIES, "--state-dir", str(single_state)).returncode == 0
+    )
+    workers = run(
+        "--edges", str(edges), "-q", QUERIES, "--state-dir", str(single_state), "--workers", "1"
+    )
+    assert workers.returncode != 0
+    assert "does not hold the partitioned engine's state" in workers.stderr

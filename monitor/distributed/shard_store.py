@@ -1,0 +1,217 @@
+"""One shard's part of the partitioned index in RocksDB, in a directory of its own.
+
+What is stored is what the shard's part of each relation *is*: per relation and position (a
+*part*), its pairs as ``(global key, value)`` ``int32`` columns; the adjacencies are rebuilt
+from them on load. As the single process's store (:mod:`monitor.index.store`), it is a snapshot
+and a log of per-epoch changes, in the same block and record formats
+(:mod:`monitor.index.tuple_state`)::
+
+    b"\\x00meta"              JSON: shard, shards, epoch (the last one prepared), snapshot epoch,
+                             parts ([relation, position], by id), snapshot and log bytes
+    b"S" part:u16 block:u32   snapshot block of one part
+    b"L" epoch:u64            log record: the epoch's changes of every part that changed
+
+An epoch is written when the shard *prepares* it, before the driver commits the epoch
+(:mod:`monitor.distributed.durable`), so the log may end with one epoch that was never
+committed: :meth:`ShardStore.open` drops every record after the driver's committed epoch before
+anything is read. A new snapshot is written only for an epoch the driver has committed.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import rocksdict
+
+from core.errors import StateError
+from monitor.index.graph import Change
+from monitor.index.levels import I8, I32
+from monitor.index.store import SNAPSHOT_BLOCK, open_error, rocks_options
+from monitor.index.tuple_state import block_bytes, last_wins, read_block, read_log, write_log
+
+META_KEY = b"\x00meta"
+#: A part: a relation and a position (1: keyed by ``src``, 0: by ``dst``).
+Part = tuple[str, int]
+#: A part's pairs: global keys and values.
+Pairs = tuple[I32, I32]
+
+
+class ShardStore:
+    """Shard ``shard`` of ``shards``'s directory: open it with :meth:`open` at the driver's
+    committed epoch, :meth:`load` its pairs once, then :meth:`prepare` every epoch and
+    :meth:`snapshot` when :meth:`wants_snapshot` says so."""
+
+    #: A new snapshot when the log is larger than this share of the snapshot, and than
+    #: ``snapshot_min_bytes``.
+    snapshot_ratio = 1.0
+    snapshot_min_bytes = 1 << 20
+
+    def __init__(self, path: Path, db: Any, meta: dict[str, Any], committed: int) -> None:
+        self.path = path
+        self.committed = committed
+        self._db = db
+        self.meta = meta
+        self._write = rocksdict.WriteOptions()
+        self._write.sync = True
+
+    @classmethod
+    def open(
+        cls, path: str | Path, shard: int, shards: int, committed: int, read_only: bool = False
+    ) -> ShardStore:
+        """Open (or create) the directory of shard ``shard`` of ``shards``, its epochs after
+        ``committed`` (the driver's last committed epoch) dropped (``read_only``: ignored)."""
+        directory = Path(path)
+        options, _ = rocks_options(16 << 20)
+        try:
+            if read_only:
+                access = rocksdict.AccessType.read_only()
+                db = rocksdict.Rdict(str(directory), options, access_type=access)
+            else:
+                db = rocksdict.Rdict(str(directory), options)
+        except Exception as error:  # rocksdict raises plain Exception with RocksDB's status
+            raise open_error(directory, error) from error
+        raw = db.get(META_KEY)
+        meta: dict[str, Any] = (
+            {"shard": shard, "shards": shards, "epoch": 0, "snapshot_epoch": 0}
+            | {"parts": [], "snapshot_bytes": 0, "log_bytes": 0}
+            if raw is None
+            else orjson.loads(bytes(raw))
+        )
+        store = cls(directory, db, meta, committed)
+        try:
+            store._check(shard, shards, committed)
+        except StateError:
+            db.close()
+            raise
+        if raw is None and not read_only:  # (a new shard: what it is, from now on)
+            db.put(META_KEY, orjson.dumps(meta), store._write)
+        if meta["epoch"] > committed and not read_only:  # prepared, never committed: dropped
+            batch = rocksdict.WriteBatch(raw_mode=True)
+            batch.delete_range(_log_key(committed + 1), b"M")
+            store.meta["epoch"] = committed
+            batch.put(META_KEY, orjson.dumps(store.meta))
+            db.write(batch, store._write)
+        return store
+
+    def _check(self, shard: int, shards: int, committed: int) -> None:
+        meta = self.meta
+        if (meta["shard"], meta["shards"]) != (shard, shards):
+            raise StateError(
+                f"{self.path} holds shard {meta['shard']} of {meta['shards']}, not shard "
+                f"{shard} of {shards}; rerun with --shards {meta['shards']}, or give a new "
+                "--state-dir"
+            )
+        if meta["epoch"] < committed:
+            raise StateError(
+                f"{self.path} holds shard {shard} at epoch {meta['epoch']}, but epoch "
+                f"{committed} was committed: this is not the directory the run wrote; restore "
+                "it, or give a new --state-dir"
+            )
+
+    def close(self) -> None:
+        self._db.close()
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def load(self) -> dict[Part, Pairs]:
+        """Every part's pairs at the committed epoch, sorted by key, then value."""
+        parts: list[Part] = [(r, int(p)) for r, p in self.meta["parts"]]
+        columns: dict[int, list[list[I32]]] = {i: [] for i in range(len(parts))}
+        diffs: dict[int, list[I8]] = {i: [] for i in range(len(parts))}
+        try:
+            for key, blob in self._scan(b"S"):
+                (part,) = struct.unpack_from(">H", key, 1)
+                block = read_block(blob)
+                columns[part].append(block)
+                diffs[part].append(np.ones(block[0].shape[0], np.int8))
+            for key, blob in self._scan(b"L"):
+                if struct.unpack_from(">Q", key, 1)[0] > self.committed:
+                    break  # (prepared, never committed: read only)
+                for part, changed, diff in read_log(blob) if blob else ():
+                    columns[part].append(changed)
+                    diffs[part].append(diff)
+        except (ValueError, struct.error, KeyError) as error:
+            raise StateError(
+                f"state in {self.path} is corrupted ({error}); restore the directory from a "
+                "backup, or delete the whole --state-dir to rebuild the state from the input"
+            ) from error
+        loaded: dict[Part, Pairs] = {}
+        for i, part in enumerate(parts):
+            if columns[i]:
+                keys, values = last_wins(
+                    [np.concatenate([c[k] for c in columns[i]]) for k in (0, 1)],
+                    np.concatenate(diffs[i]),
+                )
+                loaded[part] = (keys, values)
+        return loaded
+
+    def _scan(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        for raw_key, raw_value in self._db.items(from_key=prefix):
+            key = bytes(raw_key)
+            if not key.startswith(prefix):
+                break
+            yield key, bytes(raw_value)
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def _ids(self, parts: Iterator[Part]) -> dict[str, tuple[int, int]]:
+        known = [(r, int(p)) for r, p in self.meta["parts"]]
+        for part in parts:
+            if part not in known:
+                known.append(part)
+        self.meta["parts"] = [list(p) for p in known]
+        return {_name(p): (i, 2) for i, p in enumerate(known)}
+
+    def prepare(self, epoch: int, changes: Mapping[Part, Change]) -> None:
+        """Write the epoch's changes (synced), before the driver commits it."""
+        ids = self._ids(iter(changes))
+        record = write_log({_name(p): c for p, c in changes.items() if len(c)}, ids)
+        batch = rocksdict.WriteBatch(raw_mode=True)
+        batch.put(_log_key(epoch), record)
+        self.meta["epoch"] = self.committed = epoch
+        self.meta["log_bytes"] += len(record)
+        batch.put(META_KEY, orjson.dumps(self.meta))
+        self._db.write(batch, self._write)
+
+    def wants_snapshot(self) -> bool:
+        """Whether the log has outgrown the snapshot (and the minimum size)."""
+        log = self.meta["log_bytes"]
+        return bool(
+            log > self.snapshot_min_bytes
+            and log > self.snapshot_ratio * self.meta["snapshot_bytes"]
+        )
+
+    def snapshot(self, epoch: int, parts: Mapping[Part, Pairs]) -> None:
+        """Replace snapshot and log by ``parts``, the pairs at ``epoch`` (committed)."""
+        ids = self._ids(iter(parts))
+        batch = rocksdict.WriteBatch(raw_mode=True)
+        batch.delete_range(b"L", b"M")
+        batch.delete_range(b"S", b"T")
+        written = 0
+        for part, (keys, values) in parts.items():
+            part_id = ids[_name(part)][0]
+            for b, lo in enumerate(range(0, keys.shape[0], SNAPSHOT_BLOCK)):
+                blob = block_bytes(
+                    [keys[lo : lo + SNAPSHOT_BLOCK], values[lo : lo + SNAPSHOT_BLOCK]]
+                )
+                batch.put(b"S" + struct.pack(">HI", part_id, b), blob)
+                written += len(blob)
+        self.meta.update(snapshot_epoch=epoch, snapshot_bytes=written, log_bytes=0)
+        batch.put(META_KEY, orjson.dumps(self.meta))
+        self._db.write(batch, self._write)
+
+    def disk_bytes(self) -> int:
+        return sum(f.stat().st_size for f in self.path.rglob("*") if f.is_file())
+
+
+def _name(part: Part) -> str:
+    return f"{part[0]}/{part[1]}"
+
+
+def _log_key(epoch: int) -> bytes:
+    return b"L" + struct.pack(">Q", epoch)
