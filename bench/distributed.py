@@ -181,8 +181,11 @@ def main(argv: list[str] | None = None) -> int:
     begun, load = time.perf_counter(), ", ".join(f"{x:.2f}" for x in os.getloadavg())
     motif: Path | str = "left out (--no-peer)"
     if not args.no_peer:
-        build = ensure_motif(args.peers, args.cache)
-        motif = build.motif or str(build.why_not)
+        try:
+            build = ensure_motif(args.peers, args.cache)
+            motif = build.motif or str(build.why_not)
+        except RuntimeError as error:  # (the rest of the benchmark runs without it)
+            motif = f"its build failed: {str(error).splitlines()[0]}"
     started = not args.no_ray and start_ray()
     sections: list[Section] = []
     absent: list[str] = []
