@@ -230,8 +230,8 @@ def run(
         queries = _queries(query_specs)
         if workers is not None:
 
-            def open_source(start: Checkpoint | None, skip_to: int) -> EdgeFileSource:
-                return _source(edges, settings, fmt, strict, quiet, None, {}, start, skip_to)
+            def open_source(path: str, start: Checkpoint | None, skip: int) -> EdgeFileSource:
+                return _source(path, settings, fmt, strict, quiet, None, {}, start, skip)
 
             partitioned = (workers, shards, ray_address)
             run_on_shards(

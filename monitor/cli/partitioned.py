@@ -30,7 +30,7 @@ def run_on_shards(
     queries: Sequence[Query],
     settings: Settings,
     edges: str,
-    open_source: Callable[[Checkpoint | None, int], EdgeFileSource],
+    open_source: Callable[[str, Checkpoint | None, int], EdgeFileSource],
     quiet: bool,
     partitioned: Partitioned,
     preload: str | None,
@@ -40,9 +40,8 @@ def run_on_shards(
     """``run --workers``: every epoch of the input through the shards."""
     from monitor.distributed.cluster import ray_shards
     from monitor.distributed.count import refuse_unsupported
-    from monitor.distributed.filejob import PartitionedJob, refuse_options, run_partitioned
+    from monitor.distributed.filejob import PartitionedJob, run_partitioned
 
-    refuse_options(preload=preload, initial=initial)
     refuse_unsupported(queries)  # (before Ray starts)
     started = time.perf_counter()
     job = PartitionedJob(
@@ -50,6 +49,8 @@ def run_on_shards(
         open_source,
         state_dir=settings.state_dir,
         output=output,
+        preload=preload,
+        initial=initial,
         progress=None if quiet else (lambda totals: print_progress(totals, started)),
     )
     with ray_shards(*partitioned) as shards:

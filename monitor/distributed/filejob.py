@@ -7,8 +7,9 @@ its match deltas are written as the single process writes them (the same records
 orders them by its dense ids). With ``--state-dir``, every epoch is committed in two phases
 (:mod:`monitor.distributed.durable`): written and synced, prepared by every shard, recorded by
 the driver, folded. A rerun after a death anywhere continues from the last recorded epoch and
-writes what an uninterrupted run writes. What the file job of the partitioned engine does not do
-yet (``--preload``, ``--initial``) is refused at start, by name.
+writes what an uninterrupted run writes. ``--preload`` loads a graph into the shards before the
+first epoch and ``--initial`` emits its matches as epoch 0, as the single process does; with a
+state directory they are epoch 0, recorded once every shard wrote its snapshot.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import numpy as np
 
 from connectors.files import EdgeFileSource
 from connectors.sinks import JsonLinesSink, OutputFile
-from core.errors import InputError, StateError
+from core.errors import StateError
 from core.records import Checkpoint, exact_batches, mirrored
 from monitor.distributed.delta import ShardedEpochs
 from monitor.distributed.durable import DriverMeta, DriverStore
@@ -59,19 +60,14 @@ class PartitionedJob:
     directory and the output file (None: stdout)."""
 
     edges: str
-    open_source: Callable[[Checkpoint | None, int], EdgeFileSource]
+    #: Opens a file: ``(path, checkpoint to start at, updates to skip to)``.
+    open_source: Callable[[str, Checkpoint | None, int], EdgeFileSource]
     state_dir: str | None = None
     output: str | None = None
+    preload: str | None = None
+    initial: bool = False
     #: Called every ``progress_seconds`` with the totals so far.
     progress: Callable[[PartitionedTotals], None] | None = None
-
-
-def refuse_options(**given: object) -> None:
-    """Refuse the file job's options the partitioned engine does not take yet, by name."""
-    for name, value in given.items():
-        if value:
-            flag = "--" + name.replace("_", "-")
-            raise InputError(f"{flag} does not work with --workers yet; run without --workers")
 
 
 def run_partitioned(
@@ -81,8 +77,16 @@ def run_partitioned(
     epochs = ShardedEpochs(queries, shards, settings.max_prefixes)
     store = DriverStore.open(job.state_dir) if job.state_dir else None
     try:
-        meta = _start(store, epochs, queries, settings, job, shards.count)
-        totals = _stream(store, epochs, settings, job, meta)
+        wanted = _wanted(queries, settings, job, shards.count)
+        meta = store.meta if store is not None else None
+        sink = _open_sink(job, meta)
+        totals = PartitionedTotals(resumed=max(meta.epoch, 0) if meta else 0)
+        if store is not None and meta is not None and meta.epoch >= 0:
+            _check_compatible(store, meta, wanted)
+            _restore(store, epochs, meta)
+        else:
+            meta = _start(store, epochs, settings, job, wanted, sink, totals)
+        _stream(store, epochs, settings, job, meta, sink, totals)
         if store is not None:
             epochs.index.close()
     finally:
@@ -93,16 +97,11 @@ def run_partitioned(
     return totals
 
 
-def _start(
-    store: DriverStore | None,
-    epochs: ShardedEpochs,
-    queries: Sequence[Query],
-    settings: Settings,
-    job: PartitionedJob,
-    shards: int,
+def _wanted(
+    queries: Sequence[Query], settings: Settings, job: PartitionedJob, shards: int
 ) -> DriverMeta:
-    """The stored epoch's record (the shards loaded at it), or a new run's first."""
-    wanted = DriverMeta(
+    """A new run's record: what must hold for a later run to continue it."""
+    return DriverMeta(
         position={"input": job.edges, "seq": 0, "checkpoint": None},
         output_bytes=0 if job.output is not None else None,
         queries=tuple(str(q) for q in queries),
@@ -113,27 +112,54 @@ def _start(
             "shards": shards,
         },
     )
-    if store is None:
-        return wanted
-    meta = store.meta
-    if meta is None:
-        store.commit(wanted)
-        meta = wanted
-    else:
-        _check_compatible(store, meta, wanted)
+
+
+def _start(
+    store: DriverStore | None,
+    epochs: ShardedEpochs,
+    settings: Settings,
+    job: PartitionedJob,
+    wanted: DriverMeta,
+    sink: JsonLinesSink,
+    totals: PartitionedTotals,
+) -> DriverMeta:
+    """A new run (or one that died before its epoch 0 was recorded): mark it started, preload,
+    emit the initial matches, and record epoch 0."""
+    if store is not None:
+        store.commit(replace(wanted, epoch=-1))
+        epochs.index.restore(str(store.path), -1, 0)  # (shards empty, or emptied)
+    if job.preload is not None:
+        preload = job.open_source(job.preload, None, 0)
+        for batch in preload.batches(1 << 20):
+            epochs.preload(mirrored(batch) if settings.undirected else batch)
+    if job.initial:
+        epochs.initial(lambda deltas: _write(sink, 0, deltas, settings.emit, totals))
+    sink.flush()
+    meta = replace(
+        wanted,
+        output_bytes=sink.sync() if isinstance(sink, OutputFile) else None,
+        vertices=epochs.index.vertices,
+    )
+    if store is not None:
+        epochs.index.checkpoint(0)
+        failpoint("after_shards_checkpoint")
+        store.commit(meta)
+    return meta
+
+
+def _restore(store: DriverStore, epochs: ShardedEpochs, meta: DriverMeta) -> None:
+    """Every shard loads its part at the recorded epoch."""
     loading = time.perf_counter()
     pairs = epochs.index.restore(str(store.path), meta.epoch, meta.vertices)
     epochs.epochs = meta.epoch
-    if meta.epoch:
-        log.info(
-            "loaded state from %s: epoch %d, %d pairs on %d shards in %.2f s",
-            store.path,
-            meta.epoch,
-            pairs,
-            shards,
-            time.perf_counter() - loading,
-        )
-    return meta
+    log.info(
+        "loaded state from %s: epoch %d, %d pairs on %d shards in %.2f s",
+        store.path,
+        meta.epoch,
+        pairs,
+        epochs.index.shards.count,
+        time.perf_counter() - loading,
+    )
 
 
 def _check_compatible(store: DriverStore, meta: DriverMeta, wanted: DriverMeta) -> None:
@@ -170,12 +196,12 @@ def _stream(
     settings: Settings,
     job: PartitionedJob,
     meta: DriverMeta,
-) -> PartitionedTotals:
-    totals = PartitionedTotals(resumed=meta.epoch)
-    sink = _open_sink(job, meta)
+    sink: JsonLinesSink,
+    totals: PartitionedTotals,
+) -> None:
     checkpoint = meta.position.get("checkpoint")
     start = Checkpoint.from_dict(checkpoint) if checkpoint else None
-    source = job.open_source(start, int(meta.position.get("seq", 0)))
+    source = job.open_source(job.edges, start, int(meta.position.get("seq", 0)))
     last_report = time.perf_counter()
     with stop_on_signals():
         for batch in exact_batches(source.batches(settings.batch_size), settings.batch_size):
@@ -214,13 +240,12 @@ def _stream(
                 break
     if isinstance(sink, OutputFile):
         sink.close()
-    return totals
 
 
-def _open_sink(job: PartitionedJob, meta: DriverMeta) -> JsonLinesSink:
+def _open_sink(job: PartitionedJob, meta: DriverMeta | None) -> JsonLinesSink:
     if job.output is None:
         return JsonLinesSink(sys.stdout.buffer)
-    if not meta.epoch and not meta.output_bytes:
+    if meta is None:
         try:
             with open(job.output, "rb") as existing:
                 if existing.read(1):
@@ -231,7 +256,7 @@ def _open_sink(job: PartitionedJob, meta: DriverMeta) -> JsonLinesSink:
         except FileNotFoundError:
             pass
     try:
-        return OutputFile(job.output, meta.output_bytes or 0)
+        return OutputFile(job.output, meta.output_bytes or 0 if meta is not None else 0)
     except OSError as error:
         raise StateError(f"{error}; restore the file or give a new --state-dir") from error
 

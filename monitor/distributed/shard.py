@@ -116,6 +116,12 @@ class ShardIndex:
         self.epoch = epoch
         failpoint("shard_after_prepare")
 
+    def checkpoint(self, epoch: int) -> None:
+        """Write everything committed as a snapshot at ``epoch`` (after a preload)."""
+        if self.store is not None:
+            self.store.snapshot(epoch, self.parts())
+        self.epoch = epoch
+
     def commit(self) -> None:
         """Fold the staged epoch into every adjacency (compacting where it has grown); with a
         directory, rewrite its snapshot when the log has outgrown it."""

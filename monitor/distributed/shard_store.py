@@ -77,7 +77,7 @@ class ShardStore:
             raise open_error(directory, error) from error
         raw = db.get(META_KEY)
         meta: dict[str, Any] = (
-            {"shard": shard, "shards": shards, "epoch": 0, "snapshot_epoch": 0}
+            {"shard": shard, "shards": shards, "epoch": -1, "snapshot_epoch": -1}
             | {"parts": [], "snapshot_bytes": 0, "log_bytes": 0}
             if raw is None
             else orjson.loads(bytes(raw))
@@ -92,7 +92,10 @@ class ShardStore:
             db.put(META_KEY, orjson.dumps(meta), store._write)
         if meta["epoch"] > committed and not read_only:  # prepared, never committed: dropped
             batch = rocksdict.WriteBatch(raw_mode=True)
-            batch.delete_range(_log_key(committed + 1), b"M")
+            batch.delete_range(_log_key(max(committed + 1, 0)), b"M")
+            if meta["snapshot_epoch"] > committed:  # (a preload the driver never recorded)
+                batch.delete_range(b"S", b"T")
+                meta.update(snapshot_epoch=-1, snapshot_bytes=0, log_bytes=0)
             store.meta["epoch"] = committed
             batch.put(META_KEY, orjson.dumps(store.meta))
             db.write(batch, store._write)
@@ -107,8 +110,9 @@ class ShardStore:
                 "--state-dir"
             )
         if meta["epoch"] < committed:
+            at = f"at epoch {meta['epoch']}" if meta["epoch"] >= 0 else "with no epoch"
             raise StateError(
-                f"{self.path} holds shard {shard} at epoch {meta['epoch']}, but epoch "
+                f"{self.path} holds shard {shard} {at}, but epoch "
                 f"{committed} was committed: this is not the directory the run wrote; restore "
                 "it, or give a new --state-dir"
             )
@@ -202,6 +206,7 @@ class ShardStore:
                 batch.put(b"S" + struct.pack(">HI", part_id, b), blob)
                 written += len(blob)
         self.meta.update(snapshot_epoch=epoch, snapshot_bytes=written, log_bytes=0)
+        self.meta["epoch"] = max(self.meta["epoch"], epoch)
         batch.put(META_KEY, orjson.dumps(self.meta))
         self._db.write(batch, self._write)
 

@@ -114,8 +114,8 @@ class RayShards:
         try:
             answered = dict(zip(pending, self._ray.get(list(pending.values())), strict=True))
         except self._ray.exceptions.RayActorError as error:
-            lost = [s for s, ref in pending.items() if _failed(self._ray, ref)]
-            which = ", ".join(map(str, lost)) or "?"
+            ids = [a._actor_id.hex() for a in self.actors]
+            which = str(ids.index(error.actor_id)) if error.actor_id in ids else "?"
             raise ShardLost(
                 f"shard {which} stopped in {method} ({error.__class__.__name__}: its process "
                 "died); nothing after the last committed epoch was kept: run again with "
@@ -128,16 +128,6 @@ class RayShards:
 
 class ShardLost(MonitorError):
     """A shard's actor died (its process was killed, its node lost)."""
-
-
-def _failed(ray: Any, ref: Any) -> bool:
-    try:
-        ray.get(ref, timeout=0)
-    except ray.exceptions.RayActorError:
-        return True
-    except Exception:  # (not this one: still running, or failed otherwise)
-        return False
-    return False
 
 
 class Split:
@@ -298,6 +288,10 @@ class ShardedIndex:
     def prepare(self, epoch: int) -> None:
         """Every shard makes the staged epoch durable as ``epoch``."""
         self.shards.call("prepare", [(epoch,)] * self.shards.count)
+
+    def checkpoint(self, epoch: int) -> None:
+        """Every shard writes what it holds as a snapshot at ``epoch``."""
+        self.shards.call("checkpoint", [(epoch,)] * self.shards.count)
 
     def commit(self) -> None:
         self.shards.call("commit", [()] * self.shards.count)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections import defaultdict
@@ -52,12 +53,42 @@ def test_run_with_workers_writes_the_single_process_s_deltas(tmp_path: Path, emi
     assert "on 3 shards" in sharded.stderr and "shard 2: pairs" in sharded.stderr
 
 
-def test_options_it_does_not_take_yet_are_refused(tmp_path: Path) -> None:
-    edges = tmp_path / "edges.txt"
-    edges.write_text("1 2\n")
-    done = run("--edges", str(edges), "-q", QUERIES, "--workers", "2", "--preload", str(edges))
-    assert done.returncode != 0
-    assert "--preload does not work with --workers yet" in done.stderr
+def test_preload_and_initial_as_the_single_process(tmp_path: Path) -> None:
+    """``--preload`` and ``--initial`` with workers: epoch 0 holds the preloaded graph's
+    matches and the epochs after it the single process's deltas; with a state directory, a
+    death after the shards' snapshots but before the driver recorded epoch 0 starts over."""
+    pytest.importorskip("ray", reason="ray is not installed (the `distributed` extra)")
+    rng = np.random.default_rng(9)
+    preload, edges = tmp_path / "preload.txt", tmp_path / "edges.txt"
+    preload.write_text("".join(f"{a} {b}\n" for a, b in rng.integers(0, 40, (300, 2)).tolist()))
+    lines = []
+    for _ in range(600):
+        a, b = rng.integers(0, 40, 2).tolist()
+        lines.append(f"{'-' if rng.random() < 0.3 else '+'} {a} {b}\n")
+    edges.write_text("".join(lines))
+    common = ["--undirected", "--edges", str(edges), "-q", QUERIES, "-b", "100"]
+    common += ["--preload", str(preload), "--initial"]
+    alone = run(*common)
+    assert alone.returncode == 0, alone.stderr
+    expected = by_epoch(alone.stdout)
+    assert len(expected[0]) > 10 and len(expected) == 7
+    sharded = run(*common, "--workers", "1", "--shards", "2")
+    assert sharded.returncode == 0, sharded.stderr
+    assert by_epoch(sharded.stdout) == expected
+    state, output = tmp_path / "state", tmp_path / "out.jsonl"
+    durable = [*common, "--workers", "1", "--shards", "2", "--state-dir", str(state)]
+    durable += ["--output", str(output)]
+    died = subprocess.run(
+        [sys.executable, "-m", "monitor", "run", *durable],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "SGM_FAILPOINT": "after_shards_checkpoint"},
+    )
+    assert died.returncode != 0 and output.stat().st_size > 0  # (epoch 0 written, not recorded)
+    again = run(*durable)
+    assert again.returncode == 0, again.stderr
+    assert by_epoch(output.read_text()) == expected
 
 
 def test_a_state_directory_is_continued_only_as_it_was_built(tmp_path: Path) -> None:

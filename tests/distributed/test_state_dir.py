@@ -48,10 +48,13 @@ def vertices(batches: list[UpdateBatch]) -> int:
 def run_until(
     state: str, shards: int, batches: list[UpdateBatch], committed: int, stop: int, step: str
 ) -> tuple[int, list[Any]]:
-    """Restore at ``committed``, run on and die at epoch ``stop`` after ``step``; the last
-    epoch the driver recorded and the deltas of the epochs it recorded."""
+    """Restore at ``committed`` (-1: a new run), run on and die at epoch ``stop`` after
+    ``step``; the last epoch the driver recorded and the deltas of the epochs it recorded."""
     run = ShardedEpochs(QUERIES, LocalShards(shards), 1 << 20)
     run.index.restore(state, committed, vertices(batches))
+    if committed < 0:  # (a new run: the shards' epoch 0, then the driver's)
+        run.index.checkpoint(0)
+        committed = 0
     out = []
     for epoch in range(committed + 1, len(batches) + 1):
         deltas = mine(run.evaluate(batches[epoch - 1]))
@@ -80,10 +83,11 @@ def test_a_run_restarted_at_any_step_writes_the_single_process_s_deltas(
 ) -> None:
     expected = single_epochs(batches)
     got: list[Any] = []
-    committed = 0
+    committed = -1
     with tempfile.TemporaryDirectory() as state:
         for stop, step in deaths:
-            committed, out = run_until(state, shards, batches, committed, committed + stop, step)
+            stop = max(committed, 0) + stop
+            committed, out = run_until(state, shards, batches, committed, stop, step)
             got += out
         committed, out = run_until(state, shards, batches, committed, len(batches) + 1, "")
         got += out
@@ -107,7 +111,7 @@ def test_snapshots_are_taken_and_loaded(tmp_path: Path) -> None:
         updates = RelationUpdates([pairs[:, 0], pairs[:, 1]], diff, seq)
         batches.append(UpdateBatch({"e": updates}, 300 * i, 300))
     state = str(tmp_path)
-    committed, first = run_until(state, 2, batches, 0, 4, "committed")
+    committed, first = run_until(state, 2, batches, -1, 4, "committed")
     snapshots = [ShardStore.open(shard_directory(state, s), s, 2, 4) for s in range(2)]
     try:
         assert all(s.meta["snapshot_epoch"] >= 1 for s in snapshots)
@@ -120,11 +124,11 @@ def test_snapshots_are_taken_and_loaded(tmp_path: Path) -> None:
 
 def test_a_shard_directory_from_elsewhere_is_refused(tmp_path: Path) -> None:
     state = str(tmp_path)
-    store = ShardStore.open(shard_directory(state, 0), 0, 2, 0)
+    store = ShardStore.open(shard_directory(state, 0), 0, 2, -1)
     store.close()
     with pytest.raises(StateError, match="holds shard 0 of 2, not shard 0 of 3"):
-        ShardStore.open(shard_directory(state, 0), 0, 3, 0)
-    with pytest.raises(StateError, match="at epoch 0, but epoch 5 was committed"):
+        ShardStore.open(shard_directory(state, 0), 0, 3, -1)
+    with pytest.raises(StateError, match="with no epoch, but epoch 5 was committed"):
         ShardStore.open(shard_directory(state, 0), 0, 2, 5)
 
 
@@ -146,7 +150,8 @@ def test_a_shard_actor_killed_mid_epoch(ray_cluster: None, tmp_path: Path) -> No
     state = str(tmp_path)
     shards = RayShards(3)
     run = ShardedEpochs(QUERIES, shards, 1 << 20)
-    run.index.restore(state, 0, vertices(batches))
+    run.index.restore(state, -1, vertices(batches))
+    run.index.checkpoint(0)
     got = []
     for epoch in range(1, 4):
         got.append(mine(run.evaluate(batches[epoch - 1])))
