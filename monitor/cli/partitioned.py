@@ -64,6 +64,8 @@ def run_on_shards(
         f"{seconds:.2f} s on {len(totals.shards)} shards ({totals.rounds:,} rounds of calls)",
         err=True,
     )
+    if totals.bad_lines:
+        click.echo(f"subgraph-monitor: bad input lines skipped {totals.bad_lines:,}", err=True)
     for query in queries:
         plus, minus = totals.deltas[(query.name, 1)], totals.deltas[(query.name, -1)]
         click.echo(

@@ -52,6 +52,8 @@ class PartitionedTotals:
     rounds: int = 0
     #: The epoch the run started after (0: a new run).
     resumed: int = 0
+    #: Bad input lines skipped (dead letters), in the preload and the input.
+    bad_lines: int = 0
 
 
 @dataclass(frozen=True)
@@ -132,6 +134,7 @@ def _start(
         preload = job.open_source(job.preload, None, 0)
         for batch in preload.batches(1 << 20):
             epochs.preload(mirrored(batch) if settings.undirected else batch)
+        totals.bad_lines += preload.dead_letters
     if job.initial:
         epochs.initial(lambda deltas: _write(sink, 0, deltas, settings.emit, totals))
     sink.flush()
@@ -238,6 +241,7 @@ def _stream(
             if Stop.requested:
                 log.warning("stopping after epoch %d as requested", epoch)
                 break
+    totals.bad_lines += source.dead_letters
     if isinstance(sink, OutputFile):
         sink.close()
 

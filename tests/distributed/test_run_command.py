@@ -125,3 +125,18 @@ def test_a_state_directory_is_continued_only_as_it_was_built(tmp_path: Path) -> 
     )
     assert workers.returncode != 0
     assert "does not hold the partitioned engine's state" in workers.stderr
+
+
+def test_bad_lines_are_skipped_as_by_the_single_process(tmp_path: Path) -> None:
+    pytest.importorskip("ray", reason="ray is not installed (the `distributed` extra)")
+    edges = tmp_path / "edges.txt"
+    edges.write_text("1 2\n2 3\n1 3\n? 4 5\n7\n3 4\n+ 1 4\n2 4\n1 2 3 4 5\n")
+    common = ["--undirected", "--edges", str(edges), "-q", QUERIES, "-b", "3"]
+    alone, sharded = run(*common), run(*common, "--workers", "1")
+    assert alone.returncode == 0, alone.stderr
+    assert sharded.returncode == 0, sharded.stderr
+    assert by_epoch(sharded.stdout) == by_epoch(alone.stdout)
+    assert '"query":"tri","epoch":2' in alone.stdout
+    skipped = [line for line in alone.stderr.splitlines() if "skipped" in line]
+    assert len(skipped) == 4  # (three lines, and the count)
+    assert [line for line in sharded.stderr.splitlines() if "skipped" in line] == skipped
