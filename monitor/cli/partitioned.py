@@ -98,14 +98,25 @@ def count_on_shards(
 
 
 def print_progress(totals: PartitionedTotals, started: float) -> None:
-    """A progress line: updates, epochs and match deltas so far, and the rate."""
+    """A progress line: updates, epochs and match deltas so far, the rate, and the shards'
+    balance (the largest shard's pairs and work against the mean) and traffic."""
     seconds = time.perf_counter() - started
+    shards = totals.shards
+    pairs = [s["pairs"] for s in shards]
+    work = [s.get("proposed", 0) + s.get("intersected", 0) for s in shards]
+    traffic = sum(s["sent"] + s["received"] for s in shards)
     click.echo(
         f"subgraph-monitor: {totals.updates:,} updates, {totals.epochs:,} epochs, "
         f"{sum(totals.deltas.values()):,} match deltas in {seconds:.0f} s "
-        f"({totals.updates / seconds:,.0f} updates/s)",
+        f"({totals.updates / seconds:,.0f} updates/s); {len(shards)} shards: pairs max/mean "
+        f"{_balance(pairs)}, work max/mean {_balance(work)}, {traffic / 2**20:,.1f} MiB exchanged",
         err=True,
     )
+
+
+def _balance(figures: Sequence[int]) -> str:
+    mean = sum(figures) / len(figures) if figures else 0
+    return f"{max(figures) / mean:.2f}" if mean else "-"
 
 
 def print_shards(stats: Sequence[Mapping[str, int]]) -> None:

@@ -68,7 +68,7 @@ class PartitionedJob:
     output: str | None = None
     preload: str | None = None
     initial: bool = False
-    #: Called every ``progress_seconds`` with the totals so far.
+    #: Called every ``progress_seconds`` with the totals so far (and each shard's figures).
     progress: Callable[[PartitionedTotals], None] | None = None
 
 
@@ -237,6 +237,7 @@ def _stream(
             now = time.perf_counter()
             if job.progress is not None and now - last_report >= settings.progress_seconds:
                 last_report = now
+                totals.shards = with_traffic(epochs.index.stats(), epochs.index.shards)
                 job.progress(totals)
             if Stop.requested:
                 log.warning("stopping after epoch %d as requested", epoch)

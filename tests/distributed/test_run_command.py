@@ -20,9 +20,11 @@ QUERIES = (
 )
 
 
-def run(*arguments: str) -> subprocess.CompletedProcess[str]:
+def run(*arguments: str, **env: str) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-m", "monitor", "run", *arguments]
-    return subprocess.run(command, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        command, capture_output=True, text=True, timeout=300, env={**os.environ, **env}
+    )
 
 
 def by_epoch(stdout: str) -> dict[int, list[str]]:
@@ -44,13 +46,15 @@ def test_run_with_workers_writes_the_single_process_s_deltas(tmp_path: Path, emi
     edges.write_text("".join(lines))
     common = ["--undirected", "--edges", str(edges), "-q", QUERIES, "-b", "200", "--emit", emit]
     alone = run(*common)
-    sharded = run(*common, "--workers", "2", "--shards", "3")
+    sharded = run(*common, "--workers", "2", "--shards", "3", SGM_PROGRESS_SECONDS="0.001")
     assert alone.returncode == 0, alone.stderr
     assert sharded.returncode == 0, sharded.stderr
     expected = by_epoch(alone.stdout)
     assert len(expected) > 3 and sum(map(len, expected.values())) > 100
     assert by_epoch(sharded.stdout) == expected
     assert "on 3 shards" in sharded.stderr and "shard 2: pairs" in sharded.stderr
+    progress = [line for line in sharded.stderr.splitlines() if "3 shards: pairs max/mean" in line]
+    assert len(progress) > 3 and "MiB exchanged" in progress[-1]
 
 
 def test_preload_and_initial_as_the_single_process(tmp_path: Path) -> None:
