@@ -166,7 +166,8 @@ def exchange(shards: Shards, method: str, requests: Sequence[Request]) -> Answer
             rows = split.part(s)
             if rows is not None:
                 mine.append((s, len(parts[s]), rows))
-                parts[s].append((*head, keys[rows], *(x[rows] for x in extra)))
+                part = keys[rows].astype(np.int32)  # (vertex ids: 4 bytes a key cross)
+                parts[s].append((*head, part, *(x[rows] for x in extra)))
         where.append(mine)
     answers = shards.call(f"{method}_many", [(p,) if p else None for p in parts])
     return [[(rows, answers[s][j]) for s, j, rows in mine] for mine in where]
@@ -180,15 +181,27 @@ def scattered(answers: list[tuple[npt.NDArray[np.intp], Any]], n: int, dtype: An
     return out
 
 
-def proposals(answers: list[tuple[npt.NDArray[np.intp], Any]]) -> tuple[I64, I32]:
-    """Per-shard proposals of one request as the single process makes them: ``(owner, value)``
-    with each owner's values together, owners in the batch's order."""
-    if not answers:
-        return np.empty(0, np.int64), np.empty(0, np.int32)
-    owner = np.concatenate([rows[a[0]] for rows, a in answers]).astype(np.int64)
-    value = np.concatenate([a[1] for _, a in answers])
-    order = np.argsort(owner, kind="stable")
-    return owner[order], value[order]
+def proposals(answers: list[tuple[npt.NDArray[np.intp], Any]], n: int) -> tuple[I64, I32]:
+    """Per-shard proposals of one request of ``n`` keys as the single process makes them:
+    ``(owner, value)`` with each owner's values together, owners in the batch's order. Each
+    shard answers how many values each of its keys has, and the values; they are placed at
+    their keys' offsets in one pass (no sort)."""
+    counts = np.zeros(n, np.int64)
+    for rows, (count, _) in answers:
+        counts[rows] = count
+    offsets = np.zeros(n + 1, np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    value = np.empty(int(offsets[-1]), np.int32)
+    for rows, (count, values) in answers:
+        if values.shape[0]:
+            count = count.astype(np.int64)
+            starts = np.cumsum(count) - count  # (each key's first value in this answer)
+            at = np.arange(values.shape[0], dtype=np.int64) + np.repeat(
+                offsets[rows] - starts, count
+            )
+            value[at] = values
+    owner = np.repeat(np.arange(n, dtype=np.int64), counts)
+    return owner, value
 
 
 class ShardedView:
@@ -213,7 +226,8 @@ class ShardedView:
     def propose(self, keys: npt.NDArray[np.integer] | Probe) -> tuple[I64, I32]:
         """Every value of every key, each key's values together, keys in batch order."""
         keys = self._keys(keys)
-        return proposals(exchange(self.shards, "propose", [(self.head, keys, ())])[0])
+        answers = exchange(self.shards, "propose", [(self.head, keys, ())])[0]
+        return proposals(answers, keys.shape[0])
 
     def contains(
         self, keys: npt.NDArray[np.integer], values: npt.NDArray[np.integer]

@@ -65,7 +65,7 @@ class ShardedStageRunner(StageRunner):
         ]
         candidates: list[tuple[int, npt.NDArray[np.int64], I32]] = []
         for e, answers in zip(proposing, exchange(self.shards, "propose", requests), strict=True):
-            owner, values = proposals(answers)
+            owner, values = proposals(answers, won[e].shape[0])
             rows = won[e][owner]
             if self.comparisons.comparisons:
                 keep = self.comparisons.compare(Candidates(prefixes, rows, values))
