@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -134,6 +135,10 @@ def _first_difference(done: Outcome, single: Outcome) -> str:
 
 def header(args: argparse.Namespace, info: dict[str, str], load: str, minutes: float) -> list[str]:
     ray = "" if args.no_ray else f", Ray {_ray_version()} (`ray.init(num_cpus=2)`)"
+    changed = _uncommitted()
+    if changed:
+        commit = info["git commit"].removesuffix(" (with uncommitted changes)")
+        info = {**info, "git commit": f"{commit} with uncommitted changes to {changed}"}
     return [
         "# The partitioned engine against the single process and dataflow-join (issue #33)",
         "",
@@ -155,6 +160,18 @@ def header(args: argparse.Namespace, info: dict[str, str], load: str, minutes: f
         "ratios within a run.",
         "",
     ]
+
+
+def _uncommitted() -> str:
+    """The tracked files that differ from the commit (what the run had beyond it)."""
+    done = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return ", ".join(line[3:] for line in done.stdout.splitlines() if line.strip())
 
 
 def _ray_version() -> str:

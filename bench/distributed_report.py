@@ -140,9 +140,9 @@ def capacity_text(c: Capacity) -> list[str]:
 
 
 def profile_text(sections: Sequence[Section]) -> list[str]:
-    """Where an epoch of the Ray configurations goes, ms per epoch."""
+    """Where an epoch of the Ray configurations goes, ms per epoch (and rounds and MB)."""
     lines = [
-        "### Where a Ray epoch goes (ms per epoch)",
+        "### Where a Ray epoch goes (ms per epoch; rounds and MB exchanged per epoch)",
         "",
         "*Driver*: outside the calls to the shards (routing, prefixes, the evaluator). *Calls*: "
         "inside them, of which *compute* (the slowest shard of each round, summed over rounds) "
@@ -150,8 +150,8 @@ def profile_text(sections: Sequence[Section]) -> list[str]:
         "shards (with several shards on two cores, more than the compute on the critical path).",
         "",
         "| graph, query | configuration | epoch | driver | calls | compute | calls + waits "
-        "| rounds | stage | count | propose | contains | commit |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| rounds | MB exchanged | stage | count | propose | contains | commit |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for section in sections:
         for o in section.outcomes:
@@ -170,7 +170,7 @@ def profile_text(sections: Sequence[Section]) -> list[str]:
                 for m in ("stage_many", "count_many", "propose_many", "contains_many", "commit")
             ]
             cells = [f"{1e3 * x / n:,.0f}" for x in ms]
-            cells.append(f"{o.rounds / n:,.0f}")
+            cells += [f"{o.rounds / n:,.0f}", f"{o.exchanged / n / MB:,.0f}"]
             cells += [f"{1e3 * x / n:,.0f}" for x in methods]
             lines.append(
                 f"| {section.graph.title}, {section.query} | {o.label} | "

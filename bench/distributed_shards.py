@@ -15,7 +15,8 @@ as Ray actors) that call every method through it, so that each round of calls is
   (serialisation, the object store, scheduling) and waiting, what the report calls *Ray calls
   and waits*.
 
-Nothing of the engine changes: the answers are the plain ShardIndex's.
+Nothing of the engine changes: the answers are the plain ShardIndex's. A timed shard loads the
+index's compiled loops when it is made, before anything is timed.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Any
 
 from monitor.distributed.shard import ShardIndex
 from monitor.distributed.sharded import Traffic
+from monitor.index import warmup as index_kernels
 
 
 class TimedShardIndex(ShardIndex):
@@ -35,6 +37,10 @@ class TimedShardIndex(ShardIndex):
 
     def __init__(self, shard: int, shards: int) -> None:
         super().__init__(shard, shards)
+        # The index's compiled loops loaded now, not inside the first timed epoch (the single
+        # process's EpochProcessor does the same when it is made; a new actor's process
+        # would otherwise load them, or compile them, in its first epoch).
+        index_kernels.warm()
         #: Wall seconds spent in each method called through :meth:`timed`.
         self.seconds: dict[str, float] = {}
 
