@@ -18,6 +18,7 @@ import numpy.typing as npt
 
 from monitor.distributed.shard_store import Pairs, Part, ShardStore
 from monitor.failpoints import failpoint
+from monitor.index import warmup as index_kernels
 from monitor.index.adjacency import Adjacency
 from monitor.index.graph import Change
 from monitor.index.levels import I32, I64, pack, unpack
@@ -36,6 +37,9 @@ class ShardIndex:
             raise ValueError(f"shard {shard} of {shards}")
         self.shard = shard
         self.shards = shards
+        # The index's compiled loops loaded now (in a new actor's process), not in the first
+        # epoch, as the single process's EpochProcessor does when it is made.
+        index_kernels.warm()
         self.relations: dict[str, list[Adjacency]] = {}
         #: The work done: keys counted, values proposed, pairs intersected.
         self.work: Counter[str] = Counter()

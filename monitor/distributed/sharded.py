@@ -96,7 +96,8 @@ class RayShards:
     def __init__(self, shards: int) -> None:
         import ray
 
-        actor = ray.remote(ShardIndex)
+        # Spread over the cluster's nodes (a node's shards share its memory and cores).
+        actor = ray.remote(ShardIndex).options(scheduling_strategy="SPREAD")
         self._ray = ray
         self.actors: list[Any] = [actor.remote(s, shards) for s in range(shards)]
         self.traffic = Traffic(shards)

@@ -144,3 +144,26 @@ def test_bad_lines_are_skipped_as_by_the_single_process(tmp_path: Path) -> None:
     skipped = [line for line in alone.stderr.splitlines() if "skipped" in line]
     assert len(skipped) == 4  # (three lines, and the count)
     assert [line for line in sharded.stderr.splitlines() if "skipped" in line] == skipped
+
+
+def test_run_joins_a_ray_cluster_of_two_nodes(tmp_path: Path) -> None:
+    """``--ray-address``: the shards run on an existing cluster (two nodes here, the shards
+    spread over them), with the single process's deltas."""
+    pytest.importorskip("ray", reason="ray is not installed (the `distributed` extra)")
+    from ray.cluster_utils import Cluster
+
+    rng = np.random.default_rng(10)
+    edges = tmp_path / "edges.txt"
+    edges.write_text("".join(f"{a} {b}\n" for a, b in rng.integers(0, 50, (800, 2)).tolist()))
+    common = ["--undirected", "--edges", str(edges), "-q", QUERIES, "-b", "100"]
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    try:
+        cluster.add_node(num_cpus=1)
+        sharded = run(*common, "--workers", "2", "--shards", "4", "--ray-address", cluster.address)
+    finally:
+        cluster.shutdown()  # type: ignore[no-untyped-call]
+    alone = run(*common)
+    assert alone.returncode == 0, alone.stderr
+    assert sharded.returncode == 0, sharded.stderr
+    assert by_epoch(sharded.stdout) == by_epoch(alone.stdout) and len(by_epoch(alone.stdout)) > 5
+    assert "on 4 shards" in sharded.stderr
