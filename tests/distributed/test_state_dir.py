@@ -7,6 +7,7 @@ run is refused."""
 from __future__ import annotations
 
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -132,10 +133,25 @@ def test_a_shard_directory_from_elsewhere_is_refused(tmp_path: Path) -> None:
         ShardStore.open(shard_directory(state, 0), 0, 2, 5)
 
 
+def killed(actor: Any) -> None:
+    """``ray.kill`` the actor and wait until it is dead (the kill is asynchronous; a dead actor's
+    RocksDB lock is released)."""
+    import ray
+
+    ray.kill(actor)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # (a call made at once may still be answered)
+        try:
+            ray.get(actor.stats.remote(), timeout=10)
+        except ray.exceptions.RayActorError:
+            return
+        time.sleep(0.05)
+    pytest.fail("the actor was not dead 60 s after ray.kill")
+
+
 def test_a_shard_actor_killed_mid_epoch(ray_cluster: None, tmp_path: Path) -> None:
     """``ray.kill`` of one shard actor after the epoch's evaluation: the epoch is lost, not
     committed; shards started anew from the directories continue as the single process."""
-    import ray
 
     from monitor.distributed.sharded import RayShards, ShardLost
 
@@ -158,11 +174,11 @@ def test_a_shard_actor_killed_mid_epoch(ray_cluster: None, tmp_path: Path) -> No
         run.index.prepare(epoch)
         run.commit()
     run.evaluate(batches[3])
-    ray.kill(shards.actors[1])
+    killed(shards.actors[1])
     with pytest.raises(ShardLost, match="shard 1 stopped in prepare"):
         run.index.prepare(4)
     for actor in shards.actors:  # (the driver's death takes the others with it)
-        ray.kill(actor)
+        killed(actor)
     again = ShardedEpochs(QUERIES, RayShards(3), 1 << 20)
     again.index.restore(state, 3, vertices(batches))
     for epoch in range(4, 9):
