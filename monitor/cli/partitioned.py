@@ -16,6 +16,7 @@ import click
 from connectors.files import EdgeFileSource
 from core.errors import StateError
 from core.records import Checkpoint, mirrored
+from monitor.cli.reports import run_lines
 from monitor.query.ast import Query
 from monitor.service.settings import Settings
 
@@ -140,19 +141,10 @@ def inspect_shards(directory: str) -> None:
     if meta is None:
         raise StateError(f"{directory} holds no committed epoch yet")
     shards = int(meta.settings["shards"])
-    position = meta.position
-    checkpoint = position.get("checkpoint") or {}
     lines = [
         f"state directory  {directory} (the partitioned engine's, {shards} shards)",
         f"epoch            {meta.epoch}",
-        f"input            {position.get('input')}: {position.get('seq', 0):,} updates "
-        f"consumed (byte offset {checkpoint.get('offset', 0):,}, "
-        f"line {checkpoint.get('line', 0):,})",
-        "output           "
-        + ("stdout" if meta.output_bytes is None else f"{meta.output_bytes:,} bytes committed"),
-        "settings         " + ", ".join(f"{k}={v}" for k, v in sorted(meta.settings.items())),
-        "queries",
-        *(f"  {q}" for q in meta.queries),
+        *run_lines(meta.position, meta.output_bytes, meta.settings, meta.queries),
         f"vertices         {meta.vertices:,} (ids 0 to {max(meta.vertices - 1, 0):,})",
         "shards",
     ]

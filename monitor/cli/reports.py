@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import click
 
@@ -81,20 +82,11 @@ def print_state(directory: str) -> None:
         store.load(index)
         disk = store.disk_bytes()
     stored = index.edge_count() + sum(len(e) for e in index.event_stores.values())
-    position = meta.position
-    checkpoint = position.get("checkpoint") or {}
     lines = [
         f"state directory  {directory}",
         f"format version   {meta.format_version}",
         f"epoch            {meta.epoch} (snapshot at epoch {meta.snapshot_epoch})",
-        f"input            {position.get('input')}: {position.get('seq', 0):,} updates "
-        f"consumed (byte offset {checkpoint.get('offset', 0):,}, "
-        f"line {checkpoint.get('line', 0):,})",
-        "output           "
-        + ("stdout" if meta.output_bytes is None else f"{meta.output_bytes:,} bytes committed"),
-        "settings         " + ", ".join(f"{k}={v}" for k, v in sorted(meta.settings.items())),
-        "queries",
-        *(f"  {q}" for q in meta.queries),
+        *run_lines(meta.position, meta.output_bytes, meta.settings, meta.queries),
         "relations",
         *(
             f"  {name:<20} arity {rel.arity}  {len(rel):>12,} tuples"
@@ -111,3 +103,24 @@ def print_state(directory: str) -> None:
     ]
     for line in lines:
         click.echo(line)
+
+
+def run_lines(
+    position: Mapping[str, Any],
+    output_bytes: int | None,
+    settings: Mapping[str, Any],
+    queries: Sequence[str],
+) -> list[str]:
+    """What a state directory says of its run: the input position, the output, the settings
+    and the queries."""
+    checkpoint = position.get("checkpoint") or {}
+    return [
+        f"input            {position.get('input')}: {position.get('seq', 0):,} updates "
+        f"consumed (byte offset {checkpoint.get('offset', 0):,}, "
+        f"line {checkpoint.get('line', 0):,})",
+        "output           "
+        + ("stdout" if output_bytes is None else f"{output_bytes:,} bytes committed"),
+        "settings         " + ", ".join(f"{k}={v}" for k, v in sorted(settings.items())),
+        "queries",
+        *(f"  {q}" for q in queries),
+    ]

@@ -15,7 +15,6 @@ state directory they are epoch 0, recorded once every shard wrote its snapshot.
 from __future__ import annotations
 
 import logging
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -33,6 +32,7 @@ from monitor.distributed.sharded import Shards
 from monitor.engine.delta import MatchDeltas
 from monitor.failpoints import failpoint
 from monitor.query.ast import Query
+from monitor.service.filejob import open_output
 from monitor.service.match_ids import match_ids
 from monitor.service.settings import Settings
 from monitor.service.stop import Stop, stop_on_signals
@@ -81,7 +81,7 @@ def run_partitioned(
     try:
         wanted = _wanted(queries, settings, job, shards.count)
         meta = store.meta if store is not None else None
-        sink = _open_sink(job, meta)
+        sink = open_output(job.output, None if meta is None else meta.output_bytes or 0)
         totals = PartitionedTotals(resumed=max(meta.epoch, 0) if meta else 0)
         if store is not None and meta is not None and meta.epoch >= 0:
             _check_compatible(store, meta, wanted)
@@ -245,25 +245,6 @@ def _stream(
     totals.bad_lines += source.dead_letters
     if isinstance(sink, OutputFile):
         sink.close()
-
-
-def _open_sink(job: PartitionedJob, meta: DriverMeta | None) -> JsonLinesSink:
-    if job.output is None:
-        return JsonLinesSink(sys.stdout.buffer)
-    if meta is None:
-        try:
-            with open(job.output, "rb") as existing:
-                if existing.read(1):
-                    raise StateError(
-                        f"output file {job.output} already has content that no state "
-                        "directory accounts for; remove it or choose another --output"
-                    )
-        except FileNotFoundError:
-            pass
-    try:
-        return OutputFile(job.output, meta.output_bytes or 0 if meta is not None else 0)
-    except OSError as error:
-        raise StateError(f"{error}; restore the file or give a new --state-dir") from error
 
 
 def _write(

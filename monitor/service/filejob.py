@@ -155,21 +155,26 @@ def _state_settings(processor: EpochProcessor) -> dict[str, object]:
 
 
 def _open_sink(job: FileJob, meta: StoredMeta | None) -> JsonLinesSink:
-    if job.output is None:
+    return open_output(job.output, None if meta is None else meta.output_bytes or 0)
+
+
+def open_output(path: str | None, committed: int | None) -> JsonLinesSink:
+    """Standard output (``path`` None), or the output file cut back to the ``committed`` bytes
+    of the stored state (None: a new state, and the file must then be empty or absent)."""
+    if path is None:
         return JsonLinesSink(sys.stdout.buffer)
-    length = meta.output_bytes or 0 if meta is not None else 0
-    if meta is None:
+    if committed is None:
         try:
-            with open(job.output, "rb") as existing:
+            with open(path, "rb") as existing:
                 if existing.read(1):
                     raise StateError(
-                        f"output file {job.output} already has content that no state directory "
+                        f"output file {path} already has content that no state directory "
                         f"accounts for; remove it or choose another --output"
                     )
         except FileNotFoundError:
             pass
     try:
-        return OutputFile(job.output, length)
+        return OutputFile(path, committed or 0)
     except OSError as error:
         raise StateError(f"{error}; restore the file or give a new --state-dir") from error
 

@@ -41,6 +41,19 @@ def single_epochs(batches: list[UpdateBatch]) -> list[Any]:
     return out
 
 
+def random_epochs(seed: int, epochs: int, size: int, vertices: int) -> list[UpdateBatch]:
+    """Epochs of ``size`` random updates of ``e`` (a third of them deletes)."""
+    rng = np.random.default_rng(seed)
+    batches = []
+    for i in range(epochs):
+        pairs = rng.integers(0, vertices, (size, 2))
+        diff = rng.choice(np.array([1, 1, -1], np.int8), size)
+        seq = np.arange(size * i, size * (i + 1), dtype=np.int64)
+        updates = RelationUpdates([pairs[:, 0], pairs[:, 1]], diff, seq)
+        batches.append(UpdateBatch({"e": updates}, size * i, size))
+    return batches
+
+
 def vertices(batches: list[UpdateBatch]) -> int:
     ids = [c.max() for b in batches for p in b.parts.values() for c in p.columns if c.shape[0]]
     return int(max(ids, default=-1)) + 1
@@ -103,14 +116,7 @@ def snapshots_often(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_snapshots_are_taken_and_loaded(tmp_path: Path) -> None:
-    rng = np.random.default_rng(3)
-    batches = []
-    for i in range(6):
-        pairs = rng.integers(0, 50, (300, 2))
-        diff = rng.choice(np.array([1, 1, -1], np.int8), 300)
-        seq = np.arange(300 * i, 300 * (i + 1), dtype=np.int64)
-        updates = RelationUpdates([pairs[:, 0], pairs[:, 1]], diff, seq)
-        batches.append(UpdateBatch({"e": updates}, 300 * i, 300))
+    batches = random_epochs(seed=3, epochs=6, size=300, vertices=50)
     state = str(tmp_path)
     committed, first = run_until(state, 2, batches, -1, 4, "committed")
     snapshots = [ShardStore.open(shard_directory(state, s), s, 2, 4) for s in range(2)]
@@ -155,14 +161,7 @@ def test_a_shard_actor_killed_mid_epoch(ray_cluster: None, tmp_path: Path) -> No
 
     from monitor.distributed.sharded import RayShards, ShardLost
 
-    rng = np.random.default_rng(5)
-    batches = []
-    for i in range(8):
-        pairs = rng.integers(0, 80, (400, 2))
-        diff = rng.choice(np.array([1, 1, -1], np.int8), 400)
-        seq = np.arange(400 * i, 400 * (i + 1), dtype=np.int64)
-        updates = RelationUpdates([pairs[:, 0], pairs[:, 1]], diff, seq)
-        batches.append(UpdateBatch({"e": updates}, 400 * i, 400))
+    batches = random_epochs(seed=5, epochs=8, size=400, vertices=80)
     state = str(tmp_path)
     shards = RayShards(3)
     run = ShardedEpochs(QUERIES, shards, 1 << 20)
