@@ -25,17 +25,13 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import subprocess
-import tempfile
-import threading
-import time
 from pathlib import Path
 
 import numpy as np
 
 from bench.distributed_runs import Graph, Outcome
 from bench.reference_inputs import write_edges
-from bench.reference_runs import MOTIFS, ONE_THREAD, rust_duration
+from bench.reference_runs import MOTIFS, ONE_THREAD, rust_duration, watch
 
 _ELAPSED = re.compile(r"^elapsed: (\S+)\s+total motifs at this process: (\d+)")
 _COUNT = re.compile(r"^\(Root, (\d+)\): \[(\d+)\]")
@@ -80,35 +76,22 @@ def run_peer(
     peak = 0
     done: dict[int, float] = {}
     total: int | None = None
-    with (
-        tempfile.TemporaryFile() as stderr,
-        subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=stderr, env={**os.environ, **ONE_THREAD}
-        ) as process,
-    ):
-        timer = threading.Timer(timeout, process.kill)
-        timer.start()
-        try:
-            assert process.stdout is not None
-            for raw in iter(process.stdout.readline, b""):
-                now = time.perf_counter()
-                peak = max(peak, _peak_rss(process.pid))
-                line = raw.decode(errors="replace").rstrip("\n")
-                if line.endswith("\tindices merged"):
-                    merged = now
-                elif (count := _COUNT.match(line)) is not None:
-                    done[int(count.group(1))] = now
-                elif (found := _ELAPSED.match(line)) is not None:
-                    ended, total = now, int(found.group(2))
-                    rust_duration(found.group(1))  # (its own figure; malformed: not its output)
-            process.wait()
-        finally:
-            timer.cancel()
-        stderr.seek(0)
-        errors = stderr.read().decode(errors="replace")
-    if process.returncode != 0 or total is None or not merged:
+
+    def read(now: float, line: str, pid: int) -> None:
+        nonlocal merged, ended, peak, total
+        peak = max(peak, _peak_rss(pid))
+        if line.endswith("\tindices merged"):
+            merged = now
+        elif (count := _COUNT.match(line)) is not None:
+            done[int(count.group(1))] = now
+        elif (found := _ELAPSED.match(line)) is not None:
+            ended, total = now, int(found.group(2))
+            rust_duration(found.group(1))  # (its own figure; malformed: not its output)
+
+    code, errors = watch(command, {**os.environ, **ONE_THREAD}, timeout, read)
+    if code != 0 or total is None or not merged:
         tail = errors.strip().splitlines()[-1:] or ["no output"]
-        out.error = f"FAILED (exit {process.returncode}): {tail[0][:200]}"
+        out.error = f"FAILED (exit {code}): {tail[0][:200]}"
         return out
     out.seconds = ended - merged
     out.deltas = total

@@ -40,6 +40,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -116,33 +117,20 @@ def run_reference(motif: Path, query: str, files: EdgeFiles, batch: int, timeout
     arrived: dict[str, float] = {}
     printed: dict[str, float] = {}
     total: int | None = None
-    with (
-        tempfile.TemporaryFile() as stderr,
-        subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=stderr, env=_environment()
-        ) as process,
-    ):
-        timer = threading.Timer(timeout, process.kill)
-        timer.start()
-        try:
-            assert process.stdout is not None
-            for raw in iter(process.stdout.readline, b""):
-                now = time.perf_counter()
-                line = raw.decode(errors="replace").rstrip("\n")
-                if line.endswith("\tindices merged"):
-                    arrived["merged"] = now
-                    printed["merged"] = rust_duration(line.split("\t", 1)[0])
-                elif line.endswith("\tdata loaded"):
-                    printed["loaded"] = rust_duration(line.split("\t", 1)[0])
-                elif (found := _ELAPSED.match(line)) is not None:
-                    arrived["end"] = now
-                    printed["elapsed"] = rust_duration(found.group(1))
-                    total = int(found.group(2))
-            code = process.wait()
-        finally:
-            timer.cancel()
-        stderr.seek(0)
-        errors = stderr.read().decode(errors="replace")
+
+    def read(now: float, line: str, pid: int) -> None:
+        nonlocal total
+        if line.endswith("\tindices merged"):
+            arrived["merged"] = now
+            printed["merged"] = rust_duration(line.split("\t", 1)[0])
+        elif line.endswith("\tdata loaded"):
+            printed["loaded"] = rust_duration(line.split("\t", 1)[0])
+        elif (found := _ELAPSED.match(line)) is not None:
+            arrived["end"] = now
+            printed["elapsed"] = rust_duration(found.group(1))
+            total = int(found.group(2))
+
+    code, errors = watch(command, _environment(), timeout, read)
     if code != 0 or total is None or "merged" not in arrived:
         raise RuntimeError(
             f"the reference failed (exit {code}): {' '.join(command)}\n{errors[-2000:]}"
@@ -156,6 +144,33 @@ def run_reference(motif: Path, query: str, files: EdgeFiles, batch: int, timeout
         "printed_merged_s": printed["merged"],
     }
     return Timed(total, seconds, figures=figures)
+
+
+def watch(
+    command: list[str],
+    env: dict[str, str],
+    timeout: float,
+    read: Callable[[float, str, int], None],
+) -> tuple[int, str]:
+    """Run ``command``, passing each line of its stdout to ``read`` as it arrives (with the
+    ``perf_counter`` time and the process id), killed after ``timeout`` seconds; its exit code
+    and its stderr."""
+    with (
+        tempfile.TemporaryFile() as stderr,
+        subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr, env=env) as process,
+    ):
+        timer = threading.Timer(timeout, process.kill)
+        timer.start()
+        try:
+            assert process.stdout is not None
+            for raw in iter(process.stdout.readline, b""):
+                now = time.perf_counter()
+                read(now, raw.decode(errors="replace").rstrip("\n"), process.pid)
+            code = process.wait()
+        finally:
+            timer.cancel()
+        stderr.seek(0)
+        return code, stderr.read().decode(errors="replace")
 
 
 def run_ours(query: str, files: EdgeFiles, batch: int, timeout: float) -> Timed:
