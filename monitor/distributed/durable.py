@@ -31,7 +31,7 @@ import orjson
 import rocksdict
 
 from core.errors import StateError
-from monitor.index.store import open_error, rocks_options
+from monitor.index.store import connect, rocks_options
 
 META_KEY = b"\x00meta"
 #: The driver's directory inside the state directory.
@@ -93,16 +93,9 @@ class DriverStore:
         if read_only and fresh:
             raise StateError(f"{directory} holds no subgraph-monitor state")
         path = directory / DRIVER
-        options, _ = rocks_options(1 << 20)
-        try:
-            if read_only:
-                access = rocksdict.AccessType.read_only()
-                db = rocksdict.Rdict(str(path), options, access_type=access)
-            else:
-                path.mkdir(parents=True, exist_ok=True)
-                db = rocksdict.Rdict(str(path), options)
-        except Exception as error:  # rocksdict raises plain Exception with RocksDB's status
-            raise open_error(directory, error) from error
+        if not read_only:
+            path.mkdir(parents=True, exist_ok=True)
+        db = connect(path, rocks_options(1 << 20)[0], read_only=read_only, named=directory)
         raw = db.get(META_KEY)
         try:
             meta = None if raw is None else DriverMeta.from_json(bytes(raw))

@@ -31,7 +31,7 @@ import rocksdict
 from core.errors import StateError
 from monitor.index.graph import Change
 from monitor.index.levels import I8, I32
-from monitor.index.store import SNAPSHOT_BLOCK, open_error, rocks_options
+from monitor.index.store import SNAPSHOT_BLOCK, connect, rocks_options
 from monitor.index.tuple_state import block_bytes, last_wins, read_block, read_log, write_log
 
 META_KEY = b"\x00meta"
@@ -66,15 +66,7 @@ class ShardStore:
         """Open (or create) the directory of shard ``shard`` of ``shards``, its epochs after
         ``committed`` (the driver's last committed epoch) dropped (``read_only``: ignored)."""
         directory = Path(path)
-        options, _ = rocks_options(16 << 20)
-        try:
-            if read_only:
-                access = rocksdict.AccessType.read_only()
-                db = rocksdict.Rdict(str(directory), options, access_type=access)
-            else:
-                db = rocksdict.Rdict(str(directory), options)
-        except Exception as error:  # rocksdict raises plain Exception with RocksDB's status
-            raise open_error(directory, error) from error
+        db = connect(directory, rocks_options(16 << 20)[0], read_only=read_only)
         raw = db.get(META_KEY)
         meta: dict[str, Any] = (
             {"shard": shard, "shards": shards, "epoch": -1, "snapshot_epoch": -1}

@@ -140,15 +140,7 @@ class StateStore:
     @staticmethod
     def _connect(directory: Path, options: rocksdict.Options, *, read_only: bool) -> Any:
         """The database, with its metadata checked (format version, readability)."""
-        try:
-            if read_only:
-                db = rocksdict.Rdict(
-                    str(directory), options, access_type=rocksdict.AccessType.read_only()
-                )
-            else:
-                db = rocksdict.Rdict(str(directory), options)
-        except Exception as error:  # rocksdict raises plain Exception with RocksDB's status
-            raise open_error(directory, error) from error
+        db = connect(directory, options, read_only=read_only)
         try:
             _read_meta(directory, db)
         except StateError:
@@ -357,6 +349,20 @@ class StateStore:
     def disk_bytes(self) -> int:
         """Bytes the directory takes on disk."""
         return sum(f.stat().st_size for f in self.path.rglob("*") if f.is_file())
+
+
+def connect(
+    path: Path, options: rocksdict.Options, *, read_only: bool, named: Path | None = None
+) -> Any:
+    """The RocksDB database at ``path`` (``read_only``: opened without writing anything); a
+    failure is a :class:`StateError` naming ``named`` (the state directory; default ``path``)."""
+    try:
+        if read_only:
+            access = rocksdict.AccessType.read_only()
+            return rocksdict.Rdict(str(path), options, access_type=access)
+        return rocksdict.Rdict(str(path), options)
+    except Exception as error:  # rocksdict raises plain Exception with RocksDB's status
+        raise open_error(named or path, error) from error
 
 
 def rocks_options(cache_bytes: int) -> tuple[rocksdict.Options, Any]:
