@@ -154,9 +154,8 @@ def run_single(graph: Graph, query: Query, batch: int) -> Outcome:
         out.updates += b.count
     out.seconds = sum(out.latencies)
     out.deltas = sum(c[0] for c in out.checks)
-    out.shard_bytes = [
-        sum(a.nbytes for r in processor.index.relations.values() for _, a in r.adjacencies())
-    ]
+    adjacencies = (a for r in processor.index.relations.values() for _, a in r.adjacencies())
+    out.shard_bytes = [sum(a.nbytes for a in adjacencies) + processor.index.dictionary.nbytes]
     out.rss_driver = peak_rss_of_process()
     return out
 
@@ -170,10 +169,7 @@ def run_sharded(
     out = Outcome(label, kind, shards.count)
     try:
         run = ShardedEpochs([query], shards, Settings().max_prefixes)
-        ones = np.ones(graph.preloaded, np.int8)
-        run.index.load(
-            "e", [graph.edges[: graph.preloaded, 0], graph.edges[: graph.preloaded, 1]], ones
-        )
+        run.index.load(graph.batch(0, graph.preloaded))
         rounds, traffic = shards.rounds, shards.traffic
         before = (
             rounds.wall,
@@ -233,21 +229,23 @@ class Capacity:
 def capacity(graph: Graph, counts: list[int], query: Query) -> Capacity:
     """Every edge of ``graph`` loaded (as one batch, committed) into the single process's index
     and into ``S`` shards in this process (:class:`~monitor.distributed.sharded.LocalShards`)
-    for each ``S`` of ``counts``: the index bytes of each."""
+    for each ``S`` of ``counts``: the index bytes of each (adjacencies and vertex
+    dictionary)."""
     edges = graph.edges
     every = int(edges.shape[0])
     began = time.perf_counter()
     processor = EpochProcessor([query], Settings())
     processor.preload(graph.batch(0, every))
     single_seconds = time.perf_counter() - began
-    single = sum(a.nbytes for r in processor.index.relations.values() for _, a in r.adjacencies())
+    adjacencies = (a for r in processor.index.relations.values() for _, a in r.adjacencies())
+    single = sum(a.nbytes for a in adjacencies) + processor.index.dictionary.nbytes
     del processor
     loaded: dict[int, tuple[list[int], float]] = {}
     for count in counts:
         gc.collect()
         index = ShardedIndex(LocalShards(count))
         began = time.perf_counter()
-        index.load("e", [edges[:, 0], edges[:, 1]], np.ones(every, np.int8))
+        index.load(graph.batch(0, every))
         seconds = time.perf_counter() - began
         loaded[count] = ([s["bytes"] for s in index.stats()], seconds)
         del index

@@ -145,7 +145,6 @@ def inspect_shards(directory: str) -> None:
         f"state directory  {directory} (the partitioned engine's, {shards} shards)",
         f"epoch            {meta.epoch}",
         *run_lines(meta.position, meta.output_bytes, meta.settings, meta.queries),
-        f"vertices         {meta.vertices:,} (ids 0 to {max(meta.vertices - 1, 0):,})",
         "shards",
     ]
     for s in range(shards):
@@ -155,15 +154,24 @@ def inspect_shards(directory: str) -> None:
             parts = store.load()
             disk = store.disk_bytes()
             snapshot = store.meta["snapshot_epoch"]
+            arity = store.meta.get("arity", {})
+            vertices = sum(int.from_bytes(blob[:4], "little") for blob in store.vertices())
         finally:
             store.close()
         held = ", ".join(
-            f"{relation}/{'src' if position else 'dst'} {keys.shape[0]:,}"
+            f"{relation}/{_direction(arity.get(relation, 2), position)} {keys.shape[0]:,}"
             for (relation, position), (keys, _) in sorted(parts.items())
         )
         lines.append(
-            f"  shard {s:<4} pairs {held or 'none'}; {disk:,} bytes on disk "
+            f"  shard {s:<4} vertices {vertices:,}; pairs {held or 'none'}; {disk:,} bytes on disk "
             f"(snapshot at epoch {snapshot})"
         )
     for line in lines:
         click.echo(line)
+
+
+def _direction(arity: int, position: int) -> str:
+    """How ``state inspect`` names a part: by the key it is stored under."""
+    if arity == 1:
+        return "values"
+    return "src" if position else "dst"

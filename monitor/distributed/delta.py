@@ -4,22 +4,24 @@ An epoch's updates are staged on the shards (each relation's pairs netted where 
 live), every query's delta queries run through the single process's evaluator
 (:class:`~monitor.engine.delta.DeltaEvaluator`: the OLD and NEW cuts, the prefix budget,
 consolidation) over the :class:`~monitor.distributed.sharded.ShardedIndex`, and the shards then
-commit. The match deltas come with global vertex ids, which for integer ids are the ids.
+commit. The match deltas come with global vertex ids; :meth:`ShardedEpochs.external` decodes
+them (each distinct id once, at the shard that numbered it).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import numpy as np
 
 from core.records import UpdateBatch
-from monitor.distributed.count import refuse_unsupported, vertex_ids
+from monitor.distributed.count import refuse_events, refuse_unsupported
 from monitor.distributed.sharded import ShardedIndex, Shards
 from monitor.distributed.stages import ShardedStageRunner
+from monitor.distributed.vertices import External
 from monitor.engine.delta import DeltaEvaluator, MatchDeltas
 from monitor.engine.static import enumerate_matches
-from monitor.index.graph import Change
 from monitor.index.levels import I32
 from monitor.plan.cut import Cut
 from monitor.query.ast import Query
@@ -33,38 +35,52 @@ class ShardedEpochs:
         self.queries = tuple(queries)
         self.max_prefixes = max_prefixes
         self.index = ShardedIndex(shards)
+        for query in queries:
+            self.index.arity.update(query.relations)
         self.evaluator = DeltaEvaluator(queries, max_prefixes)
         self.evaluator.runner = ShardedStageRunner  # (a stage in three rounds of calls)
         self.epochs = 0
 
     def process(self, batch: UpdateBatch) -> list[MatchDeltas]:
-        """Stage ``batch``, evaluate every query's change, commit; the changes."""
+        """Stage ``batch``, evaluate every query's change, commit; the changes (external
+        ids)."""
         deltas = self.evaluate(batch)
         self.commit()
-        return deltas
+        return self.decoded(deltas)
 
     def evaluate(self, batch: UpdateBatch) -> list[MatchDeltas]:
-        """Stage ``batch`` and evaluate every query's change (aborted on failure); the changes.
-        Then :meth:`commit` it (with a state directory, after the shards prepared it)."""
-        changes: dict[str, Change] = {}
-        for name, part in sorted(batch.parts.items()):
-            columns = [vertex_ids(name, c, len(part.columns)) for c in part.columns]
-            change = self.index.stage(name, columns, part.diff, part.seq)
-            if len(change):
-                changes[name] = change
+        """Stage ``batch`` and evaluate every query's change (aborted on failure); the changes
+        in global ids (:meth:`external` gives their external ids). Then :meth:`commit` it (with
+        a state directory, after the shards prepared it)."""
+        refuse_events(batch)
         try:
-            deltas = self.evaluator.evaluate(self.index, changes)
+            changes = self.index.stage_batch(batch)
+            return self.evaluator.evaluate(self.index, changes)
         except BaseException:
             self.index.abort()
             raise
-        return deltas
+
+    def external(self, deltas: Sequence[MatchDeltas]) -> list[list[External]]:
+        """The external ids of every delta's columns, in one round."""
+        columns = [c for d in deltas for c in d.columns]
+        decoded = self.index.vertices.decode(columns)
+        out, at = [], 0
+        for d in deltas:
+            out.append(decoded[at : at + len(d.columns)])
+            at += len(d.columns)
+        return out
+
+    def decoded(self, deltas: Sequence[MatchDeltas]) -> list[MatchDeltas]:
+        """``deltas`` with the external ids in their columns."""
+        return [
+            replace(d, columns=columns)
+            for d, columns in zip(deltas, self.external(deltas), strict=True)
+        ]
 
     def preload(self, batch: UpdateBatch) -> None:
         """Load ``batch`` into the shards without evaluating (epoch 0)."""
-        for name, part in sorted(batch.parts.items()):
-            columns = [vertex_ids(name, c, len(part.columns)) for c in part.columns]
-            self.index.stage(name, columns, part.diff, part.seq)
-            self.index.commit()
+        refuse_events(batch)
+        self.index.load(batch)
 
     def initial(self, emit: Callable[[MatchDeltas], None]) -> None:
         """Every current match of every query, as +1 deltas in batches."""

@@ -59,8 +59,6 @@ class DriverMeta:
     queries: tuple[str, ...] = ()
     #: What must not change between runs: batch size, direction, default relation, shards.
     settings: dict[str, Any] = field(default_factory=dict)
-    #: One more than the largest vertex id stored.
-    vertices: int = 0
 
     @classmethod
     def from_json(cls, raw: bytes) -> DriverMeta:

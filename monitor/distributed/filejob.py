@@ -20,8 +20,6 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-import numpy as np
-
 from connectors.files import EdgeFileSource
 from connectors.sinks import JsonLinesSink, OutputFile
 from core.errors import StateError
@@ -29,6 +27,7 @@ from core.records import Checkpoint, exact_batches, mirrored
 from monitor.distributed.delta import ShardedEpochs
 from monitor.distributed.durable import DriverMeta, DriverStore
 from monitor.distributed.sharded import Shards
+from monitor.distributed.vertices import External
 from monitor.engine.delta import MatchDeltas
 from monitor.failpoints import failpoint
 from monitor.query.ast import Query
@@ -129,20 +128,21 @@ def _start(
     emit the initial matches, and record epoch 0."""
     if store is not None:
         store.commit(replace(wanted, epoch=-1))
-        epochs.index.restore(str(store.path), -1, 0)  # (shards empty, or emptied)
+        epochs.index.restore(str(store.path), -1)  # (shards empty, or emptied)
     if job.preload is not None:
         preload = job.open_source(job.preload, None, 0)
         for batch in preload.batches(1 << 20):
             epochs.preload(mirrored(batch) if settings.undirected else batch)
         totals.bad_lines += preload.dead_letters
     if job.initial:
-        epochs.initial(lambda deltas: _write(sink, 0, deltas, settings.emit, totals))
+
+        def initial(deltas: MatchDeltas) -> None:
+            (columns,) = epochs.external([deltas])
+            _write(sink, 0, deltas, columns, settings.emit, totals)
+
+        epochs.initial(initial)
     sink.flush()
-    meta = replace(
-        wanted,
-        output_bytes=sink.sync() if isinstance(sink, OutputFile) else None,
-        vertices=epochs.index.vertices,
-    )
+    meta = replace(wanted, output_bytes=sink.sync() if isinstance(sink, OutputFile) else None)
     if store is not None:
         epochs.index.checkpoint(0)
         failpoint("after_shards_checkpoint")
@@ -153,7 +153,7 @@ def _start(
 def _restore(store: DriverStore, epochs: ShardedEpochs, meta: DriverMeta) -> None:
     """Every shard loads its part at the recorded epoch."""
     loading = time.perf_counter()
-    pairs = epochs.index.restore(str(store.path), meta.epoch, meta.vertices)
+    pairs = epochs.index.restore(str(store.path), meta.epoch)
     epochs.epochs = meta.epoch
     log.info(
         "loaded state from %s: epoch %d, %d pairs on %d shards in %.2f s",
@@ -209,8 +209,9 @@ def _stream(
     with stop_on_signals():
         for batch in exact_batches(source.batches(settings.batch_size), settings.batch_size):
             epoch = epochs.epochs + 1
-            for deltas in epochs.evaluate(mirrored(batch) if settings.undirected else batch):
-                _write(sink, epoch, deltas, settings.emit, totals)
+            deltas = epochs.evaluate(mirrored(batch) if settings.undirected else batch)
+            for found, columns in zip(deltas, epochs.external(deltas), strict=True):
+                _write(sink, epoch, found, columns, settings.emit, totals)
             failpoint("before_output_sync")
             sink.flush()
             length = sink.sync() if isinstance(sink, OutputFile) else None
@@ -227,7 +228,6 @@ def _stream(
                         "checkpoint": batch.resume.to_dict() if batch.resume else None,
                     },
                     output_bytes=length,
-                    vertices=epochs.index.vertices,
                 )
                 store.commit(meta)
                 failpoint("after_epoch_commit")
@@ -248,11 +248,16 @@ def _stream(
 
 
 def _write(
-    sink: JsonLinesSink, epoch: int, deltas: MatchDeltas, emit: str, totals: PartitionedTotals
+    sink: JsonLinesSink,
+    epoch: int,
+    deltas: MatchDeltas,
+    columns: list[External],
+    emit: str,
+    totals: PartitionedTotals,
 ) -> None:
+    """Write a query's deltas of an epoch, with the external ids ``columns``."""
     query = deltas.query
     diff = deltas.diff
-    columns = [c.astype(np.int64) for c in deltas.columns]  # (the ids are the ids)
     if emit == "appearances":
         keep = diff > 0
         columns, diff = [c[keep] for c in columns], diff[keep]

@@ -1,12 +1,19 @@
-"""One shard of the partitioned index: the pairs of every binary relation whose key it owns.
+"""One shard of the partitioned index: the pairs of every relation whose key it owns, and its
+part of the vertex dictionary.
 
 Shard ``s`` of ``S`` owns the keys ``k`` with ``k % S == s`` and stores them under the local
-key ``k // S``, so its adjacencies' offsets cover ``1/S`` of the key space. Each position of a
-relation (1: forward, keyed by ``src``; 0: reverse, keyed by ``dst``) is an ordinary
+key ``k // S``. A vertex's global id is ``l * S + s`` for the shard ``s`` that numbered it
+(:mod:`monitor.distributed.vertices`), so its keys are dense on its shard. Each position of a
+binary relation (1: forward, keyed by ``src``; 0: reverse, keyed by ``dst``) is an ordinary
 :class:`~monitor.index.adjacency.Adjacency` with its levels and compaction: the extension code
 of one process runs here on this shard's part. Updates are netted per position with set
 semantics (:func:`~monitor.index.netting.net`); both copies of a tuple see the same updates in
-the same order, so they agree without talking to each other.
+the same order, so they agree without talking to each other. A unary relation (a label) has one
+position, keyed by 0: it lives on shard 0. A relation of ``k >= 3`` ids has an adjacency per
+position keyed by the tuple of the other ``k - 1``: the tuple belongs to the shard its hash names,
+which numbers it in its own :class:`~monitor.index.keys.TupleKeys` (the global key is again
+``l * S + s``); its parts are stored as whole tuples (the numbering is rebuilt on load: key ids
+never leave a stage, so nothing depends on them).
 """
 
 from __future__ import annotations
@@ -16,17 +23,16 @@ from collections import Counter
 import numpy as np
 import numpy.typing as npt
 
-from monitor.distributed.shard_store import Pairs, Part, ShardStore
+from monitor.distributed.shard_store import Part, ShardStore, Tuples
+from monitor.distributed.vertices import External, ShardVertices
 from monitor.failpoints import failpoint
 from monitor.index import warmup as index_kernels
 from monitor.index.adjacency import Adjacency
 from monitor.index.graph import Change
+from monitor.index.keys import TupleKeys
 from monitor.index.levels import I32, I64, pack, unpack
 from monitor.index.netting import net
 from monitor.plan.cut import Cut
-
-#: A binary relation's positions: the value at ``q`` keyed by the other one.
-POSITIONS = (0, 1)
 
 
 class ShardIndex:
@@ -40,7 +46,13 @@ class ShardIndex:
         # The index's compiled loops loaded now (in a new actor's process), not in the first
         # epoch, as the single process's EpochProcessor does when it is made.
         index_kernels.warm()
-        self.relations: dict[str, list[Adjacency]] = {}
+        #: Per relation, an adjacency per position this shard holds pairs of.
+        self.relations: dict[str, dict[int, Adjacency]] = {}
+        #: Each relation's arity, as staged.
+        self.arity: dict[str, int] = {}
+        #: The tuple keys of each part of a relation of three or more ids.
+        self.tuple_keys: dict[Part, TupleKeys] = {}
+        self.vertices = ShardVertices(shard, shards)
         #: The work done: keys counted, values proposed, pairs intersected.
         self.work: Counter[str] = Counter()
         #: The staged epoch's changes per part (relation, position), in global ids.
@@ -49,17 +61,23 @@ class ShardIndex:
         self.store: ShardStore | None = None
         self.epoch = 0
 
-    def restore(self, directory: str, committed: int) -> int:
+    def restore(self, directory: str, committed: int) -> tuple[int, dict[str, int]]:
         """Keep this shard's part in ``directory`` from now on, after loading what it holds at
-        the driver's ``committed`` epoch (dropping an epoch prepared after it); its pairs."""
+        the driver's ``committed`` epoch (dropping an epoch prepared after it); its pairs, and
+        the arity of each relation staged here."""
         self.store = ShardStore.open(directory, self.shard, self.shards, committed)
         self.epoch = committed
+        self.vertices = ShardVertices(self.shard, self.shards)
+        self.vertices.restore(self.store.vertices())
+        self.arity = dict(self.store.meta.get("arity", {}))
+        self.tuple_keys = {}
         loaded = self.store.load()
-        for (relation, position), (keys, values) in loaded.items():
+        for (relation, position), columns in loaded.items():
             adjacency = self._adjacency(relation, position)
-            local = self._local(keys, adjacency)
-            adjacency.load(pack(local, values))  # (sorted by key, then value: so packed)
-        return sum(int(keys.shape[0]) for keys, _ in loaded.values())
+            local = self._keys((relation, position), columns[:-1], add=True)
+            adjacency.ensure_keys(int(local.max(initial=-1)) + 1)
+            adjacency.load(np.sort(pack(local, columns[-1])))
+        return sum(int(c[0].shape[0]) for c in loaded.values()), dict(self.arity)
 
     def close(self) -> None:
         if self.store is not None:
@@ -67,9 +85,10 @@ class ShardIndex:
             self.store = None
 
     def _adjacency(self, relation: str, position: int) -> Adjacency:
-        if relation not in self.relations:
-            self.relations[relation] = [Adjacency() for _ in POSITIONS]
-        return self.relations[relation][position]
+        positions = self.relations.setdefault(relation, {})
+        if position not in positions:
+            positions[position] = Adjacency()
+        return positions[position]
 
     def _local(self, keys: npt.NDArray[np.integer], adjacency: Adjacency) -> I64:
         local = keys.astype(np.int64) // self.shards
@@ -77,20 +96,48 @@ class ShardIndex:
             adjacency.ensure_keys(int(local.max()) + 1)
         return local
 
+    def _keys(self, part: Part, columns: list[I32], add: bool) -> I64:
+        """The local keys of a part's key columns: a global key (one column) divided by the
+        number of shards, or a tuple of ids (several) numbered by the part's tuple keys."""
+        if len(columns) == 1:
+            return columns[0].astype(np.int64) // self.shards
+        keys = self.tuple_keys.setdefault(part, TupleKeys(len(columns)))
+        return keys.encode(columns, add=add).astype(np.int64)
+
+    def _key_columns(self, part: Part, local: I64) -> list[I32]:
+        """The key columns of local keys (global ids): see :meth:`_keys`."""
+        tuple_keys = self.tuple_keys.get(part)
+        if tuple_keys is None:
+            return [(local * self.shards + self.shard).astype(np.int32)]
+        return tuple_keys.decode(local)
+
+    def tuple_keys_many(self, requests: list[tuple[str, int, list[I32]]]) -> list[I32]:
+        """The global keys of tuples this shard numbers (the key of no values, where a tuple is
+        unknown), per request ``(relation, position, columns)``."""
+        out = []
+        for relation, position, columns in requests:
+            local = self._keys((relation, position), columns, add=False)
+            out.append((local * self.shards + self.shard).astype(np.int32))
+        return out
+
     def stage(
         self,
         relation: str,
+        arity: int,
         position: int,
-        keys: I64,
+        keys: list[I32],
         values: I32,
         insert: npt.NDArray[np.bool_],
         seq: I64,
-    ) -> tuple[I64, I32, npt.NDArray[np.int8], I64, dict[str, int]]:
-        """Stage updates of the pairs ``(keys[i], values[i])`` this shard owns at ``position``,
-        in stream order (``seq``), as the uncommitted epoch: their effective changes (global
-        key, value, diff, the deciding update's ``seq``) and what was ignored, by reason."""
+    ) -> tuple[list[I32], I32, npt.NDArray[np.int8], I64, dict[str, int]]:
+        """Stage updates of the pairs ``(keys[i], values[i])`` this shard owns at ``position``
+        (``keys``: the key's columns, one global key or the tuple of the other positions), in
+        stream order (``seq``), as the uncommitted epoch: their effective changes (key columns,
+        value, diff, the deciding update's ``seq``) and what was ignored, by reason."""
+        self.arity[relation] = arity
         adjacency = self._adjacency(relation, position)
-        local = self._local(keys, adjacency)
+        local = self._keys((relation, position), keys, add=True)
+        adjacency.ensure_keys(int(local.max(initial=-1)) + 1)
         view = adjacency.view(Cut.OLD)
         ignored: Counter[str] = Counter()
         netted = net(pack(local, values), insert, seq, lambda k: view.contains(*unpack(k)), ignored)
@@ -98,32 +145,39 @@ class ShardIndex:
         changed, diff = netted.keys[order], netted.diff[order]
         adjacency.stage(changed, diff)
         local_keys, changed_values = unpack(changed)
-        global_keys = local_keys.astype(np.int64) * self.shards + self.shard
-        self.staged[(relation, position)] = Change(
-            [global_keys.astype(np.int32), changed_values], diff
-        )
-        return global_keys, changed_values, diff, netted.seq[order], dict(ignored)
+        key_columns = self._key_columns((relation, position), local_keys)
+        self.staged[(relation, position)] = Change([*key_columns, changed_values], diff)
+        return key_columns, changed_values, diff, netted.seq[order], dict(ignored)
 
     def stage_many(
-        self, requests: list[tuple[str, int, I64, I32, npt.NDArray[np.bool_], I64]]
-    ) -> list[tuple[I64, I32, npt.NDArray[np.int8], I64, dict[str, int]] | None]:
-        """:meth:`stage` each request; the changes of the forward copies (position 1) only:
-        the reverse copies' are the same changes, and would only cross the wire again."""
+        self, requests: list[tuple[str, int, int, list[I32], I32, npt.NDArray[np.bool_], I64]]
+    ) -> list[tuple[list[I32], I32, npt.NDArray[np.int8], I64, dict[str, int]] | None]:
+        """:meth:`stage` each request; the changes of the primary copies (the last position:
+        forward for a binary relation) only: the other copies' are the same changes, and would
+        only cross the wire again."""
         staged = [self.stage(*request) for request in requests]
-        return [s if r[1] == 1 else None for s, r in zip(staged, requests, strict=True)]
+        return [s if r[2] == r[1] - 1 else None for s, r in zip(staged, requests, strict=True)]
+
+    def encode_ids(self, requests: list[tuple[External, npt.NDArray[np.bool_]]]) -> list[I32]:
+        """Global ids of the external ids this shard owns, per request (see
+        :meth:`ShardVertices.encode`)."""
+        return [self.vertices.encode(values, add) for values, add in requests]
+
+    def decode_ids(self, ids: npt.NDArray[np.integer]) -> External:
+        return self.vertices.decode(ids)
 
     def prepare(self, epoch: int) -> None:
         """Make the staged epoch durable as ``epoch`` (synced), before the driver commits it."""
         failpoint("shard_before_prepare")
         if self.store is not None:
-            self.store.prepare(epoch, self.staged)
+            self.store.prepare(epoch, self.staged, self.vertices.added(), self.arity)
         self.epoch = epoch
         failpoint("shard_after_prepare")
 
     def checkpoint(self, epoch: int) -> None:
         """Write everything committed as a snapshot at ``epoch`` (after a preload)."""
         if self.store is not None:
-            self.store.snapshot(epoch, self.parts())
+            self.store.snapshot(epoch, self.parts(), self.vertices.added(), self.arity)
         self.epoch = epoch
 
     def commit(self) -> None:
@@ -131,26 +185,26 @@ class ShardIndex:
         directory, rewrite its snapshot when the log has outgrown it."""
         failpoint("shard_before_fold")
         for positions in self.relations.values():
-            for adjacency in positions:
+            for adjacency in positions.values():
                 adjacency.commit()
         self.staged = {}
         if self.store is not None and self.store.wants_snapshot():
-            self.store.snapshot(self.epoch, self.parts())
+            self.store.snapshot(self.epoch, self.parts(), self.vertices.added(), self.arity)
 
     def abort(self) -> None:
         for positions in self.relations.values():
-            for adjacency in positions:
+            for adjacency in positions.values():
                 adjacency.abort()
         self.staged = {}
 
-    def parts(self) -> dict[Part, Pairs]:
-        """Every part's committed pairs in global ids, sorted."""
-        parts: dict[Part, Pairs] = {}
+    def parts(self) -> dict[Part, Tuples]:
+        """Every part's committed pairs in global ids: key columns and values."""
+        parts: dict[Part, Tuples] = {}
         for relation, positions in self.relations.items():
-            for position, adjacency in enumerate(positions):
+            for position, adjacency in positions.items():
                 local, values = unpack(adjacency.pairs(Cut.OLD))
-                keys = (local.astype(np.int64) * self.shards + self.shard).astype(np.int32)
-                parts[(relation, position)] = (keys, values)
+                columns = self._key_columns((relation, position), local)
+                parts[(relation, position)] = [*columns, values]
         return parts
 
     def count(self, relation: str, position: int, cut: Cut, keys: I64) -> I64:
@@ -190,20 +244,28 @@ class ShardIndex:
     ) -> list[npt.NDArray[np.bool_]]:
         return [self.contains(*request) for request in requests]
 
-    def tuples(self, relation: str, cut: Cut) -> tuple[I64, I32]:
-        """The ``(src, dst)`` of every tuple whose ``src`` this shard owns (global ids)."""
-        if relation not in self.relations:
-            return np.empty(0, np.int64), np.empty(0, np.int32)
-        local, values = unpack(self.relations[relation][1].pairs(cut))
-        return local.astype(np.int64) * self.shards + self.shard, values
+    def tuples(self, relation: str, cut: Cut) -> tuple[int, Tuples]:
+        """The arity of ``relation`` (0: never staged here), and the tuples of its primary
+        copies here (global ids): ``(src, dst)`` of a binary relation (each tuple whose
+        ``src`` this shard owns), ``(0, value)`` of a unary one, the whole tuple of a wider
+        one."""
+        arity = self.arity.get(relation, 0)
+        primary = self.relations.get(relation, {}).get(arity - 1)
+        if primary is None:
+            return arity, []
+        local, values = unpack(primary.pairs(cut))
+        return arity, [*self._key_columns((relation, arity - 1), local), values]
 
     def stats(self) -> dict[str, int]:
         """Its pairs, index bytes and work (and bytes on disk, with a directory)."""
-        adjacencies = [a for positions in self.relations.values() for a in positions]
+        adjacencies = [a for positions in self.relations.values() for a in positions.values()]
         disk = {} if self.store is None else {"disk": self.store.disk_bytes()}
         return {
             "pairs": sum(len(a) for a in adjacencies),
-            "bytes": sum(a.nbytes for a in adjacencies),
+            "bytes": sum(a.nbytes for a in adjacencies)
+            + sum(k.nbytes for k in self.tuple_keys.values())
+            + self.vertices.dictionary.nbytes,
+            "vertices": len(self.vertices),
             **self.work,
             **disk,
         }

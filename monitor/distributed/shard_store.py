@@ -10,6 +10,9 @@ and a log of per-epoch changes, in the same block and record formats
                              parts ([relation, position], by id), snapshot and log bytes
     b"S" part:u16 block:u32   snapshot block of one part
     b"L" epoch:u64            log record: the epoch's changes of every part that changed
+    b"V" epoch:u64 start:u32  the vertex dictionary's entries numbered in the epoch from local
+                             id ``start`` on (:meth:`VertexDictionary.export`); kept by
+                             snapshots (ids are never reused: the entries are the dictionary)
 
 An epoch is written when the shard *prepares* it, before the driver commits the epoch
 (:mod:`monitor.distributed.durable`), so the log may end with one epoch that was never
@@ -37,8 +40,9 @@ from monitor.index.tuple_state import block_bytes, last_wins, read_block, read_l
 META_KEY = b"\x00meta"
 #: A part: a relation and a position (1: keyed by ``src``, 0: by ``dst``).
 Part = tuple[str, int]
-#: A part's pairs: global keys and values.
-Pairs = tuple[I32, I32]
+#: A part's pairs: the key's columns (a global key; the other positions' ids of a relation of
+#: three or more), then the values.
+Tuples = list[I32]
 
 
 class ShardStore:
@@ -70,7 +74,7 @@ class ShardStore:
         raw = db.get(META_KEY)
         meta: dict[str, Any] = (
             {"shard": shard, "shards": shards, "epoch": -1, "snapshot_epoch": -1}
-            | {"parts": [], "snapshot_bytes": 0, "log_bytes": 0}
+            | {"parts": [], "snapshot_bytes": 0, "log_bytes": 0, "arity": {}}
             if raw is None
             else orjson.loads(bytes(raw))
         )
@@ -85,6 +89,7 @@ class ShardStore:
         if meta["epoch"] > committed and not read_only:  # prepared, never committed: dropped
             batch = rocksdict.WriteBatch(raw_mode=True)
             batch.delete_range(_log_key(max(committed + 1, 0)), b"M")
+            batch.delete_range(b"V" + struct.pack(">Q", max(committed + 1, 0)), b"W")
             if meta["snapshot_epoch"] > committed:  # (a preload the driver never recorded)
                 batch.delete_range(b"S", b"T")
                 meta.update(snapshot_epoch=-1, snapshot_bytes=0, log_bytes=0)
@@ -114,7 +119,7 @@ class ShardStore:
 
     # -- reading ---------------------------------------------------------------------------
 
-    def load(self) -> dict[Part, Pairs]:
+    def load(self) -> dict[Part, Tuples]:
         """Every part's pairs at the committed epoch, sorted by key, then value."""
         parts: list[Part] = [(r, int(p)) for r, p in self.meta["parts"]]
         columns: dict[int, list[list[I32]]] = {i: [] for i in range(len(parts))}
@@ -136,15 +141,25 @@ class ShardStore:
                 f"state in {self.path} is corrupted ({error}); restore the directory from a "
                 "backup, or delete the whole --state-dir to rebuild the state from the input"
             ) from error
-        loaded: dict[Part, Pairs] = {}
+        loaded: dict[Part, Tuples] = {}
         for i, part in enumerate(parts):
             if columns[i]:
-                keys, values = last_wins(
-                    [np.concatenate([c[k] for c in columns[i]]) for k in (0, 1)],
+                width = len(columns[i][0])
+                loaded[part] = last_wins(
+                    [np.concatenate([c[k] for c in columns[i]]) for k in range(width)],
                     np.concatenate(diffs[i]),
                 )
-                loaded[part] = (keys, values)
         return loaded
+
+    def vertices(self) -> list[bytes]:
+        """The vertex dictionary's entries, as written epoch after epoch, up to the committed
+        one."""
+        blobs = []
+        for key, blob in self._scan(b"V"):
+            if struct.unpack_from(">Q", key, 1)[0] > self.committed:
+                break
+            blobs.append(blob)
+        return blobs
 
     def _scan(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
         for raw_key, raw_value in self._db.items(from_key=prefix):
@@ -155,20 +170,29 @@ class ShardStore:
 
     # -- writing ---------------------------------------------------------------------------
 
-    def _ids(self, parts: Iterator[Part]) -> dict[str, tuple[int, int]]:
+    def _ids(self, parts: Mapping[Part, int]) -> dict[str, tuple[int, int]]:
+        """Each part's id and its number of columns (``parts``: the columns of each)."""
         known = [(r, int(p)) for r, p in self.meta["parts"]]
         for part in parts:
             if part not in known:
                 known.append(part)
         self.meta["parts"] = [list(p) for p in known]
-        return {_name(p): (i, 2) for i, p in enumerate(known)}
+        return {_name(p): (known.index(p), width) for p, width in parts.items()}
 
-    def prepare(self, epoch: int, changes: Mapping[Part, Change]) -> None:
-        """Write the epoch's changes (synced), before the driver commits it."""
-        ids = self._ids(iter(changes))
+    def prepare(
+        self,
+        epoch: int,
+        changes: Mapping[Part, Change],
+        vertices: tuple[int, bytes] | None,
+        arity: Mapping[str, int],
+    ) -> None:
+        """Write the epoch's changes and new vertices (synced), before the driver commits
+        it."""
+        ids = self._ids({p: len(c.columns) for p, c in changes.items()})
         record = write_log({_name(p): c for p, c in changes.items() if len(c)}, ids)
         batch = rocksdict.WriteBatch(raw_mode=True)
         batch.put(_log_key(epoch), record)
+        self._put_vertices(batch, epoch, vertices, arity)
         self.meta["epoch"] = self.committed = epoch
         self.meta["log_bytes"] += len(record)
         batch.put(META_KEY, orjson.dumps(self.meta))
@@ -182,19 +206,37 @@ class ShardStore:
             and log > self.snapshot_ratio * self.meta["snapshot_bytes"]
         )
 
-    def snapshot(self, epoch: int, parts: Mapping[Part, Pairs]) -> None:
-        """Replace snapshot and log by ``parts``, the pairs at ``epoch`` (committed)."""
-        ids = self._ids(iter(parts))
+    def _put_vertices(
+        self,
+        batch: Any,
+        epoch: int,
+        vertices: tuple[int, bytes] | None,
+        arity: Mapping[str, int],
+    ) -> None:
+        if vertices is not None:
+            start, blob = vertices
+            batch.put(b"V" + struct.pack(">QI", epoch, start), blob)
+        self.meta["arity"] = dict(arity)
+
+    def snapshot(
+        self,
+        epoch: int,
+        parts: Mapping[Part, Tuples],
+        vertices: tuple[int, bytes] | None,
+        arity: Mapping[str, int],
+    ) -> None:
+        """Replace snapshot and log by ``parts``, the pairs at ``epoch`` (committed), and
+        write the vertices numbered since the last epoch written."""
+        ids = self._ids({p: len(c) for p, c in parts.items()})
         batch = rocksdict.WriteBatch(raw_mode=True)
+        self._put_vertices(batch, epoch, vertices, arity)
         batch.delete_range(b"L", b"M")
         batch.delete_range(b"S", b"T")
         written = 0
-        for part, (keys, values) in parts.items():
+        for part, columns in parts.items():
             part_id = ids[_name(part)][0]
-            for b, lo in enumerate(range(0, keys.shape[0], SNAPSHOT_BLOCK)):
-                blob = block_bytes(
-                    [keys[lo : lo + SNAPSHOT_BLOCK], values[lo : lo + SNAPSHOT_BLOCK]]
-                )
+            for b, lo in enumerate(range(0, columns[0].shape[0], SNAPSHOT_BLOCK)):
+                blob = block_bytes([c[lo : lo + SNAPSHOT_BLOCK] for c in columns])
                 batch.put(b"S" + struct.pack(">HI", part_id, b), blob)
                 written += len(blob)
         self.meta.update(snapshot_epoch=epoch, snapshot_bytes=written, log_bytes=0)

@@ -19,12 +19,42 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from core.errors import MonitorError
+from core.errors import InputError, MonitorError
+from core.records import RelationUpdates, UpdateBatch
 from monitor.distributed.shard import ShardIndex
+from monitor.distributed.vertices import PartitionedVertices
 from monitor.index.adjacency import Probe
-from monitor.index.graph import Change
+from monitor.index.graph import MAX_ARITY, Change
+from monitor.index.hashtable import mix
 from monitor.index.levels import I32, I64
 from monitor.plan.cut import Cut
+
+
+def _copies(columns: Sequence[I32], shards: int) -> list[tuple[int, I64, list[I32], I32]]:
+    """Each position's copy of a relation's tuples: ``(position, owning shards, key columns,
+    values)``; a binary relation's forward (1: keyed by ``src``) and reverse (0: by ``dst``), a
+    unary one's values under key 0, a wider one's at every position keyed by the others."""
+    if len(columns) == 1:
+        zeros = np.zeros(columns[0].shape[0], np.int32)
+        return [(0, zeros.astype(np.int64), [zeros], columns[0])]
+    if len(columns) == 2:
+        src, dst = columns
+        by_src, by_dst = (src % shards).astype(np.int64), (dst % shards).astype(np.int64)
+        return [(1, by_src, [src], dst), (0, by_dst, [dst], src)]
+    out = []
+    for position in range(len(columns)):
+        others = [c for p, c in enumerate(columns) if p != position]
+        out.append((position, tuple_owners(others, shards), others, columns[position]))
+    return out
+
+
+def tuple_owners(columns: Sequence[npt.NDArray[np.integer]], shards: int) -> I64:
+    """The shard each tuple of global ids belongs to (as a key of a relation of three or more
+    ids): a stable hash of its ids, modulo ``shards``."""
+    hashes = mix(columns[0].astype(np.uint64))
+    for column in columns[1:]:
+        hashes = mix(hashes ^ column.astype(np.uint64))
+    return (hashes % np.uint64(shards)).astype(np.int64)
 
 
 def payload_bytes(value: Any) -> int:
@@ -239,66 +269,88 @@ class ShardedView:
 
 
 class ShardedIndex:
-    """The engine's index over the shards, for binary relations with integer vertex ids (the
-    ids are the dense ids: their order is the order comparisons read)."""
+    """The engine's index over the shards: binary and unary relations, vertex ids numbered by
+    the partitioned dictionary (:mod:`monitor.distributed.vertices`)."""
 
     def __init__(self, shards: Shards) -> None:
         self.shards = shards
-        #: One more than the largest vertex id loaded.
-        self.vertices = 0
+        self.vertices = PartitionedVertices(shards)
+        #: Each relation's arity, as first staged (a later update of another arity is
+        #: ignored, counted as ``wrong_arity``, as the single process counts it).
+        self.arity: dict[str, int] = {}
         #: Updates that changed nothing, by reason (as the single process counts them).
         self.ignored: Counter[str] = Counter()
-        self._order: I64 = np.empty(0, np.int64)
 
-    def stage(
-        self,
-        relation: str,
-        columns: Sequence[I64],
-        diff: npt.NDArray[np.integer],
-        seq: I64 | None = None,
-    ) -> Change:
-        """Stage an epoch's updates of a binary relation (integer ids, in stream order), each
-        pair sent to the shard of its key at each position; the effective changes, as the
-        shards of the forward copies found them (both copies see the same updates in the same
-        order, so they agree)."""
-        src, dst = columns
-        insert = np.asarray(diff) > 0
-        if seq is None:
-            seq = np.arange(src.shape[0], dtype=np.int64)
-        if src.shape[0]:
-            self.vertices = max(self.vertices, int(max(src.max(), dst.max())) + 1)
-        # Both copies of every pair in one round; only the forward copies report their changes.
-        requests: list[list[tuple[Any, ...]]] = [[] for _ in range(self.shards.count)]
-        for position, keys, values in ((1, src, dst), (0, dst, src)):
-            split = Split(keys, self.shards.count)
-            values = values.astype(np.int32)
-            for s in range(self.shards.count):
-                p = split.part(s)
-                if p is not None:
-                    requests[s].append((relation, position, keys[p], values[p], insert[p], seq[p]))
-        answers = self.shards.call("stage_many", [(r,) if r else None for r in requests])
-        found = [a for shard in answers if shard for a in shard if a is not None]
-        for a in found:
-            self.ignored.update(a[4])
-        if not found:
-            return Change([np.empty(0, np.int32)] * 2, np.empty(0, np.int8), np.empty(0, np.int64))
-        return Change(
+    def stage_batch(self, batch: UpdateBatch) -> dict[str, Change]:
+        """Stage an epoch's updates as the uncommitted epoch: every vertex id numbered (the
+        inserted tuples' vertices added, the deleted ones' looked up) in one round, then every
+        tuple sent to the shard of its key at each position in another; the effective changes
+        of each relation, as the shards of its primary copies found them (every copy sees the
+        same updates in the same order, so they agree)."""
+        parts: list[tuple[str, RelationUpdates]] = []
+        for name, part in sorted(batch.parts.items()):
+            arity = self.arity.setdefault(name, part.arity)
+            if part.arity != arity:
+                self.ignored["wrong_arity"] += len(part)
+            elif not 1 <= arity <= MAX_ARITY:
+                raise InputError(f"relation {name} has arity {arity}; allowed are 1 to {MAX_ARITY}")
+            elif len(part):
+                parts.append((name, part))
+        inserts = [part.diff > 0 for _, part in parts]
+        ids = self.vertices.encode(
+            [c for _, part in parts for c in part.columns],
             [
-                np.concatenate([a[0] for a in found]).astype(np.int32),
-                np.concatenate([a[1] for a in found]),
+                insert
+                for (_, part), insert in zip(parts, inserts, strict=True)
+                for _ in part.columns
             ],
-            np.concatenate([a[2] for a in found]),
-            np.concatenate([a[3] for a in found]),
         )
+        requests: list[list[tuple[Any, ...]]] = [[] for _ in range(self.shards.count)]
+        at = 0
+        for (name, part), insert in zip(parts, inserts, strict=True):
+            columns, at = ids[at : at + part.arity], at + part.arity
+            seq = part.seq
+            known = np.logical_and.reduce([c >= 0 for c in columns])
+            if not known.all():
+                self.ignored["absent_delete"] += int((~known).sum())
+                columns = [c[known] for c in columns]
+                insert, seq = insert[known], seq[known]
+            for position, owner, keys, values in _copies(columns, self.shards.count):
+                split = Split(owner, self.shards.count)
+                for s in range(self.shards.count):
+                    p = split.part(s)
+                    if p is not None:
+                        key = [k[p] for k in keys]
+                        requests[s].append(
+                            (name, part.arity, position, key, values[p], insert[p], seq[p])
+                        )
+        answers = self.shards.call("stage_many", [(r,) if r else None for r in requests])
+        found: dict[str, list[Any]] = {}
+        for shard_requests, shard_answers in zip(requests, answers, strict=True):
+            for request, answer in zip(shard_requests, shard_answers or (), strict=True):
+                if answer is not None:
+                    found.setdefault(request[0], []).append(answer)
+                    self.ignored.update(answer[4])
+        changes = {}
+        for name, answered in found.items():
+            diff = np.concatenate([a[2] for a in answered])
+            if diff.shape[0]:
+                keys = [np.concatenate(k) for k in zip(*(a[0] for a in answered), strict=True)]
+                last: I32 = np.concatenate([a[1] for a in answered])
+                tuples = [last] if self.arity[name] == 1 else [*keys, last]
+                changes[name] = Change(tuples, diff, np.concatenate([a[3] for a in answered]))
+        return changes
 
-    def restore(self, state_dir: str, committed: int, vertices: int) -> int:
+    def restore(self, state_dir: str, committed: int) -> int:
         """Have every shard keep its part in its directory of ``state_dir``, loading what it
         holds at the driver's ``committed`` epoch; the pairs loaded."""
         from monitor.distributed.durable import shard_directory
 
         paths = [(shard_directory(state_dir, s), committed) for s in range(self.shards.count)]
-        self.vertices = vertices
-        return sum(self.shards.call("restore", paths))
+        restored = self.shards.call("restore", paths)
+        for _, arity in restored:
+            self.arity.update(arity)
+        return sum(pairs for pairs, _ in restored)
 
     def prepare(self, epoch: int) -> None:
         """Every shard makes the staged epoch durable as ``epoch``."""
@@ -318,27 +370,25 @@ class ShardedIndex:
     def abort(self) -> None:
         self.shards.call("abort", [()] * self.shards.count)
 
-    def load(self, relation: str, columns: Sequence[I64], diff: npt.NDArray[np.integer]) -> None:
-        """Apply updates of a binary relation at once (staged and committed)."""
-        self.stage(relation, columns, diff)
+    def load(self, batch: UpdateBatch) -> None:
+        """Apply a batch's updates at once (staged and committed)."""
+        self.stage_batch(batch)
         self.commit()
 
     def view(self, relation: str, position: int, cut: Cut) -> ShardedView:
         return ShardedView(self.shards, relation, position, cut)
 
     def tuples(self, relation: str, cut: Cut = Cut.NEW) -> list[I32]:
-        found = self.shards.call("tuples", [(relation, cut)] * self.shards.count)
-        src = np.concatenate([f[0] for f in found]).astype(np.int32)
-        dst = np.concatenate([f[1] for f in found]).astype(np.int32)
-        return [src, dst] if src.shape[0] else []
+        found = [f[1] for f in self.shards.call("tuples", [(relation, cut)] * self.shards.count)]
+        held = [columns for columns in found if columns and columns[0].shape[0]]
+        if not held:
+            return []
+        tuples = [np.concatenate(c).astype(np.int32) for c in zip(*held, strict=True)]
+        return tuples[1:] if len(tuples) == 2 and self.arity.get(relation) == 1 else tuples
 
-    def order_keys(self) -> I64:
-        """Each vertex id's rank in the order comparisons read: the id itself (kept between
-        calls; 8 bytes per id in the driver, until string ids bring a partitioned
-        dictionary)."""
-        if self._order.shape[0] < self.vertices:
-            self._order = np.arange(max(self.vertices, 2 * self._order.shape[0]), dtype=np.int64)
-        return self._order
+    def ranks(self, columns: Sequence[I32]) -> list[I64]:
+        """Keys ordering the vertices of ``columns`` as their external ids, in one round."""
+        return self.vertices.ranks(columns)
 
     def stats(self) -> list[dict[str, int]]:
         """Each shard's pairs, index bytes and work."""
@@ -346,7 +396,24 @@ class ShardedIndex:
         return answers
 
     def keys(self, relation: str, position: int, columns: Sequence[I32]) -> I64:
-        raise NotImplementedError("tuple keys: relations of three or more ids")
+        """The global keys of tuples of a relation of three or more ids at ``position`` (the
+        other positions' ids; a key of no values where a tuple is unknown): asked of the shard
+        of each tuple, in one round."""
+        n = columns[0].shape[0]
+        split = Split(tuple_owners(columns, self.shards.count), self.shards.count)
+        parts = [split.part(s) for s in range(self.shards.count)]
+        answers = self.shards.call(
+            "tuple_keys_many",
+            [
+                None if p is None else ([(relation, position, [c[p] for c in columns])],)
+                for p in parts
+            ],
+        )
+        keys = np.zeros(n, np.int64)
+        for p, answer in zip(parts, answers, strict=True):
+            if p is not None:
+                keys[p] = answer[0]
+        return keys
 
     def field_values(self, relation: str, name: str, eids: I32) -> npt.NDArray[Any] | None:
         raise NotImplementedError("event fields")

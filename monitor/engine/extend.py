@@ -60,7 +60,10 @@ class IndexReader(Protocol):
 
     def tuples(self, relation: str, cut: Cut = ...) -> list[I32]: ...
 
-    def order_keys(self) -> I64: ...
+    def ranks(self, columns: Sequence[I32]) -> list[I64]:
+        """Keys ordering the vertices of ``columns`` as their external ids (comparable within
+        one call)."""
+        ...
 
     def field_values(self, relation: str, name: str, eids: I32) -> npt.NDArray[Any] | None: ...
 
@@ -256,16 +259,19 @@ class Filters:
     def compare(self, batch: Prefixes | Candidates) -> npt.NDArray[np.bool_]:
         """Which rows of ``batch`` pass every comparison (checks are not applied)."""
         keep = np.ones(len(batch), np.bool_)
-        order: I64 | None = None
+        ordered: list[Comparison] = []
         for comparison in self.comparisons:
-            left = batch.column(comparison.left)
-            right = batch.column(comparison.right)
             if comparison.op == "!=":
-                keep &= left != right
-                continue
-            if order is None:
-                order = self._index.order_keys()
-            keep &= _compare(order[left], comparison.op, order[right])
+                keep &= batch.column(comparison.left) != batch.column(comparison.right)
+            else:
+                ordered.append(comparison)
+        if ordered:
+            names = sorted({v for c in ordered for v in (c.left, c.right)})
+            rank = dict(
+                zip(names, self._index.ranks([batch.column(v) for v in names]), strict=True)
+            )
+            for comparison in ordered:
+                keep &= _compare(rank[comparison.left], comparison.op, rank[comparison.right])
         return keep
 
 

@@ -26,6 +26,17 @@ from monitor.index.unique import unique_inverse
 MAX_VERTICES = 2**31 - 1
 
 
+def integer_ids(column: npt.NDArray[np.generic]) -> tuple[npt.NDArray[np.bool_], I64]:
+    """Which ids of an ``object`` column are integers, and their values (``InputError`` beyond
+    64 bits)."""
+    is_int = np.fromiter((type(v) is int for v in column), np.bool_, column.shape[0])
+    try:
+        ints = column[is_int].astype(np.int64)
+    except OverflowError as exc:
+        raise InputError(f"vertex id out of the 64-bit integer range: {exc}") from exc
+    return is_int, ints
+
+
 class VertexDictionary:
     """External vertex ids <-> dense ids."""
 
@@ -52,12 +63,8 @@ class VertexDictionary:
         if column.dtype == np.int64:
             return self._encode_ints(column.astype(np.int64, copy=False), add)
         out = np.empty(column.shape[0], np.int32)
-        is_int = np.fromiter((type(v) is int for v in column), np.bool_, column.shape[0])
+        is_int, ints = integer_ids(column)
         if is_int.any():
-            try:
-                ints = column[is_int].astype(np.int64)
-            except OverflowError as exc:
-                raise InputError(f"vertex id out of the 64-bit integer range: {exc}") from exc
             out[is_int] = self._encode_ints(ints, add)
         if not is_int.all():
             out[~is_int] = self._encode_strings(column[~is_int], add)

@@ -249,9 +249,10 @@ class GraphIndex:
         ends: I32 = (store.src if position == 0 else store.dst)[eids]
         return ends
 
-    def order_keys(self) -> I64:
-        """Per dense id, a key ordering vertices as their external ids."""
-        return self.dictionary.order_keys()
+    def ranks(self, columns: Sequence[I32]) -> list[I64]:
+        """Keys ordering the vertices of ``columns`` as their external ids."""
+        order = self.dictionary.order_keys()
+        return [order[c] for c in columns]
 
     @property
     def nbytes(self) -> int:

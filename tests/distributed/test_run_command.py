@@ -167,3 +167,37 @@ def test_run_joins_a_ray_cluster_of_two_nodes(tmp_path: Path) -> None:
     assert sharded.returncode == 0, sharded.stderr
     assert by_epoch(sharded.stdout) == by_epoch(alone.stdout) and len(by_epoch(alone.stdout)) > 5
     assert "on 4 shards" in sharded.stderr
+
+
+def test_the_shipped_fraud_example_with_workers(tmp_path: Path) -> None:
+    """The first example a user runs (``make run``: account names as vertex ids, a label, ``a <
+    b`` on names, ``distinct``): the single process's deltas epoch for epoch; with a state
+    directory, a shard that dies after preparing an epoch and the driver's rerun write the
+    uninterrupted run's file, byte for byte."""
+    pytest.importorskip("ray", reason="ray is not installed (the `distributed` extra)")
+    root = Path(__file__).resolve().parents[2] / "examples"
+    common = ["--query", str(root / "fraud.q"), "--edges", str(root / "transfers.txt")]
+    common += ["--batch-size", "7"]
+    alone = run(*common)
+    assert alone.returncode == 0, alone.stderr
+    expected = by_epoch(alone.stdout)
+    queries = {json.loads(line)["query"] for lines in expected.values() for line in lines}
+    assert queries == {"ring3", "flagged_roundtrip", "shared_device"}
+    sharded = run(*common, "--workers", "2", "--shards", "3")
+    assert sharded.returncode == 0, sharded.stderr
+    assert by_epoch(sharded.stdout) == expected
+    durable = [*common, "--workers", "2", "--shards", "3", "--state-dir", str(tmp_path / "s")]
+    whole, cut = tmp_path / "whole.jsonl", tmp_path / "cut.jsonl"
+    assert (
+        run(*durable[:-2], "--state-dir", str(tmp_path / "w"), "--output", str(whole)).returncode
+        == 0
+    )
+    died = run(
+        *durable, "--output", str(cut), SGM_FAILPOINT="shard_after_prepare", SGM_FAILPOINT_HIT="9"
+    )
+    assert died.returncode != 0 and "shard" in died.stderr
+    again = run(*durable, "--output", str(cut))
+    assert again.returncode == 0, again.stderr
+    assert "(continuing after epoch" in again.stderr
+    assert cut.read_bytes() == whole.read_bytes()
+    assert by_epoch(whole.read_text()) == expected

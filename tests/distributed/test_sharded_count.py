@@ -1,6 +1,7 @@
 """The partitioned index's static count against the single process (the oracle), and against
-networkx on real data: random graphs with inserts and deletes, 1-5 shards; the same shards as
-Ray actors; what it cannot run yet refused by name."""
+networkx on real data: random graphs with inserts and deletes, labels, integer, string and mixed
+vertex ids, 1-5 shards; the same shards as Ray actors; what it cannot run yet refused by
+name."""
 
 from __future__ import annotations
 
@@ -28,17 +29,53 @@ QUERIES = parse_queries(
     clique4(a, b, c, d) := e(a, b), e(a, c), e(a, d), e(b, c), e(b, d), e(c, d),
         a < b, b < c, c < d.
     path(a, b, c) := e(a, b), f(b, c), a != c.
+    hub(a, b, c) := e(a, b), f(b, c), flagged(b), a < c.
+    flagged_loop(a, b) := flagged(a), e(a, b), e(b, a), flagged(b), a <= b.
+    fan(a, b, c) := g(a, b, c), e(a, b), e(b, c).
+    chain(a, b, c, d) := g(a, b, c), g(b, c, d), a != d.
+    closed(a, b, c) := e(a, b), e(b, c), e(a, c), g(a, b, c).
     """
 )
 
+#: How a test names its vertices: as integers, as strings, or half and half.
+ID_KINDS = ("ints", "strings", "mixed", "wide")
 
-def batch(src: np.ndarray, dst: np.ndarray, diff: np.ndarray, relation: str = "e") -> UpdateBatch:
+
+def ids(column: np.ndarray, kind: str = "ints") -> np.ndarray:
+    """Integer vertex numbers as a kind of external ids: the integers; strings (``v3``, in
+    an order unlike the numbers'); even ones as integers and odd ones as strings; integers
+    far beyond 32 bits, negative and positive."""
+    if kind == "ints":
+        return column.astype(np.int64)
+    if kind == "wide":
+        return (column.astype(np.int64) - 5) * 10**12 + 7
+    names = [f"v{v}" if kind == "strings" or v % 2 else int(v) for v in column.tolist()]
+    return np.array([*names, None], dtype=object)[:-1]
+
+
+def batch(
+    src: np.ndarray, dst: np.ndarray, diff: np.ndarray, relation: str = "e", kind: str = "ints"
+) -> UpdateBatch:
     part = RelationUpdates(
-        [src.astype(np.int64), dst.astype(np.int64)],
+        [ids(src, kind), ids(dst, kind)],
         diff.astype(np.int8),
         np.arange(src.shape[0], dtype=np.int64),
     )
     return UpdateBatch({relation: part}, 0, int(src.shape[0]))
+
+
+def triples(columns: list[np.ndarray], diff: np.ndarray, kind: str = "ints") -> UpdateBatch:
+    """Updates of the ternary relation ``g``."""
+    seq = np.arange(diff.shape[0], dtype=np.int64)
+    part = RelationUpdates([ids(c, kind) for c in columns], diff.astype(np.int8), seq)
+    return UpdateBatch({"g": part}, 0, int(diff.shape[0]))
+
+
+def labels(vertices: np.ndarray, diff: np.ndarray, kind: str = "ints") -> UpdateBatch:
+    """Updates of the unary relation ``flagged``."""
+    seq = np.arange(vertices.shape[0], dtype=np.int64)
+    part = RelationUpdates([ids(vertices, kind)], diff.astype(np.int8), seq)
+    return UpdateBatch({"flagged": part}, 0, int(vertices.shape[0]))
 
 
 def single_process(batches: list[UpdateBatch]) -> dict[str, int]:
@@ -53,14 +90,20 @@ def graphs(draw: st.DrawFn) -> list[UpdateBatch]:
     """A few batches of random updates of ``e`` and ``f`` over a few vertices (so patterns
     close), with deletes, duplicates and deletes of absent tuples."""
     vertices = draw(st.integers(3, 14))
+    kind = draw(st.sampled_from(ID_KINDS))
     out = []
-    for _ in range(draw(st.integers(1, 4))):
+    for _ in range(draw(st.integers(1, 5))):
         n = draw(st.integers(0, 60))
         ints = st.lists(st.integers(0, vertices - 1), min_size=n, max_size=n)
         src, dst = np.array(draw(ints), np.int64), np.array(draw(ints), np.int64)
         diff = np.array(draw(st.lists(st.sampled_from([1, 1, 1, -1]), min_size=n, max_size=n)))
-        relation = draw(st.sampled_from(["e", "e", "f"]))
-        out.append(batch(src, dst, diff.astype(np.int8), relation))
+        relation = draw(st.sampled_from(["e", "e", "f", "flagged", "g"]))
+        if relation == "flagged":
+            out.append(labels(src, diff, kind))
+        elif relation == "g":
+            out.append(triples([src, dst, np.array(draw(ints), np.int64)], diff, kind))
+        else:
+            out.append(batch(src, dst, diff.astype(np.int8), relation, kind))
     return out
 
 
@@ -77,7 +120,7 @@ def test_the_sharded_count_is_the_single_process_count(
     processor = EpochProcessor(QUERIES, Settings())
     for b in batches:
         processor.preload(b)
-    pairs = sum(2 * len(r.primary) for r in processor.index.relations.values())
+    pairs = sum(r.arity * len(r.primary) for r in processor.index.relations.values())
     assert sum(s["pairs"] for s in stats) == pairs
 
 
@@ -99,13 +142,13 @@ def test_what_it_cannot_run_yet_is_refused_by_name() -> None:
     events = parse_queries("big(a, b) := transfer(a, b) as t, t.amount > 10.")
     with pytest.raises(InputError, match=r"query big: .* does not run events"):
         count_all(events, LocalShards(2), [], 1 << 20)
-    labelled = parse_queries("hub(a, b) := e(a, b), flagged(a).")
-    with pytest.raises(InputError, match="relations of 1 ids"):
-        count_all(labelled, LocalShards(2), [], 1 << 20)
-    texts = batch(np.zeros(1), np.zeros(1), np.ones(1))
-    texts.parts["e"].columns[0] = np.array(["x"], dtype=object)
-    with pytest.raises(InputError, match="integer vertex ids"):
-        count_all(QUERIES[:1], LocalShards(2), [texts], 1 << 20)
+    wide = UpdateBatch(
+        {"uses": RelationUpdates([np.zeros(1, np.int64)] * 9, np.ones(1, np.int8), np.zeros(1))},
+        0,
+        1,
+    )
+    with pytest.raises(InputError, match="relation uses has arity 9; allowed are 1 to 8"):
+        count_all(QUERIES[:1], LocalShards(2), [wide], 1 << 20)
 
 
 @pytest.mark.slow

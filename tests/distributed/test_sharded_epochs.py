@@ -1,6 +1,7 @@
 """Delta queries on the partitioned index, epoch after epoch, against the single process: the
 same match deltas in every epoch, on random graphs with inserts, deletes, duplicates and random
-epoch boundaries, over 1-5 shards (in process, and as Ray actors)."""
+epoch boundaries, labels, integer, string and mixed vertex ids, over 1-5 shards (in process,
+and as Ray actors)."""
 
 from __future__ import annotations
 
@@ -17,12 +18,12 @@ from monitor.distributed.sharded import LocalShards, RayShards, Shards
 from monitor.engine.delta import MatchDeltas
 from monitor.service.epochs import EpochProcessor, QueryOutput
 from monitor.service.settings import Settings
-from tests.distributed.test_sharded_count import QUERIES
+from tests.distributed.test_sharded_count import ID_KINDS, QUERIES, ids
 
 
 def rows(columns: Sequence[Any], diff: np.ndarray) -> list[tuple[tuple[int, ...], int]]:
     bindings = zip(*(np.asarray(c).tolist() for c in columns), strict=True)
-    return sorted(zip(bindings, diff.tolist(), strict=True))
+    return sorted(zip(bindings, diff.tolist(), strict=True), key=repr)  # (ints beside strs)
 
 
 def mine(deltas: list[MatchDeltas]) -> dict[str, Any]:
@@ -35,21 +36,28 @@ def theirs(queries: list[QueryOutput]) -> dict[str, Any]:
 
 @st.composite
 def streams(draw: st.DrawFn) -> list[UpdateBatch]:
-    """Updates of ``e`` and ``f`` over a few vertices, cut into epochs at random."""
+    """Updates of ``e``, ``f``, the label ``flagged`` and the triples ``g`` over a few vertices
+    (named by integers, strings, both, or integers beyond 32 bits), cut into epochs at random."""
     vertices = draw(st.integers(3, 10))
+    kind = draw(st.sampled_from(ID_KINDS))
     n = draw(st.integers(1, 120))
     ints = st.lists(st.integers(0, vertices - 1), min_size=n, max_size=n)
-    src, dst = np.array(draw(ints), np.int64), np.array(draw(ints), np.int64)
+    src, dst = ids(np.array(draw(ints)), kind), ids(np.array(draw(ints)), kind)
+    third = ids(np.array(draw(ints)), kind)
     diff = np.array(draw(st.lists(st.sampled_from([1, 1, -1]), min_size=n, max_size=n)), np.int8)
-    relation = np.array(draw(st.lists(st.sampled_from(["e", "e", "f"]), min_size=n, max_size=n)))
+    names = st.sampled_from(["e", "e", "f", "flagged", "g"])
+    relation = np.array(draw(st.lists(names, min_size=n, max_size=n)))
     cuts = sorted(set(draw(st.lists(st.integers(1, n), max_size=6))) | {n})
     out, lo = [], 0
     for hi in cuts:
         parts = {}
-        for name in ("e", "f"):
+        for name in ("e", "f", "flagged", "g"):
             at = np.flatnonzero(relation[lo:hi] == name) + lo
             if at.shape[0]:
-                parts[name] = RelationUpdates([src[at], dst[at]], diff[at], at.astype(np.int64))
+                columns = {"flagged": [src[at]], "g": [src[at], dst[at], third[at]]}.get(
+                    name, [src[at], dst[at]]
+                )
+                parts[name] = RelationUpdates(columns, diff[at], at.astype(np.int64))
         out.append(UpdateBatch(parts, lo, hi - lo))
         lo = hi
     return out

@@ -54,24 +54,19 @@ def random_epochs(seed: int, epochs: int, size: int, vertices: int) -> list[Upda
     return batches
 
 
-def vertices(batches: list[UpdateBatch]) -> int:
-    ids = [c.max() for b in batches for p in b.parts.values() for c in p.columns if c.shape[0]]
-    return int(max(ids, default=-1)) + 1
-
-
 def run_until(
     state: str, shards: int, batches: list[UpdateBatch], committed: int, stop: int, step: str
 ) -> tuple[int, list[Any]]:
     """Restore at ``committed`` (-1: a new run), run on and die at epoch ``stop`` after
     ``step``; the last epoch the driver recorded and the deltas of the epochs it recorded."""
     run = ShardedEpochs(QUERIES, LocalShards(shards), 1 << 20)
-    run.index.restore(state, committed, vertices(batches))
+    run.index.restore(state, committed)
     if committed < 0:  # (a new run: the shards' epoch 0, then the driver's)
         run.index.checkpoint(0)
         committed = 0
     out = []
     for epoch in range(committed + 1, len(batches) + 1):
-        deltas = mine(run.evaluate(batches[epoch - 1]))
+        deltas = mine(run.decoded(run.evaluate(batches[epoch - 1])))
         if epoch == stop and step == "evaluated":
             break
         run.index.prepare(epoch)
@@ -165,11 +160,11 @@ def test_a_shard_actor_killed_mid_epoch(ray_cluster: None, tmp_path: Path) -> No
     state = str(tmp_path)
     shards = RayShards(3)
     run = ShardedEpochs(QUERIES, shards, 1 << 20)
-    run.index.restore(state, -1, vertices(batches))
+    run.index.restore(state, -1)
     run.index.checkpoint(0)
     got = []
     for epoch in range(1, 4):
-        got.append(mine(run.evaluate(batches[epoch - 1])))
+        got.append(mine(run.decoded(run.evaluate(batches[epoch - 1]))))
         run.index.prepare(epoch)
         run.commit()
     run.evaluate(batches[3])
@@ -179,9 +174,9 @@ def test_a_shard_actor_killed_mid_epoch(ray_cluster: None, tmp_path: Path) -> No
     for actor in shards.actors:  # (the driver's death takes the others with it)
         killed(actor)
     again = ShardedEpochs(QUERIES, RayShards(3), 1 << 20)
-    again.index.restore(state, 3, vertices(batches))
+    again.index.restore(state, 3)
     for epoch in range(4, 9):
-        got.append(mine(again.evaluate(batches[epoch - 1])))
+        got.append(mine(again.decoded(again.evaluate(batches[epoch - 1]))))
         again.index.prepare(epoch)
         again.commit()
     again.index.close()
