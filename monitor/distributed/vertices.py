@@ -32,6 +32,7 @@ from monitor.index.dictionary import MAX_VERTICES, VertexDictionary, integer_ids
 from monitor.index.hashtable import mix
 from monitor.index.levels import I32, I64
 from monitor.index.texts import hash_rows, padded, string_places, unique_strings
+from monitor.index.unique import first_appearances
 
 if TYPE_CHECKING:
     from monitor.distributed.sharded import Shards
@@ -163,7 +164,7 @@ class PartitionedVertices:
         each row of the columns, one after the other, is among them."""
         if not sum(c.shape[0] for c in columns):
             return np.empty(0, np.int64), np.empty(0, np.int64)
-        distinct, inverse = np.unique(np.concatenate(columns), return_inverse=True)
+        distinct, inverse = first_appearances(np.concatenate(columns))  # (hashed: no sort)
         count = self.shards.count
         owner = distinct.astype(np.int64) % count
         parts = [np.flatnonzero(owner == s) for s in range(count)]
@@ -175,7 +176,7 @@ class PartitionedVertices:
         for part, answer in zip(parts, answers, strict=True):
             if answer is not None:
                 values[part] = answer
-        return values, inverse.reshape(-1)
+        return values, inverse
 
 
 def _split(rows: npt.NDArray[Any], columns: Sequence[npt.NDArray[Any]]) -> list[Any]:
