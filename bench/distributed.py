@@ -251,10 +251,12 @@ METHOD = [
     "from its `indices merged` line to its `elapsed` line, reading and parsing its input "
     "lines included). *vs single*, *vs dataflow-join*: the ratio of updates/s to the single "
     "process's and to dataflow-join's at the same number of workers (1 shard: `-w1`, 2: `-w2`).",
-    "- The single process (`EpochProcessor`) also turns the changes into external ids and "
-    "match ids, which the partitioned engine does not yet: its figure carries that work.",
-    "- *index*: bytes of the adjacencies (both positions of `e`) after the streamed epochs: the "
-    "largest shard's and its ratio to the single process's / S; *index max/mean* over shards.",
+    "- Both turn the changes into external ids (ours: the distinct ids decoded by the shards "
+    "that numbered them, one round an epoch); the single process also makes match ids, which "
+    "the file job adds to ours: its figure carries that work.",
+    "- *index*: bytes of the adjacencies (both positions of `e`) and of the vertex dictionary "
+    "after the streamed epochs: the largest shard's and its ratio to the single process's / S; "
+    "*index max/mean* over shards.",
     "- *exchanged B/update*: bytes of the arrays sent to the shards and answered by them over "
     "the streamed epochs, per update streamed (in process too: what would cross).",
     "- *epoch % driver / shards / calls+waits*: shares of the epochs' seconds outside the calls "

@@ -7,8 +7,8 @@ streamed. Each run starts from an empty index, preloads (not timed) and times ev
 clock, from the updates handed to the engine to its match deltas (and the commit):
 
 - :func:`run_single`: the single process, :class:`~monitor.service.epochs.EpochProcessor`
-  (``process`` and ``commit``: it also turns the deltas into external ids and match ids, which
-  the partitioned engine's deltas are not; that is in its time, not in ours);
+  (``process`` and ``commit``: it also makes match ids, which the partitioned engine's deltas do
+  not carry; that is in its time, not in ours; both decode the deltas' ids);
 - :func:`run_sharded`: :class:`~monitor.distributed.delta.ShardedEpochs` over timed shards
   (:mod:`bench.distributed_shards`), in this process or as Ray actors.
 
