@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections import defaultdict
@@ -201,3 +202,17 @@ def test_the_shipped_fraud_example_with_workers(tmp_path: Path) -> None:
     assert "(continuing after epoch" in again.stderr
     assert cut.read_bytes() == whole.read_bytes()
     assert by_epoch(whole.read_text()) == expected
+    shown = subprocess.run(
+        [sys.executable, "-m", "monitor", "state", "inspect", str(tmp_path / "s")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert shown.returncode == 0, shown.stderr
+    shards = [line for line in shown.stdout.splitlines() if line.startswith("  shard ")]
+    assert len(shards) == 3
+    # Every account and device is numbered by exactly one shard.
+    accounts = set(re.findall(r"(?:acct|dev)-\d+", (root / "transfers.txt").read_text()))
+    numbered = sum(int(line.split("vertices ")[1].split(";")[0]) for line in shards)
+    assert numbered == len(accounts) > 20
+    assert sum("flagged/values" in line for line in shards) == 1  # (the label: shard 0's)
