@@ -17,10 +17,11 @@ import numpy as np
 
 from core.records import UpdateBatch
 from monitor.distributed.count import refuse_events, refuse_unsupported
+from monitor.distributed.rounds import SharedRoundsEvaluator
 from monitor.distributed.sharded import ShardedIndex, Shards
 from monitor.distributed.stages import ShardedStageRunner
 from monitor.distributed.vertices import External
-from monitor.engine.delta import DeltaEvaluator, MatchDeltas
+from monitor.engine.delta import MatchDeltas
 from monitor.engine.static import enumerate_matches
 from monitor.index.levels import I32
 from monitor.plan.cut import Cut
@@ -37,7 +38,7 @@ class ShardedEpochs:
         self.index = ShardedIndex(shards)
         for query in queries:
             self.index.arity.update(query.relations)
-        self.evaluator = DeltaEvaluator(queries, max_prefixes)
+        self.evaluator = SharedRoundsEvaluator(queries, max_prefixes)
         self.evaluator.runner = ShardedStageRunner  # (a stage in three rounds of calls)
         self.epochs = 0
 

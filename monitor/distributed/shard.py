@@ -19,6 +19,7 @@ never leave a stage, so nothing depends on them).
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -243,6 +244,11 @@ class ShardIndex:
         self, requests: list[tuple[str, int, Cut, I64, I32]]
     ) -> list[npt.NDArray[np.bool_]]:
         return [self.contains(*request) for request in requests]
+
+    def calls(self, requests: list[tuple[str, tuple[Any, ...]]]) -> list[Any]:
+        """Each ``(method, arguments)`` in turn, one call for a round several callers share
+        (:mod:`monitor.distributed.rounds`)."""
+        return [getattr(self, method)(*arguments) for method, arguments in requests]
 
     def tuples(self, relation: str, cut: Cut) -> tuple[int, Tuples]:
         """The arity of ``relation`` (0: never staged here), and the tuples of its primary

@@ -13,7 +13,8 @@ call per shard in flight and the answers gathered with one ``ray.get``.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, Protocol
 
 import numpy as np
@@ -385,6 +386,17 @@ class ShardedIndex:
             return []
         tuples = [np.concatenate(c).astype(np.int32) for c in zip(*held, strict=True)]
         return tuples[1:] if len(tuples) == 2 and self.arity.get(relation) == 1 else tuples
+
+    @contextmanager
+    def calls_through(self, shards: Shards) -> Iterator[None]:
+        """Make every call through ``shards`` (the same shards, reached another way) for a
+        while: :class:`~monitor.distributed.rounds.SharedRounds`."""
+        own = self.shards
+        self.shards = self.vertices.shards = shards
+        try:
+            yield
+        finally:
+            self.shards = self.vertices.shards = own
 
     def ranks(self, columns: Sequence[I32]) -> list[I64]:
         """Keys ordering the vertices of ``columns`` as their external ids, in one round."""

@@ -105,13 +105,23 @@ class DeltaEvaluator:
             self._run(plan, index, change, produced.append)
         return produced
 
-    def _run(self, plan: DeltaQuery, index: IndexReader, change: Change, emit: Emit) -> None:
+    def _run(
+        self,
+        plan: DeltaQuery,
+        index: IndexReader,
+        change: Change,
+        emit: Emit,
+        stats: EvaluationStats | None = None,
+    ) -> None:
+        """Run one delta query seeded by ``change``, counting into ``stats`` (default: the
+        evaluator's)."""
+        stats = self.stats if stats is None else stats
         seeds = seed_prefixes(plan, change.columns, change.diff.astype(np.int64), index)
-        self.stats.seeds += len(seeds)
+        stats.seeds += len(seeds)
 
         def counted(p: Prefixes) -> None:
-            self.stats.produced += len(p)
+            stats.produced += len(p)
             emit(p)
 
         peak = run_plan(plan, index, seeds, self.max_prefixes, counted, self.runner)
-        self.stats.peak_prefixes = max(self.stats.peak_prefixes, peak)
+        stats.peak_prefixes = max(stats.peak_prefixes, peak)
