@@ -52,6 +52,11 @@ class TimedShardIndex(ShardIndex):
         self.seconds[method] = self.seconds.get(method, 0.0) + spent
         return answer, spent
 
+    def calls(self, requests: list[tuple[str, tuple[Any, ...]]]) -> list[Any]:
+        """A shared round's calls (:mod:`monitor.distributed.rounds`), each timed as its own
+        method (the round's own seconds, under ``calls``, hold them all)."""
+        return [self.timed(method, *arguments)[0] for method, arguments in requests]
+
     def usage(self) -> dict[str, float]:
         """Seconds per method so far, and ``peak_rss``: this process's peak resident bytes."""
         return {**self.seconds, "peak_rss": float(peak_rss_of_process())}
