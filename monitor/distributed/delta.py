@@ -31,14 +31,22 @@ from monitor.query.ast import Query
 class ShardedEpochs:
     """The queries' delta evaluation, epoch after epoch, over shards."""
 
-    def __init__(self, queries: Sequence[Query], shards: Shards, max_prefixes: int) -> None:
+    def __init__(
+        self,
+        queries: Sequence[Query],
+        shards: Shards,
+        max_prefixes: int,
+        shared_rounds: bool | None = None,
+    ) -> None:
+        """``shared_rounds``: whether a query's delta queries share their rounds of calls
+        (:mod:`monitor.distributed.rounds`; None: when the shards are not in this process)."""
         refuse_unsupported(queries)
         self.queries = tuple(queries)
         self.max_prefixes = max_prefixes
         self.index = ShardedIndex(shards)
         for query in queries:
             self.index.arity.update(query.relations)
-        self.evaluator = SharedRoundsEvaluator(queries, max_prefixes)
+        self.evaluator = SharedRoundsEvaluator(queries, max_prefixes, shared_rounds)
         self.evaluator.runner = ShardedStageRunner  # (a stage in three rounds of calls)
         self.epochs = 0
 

@@ -7,7 +7,9 @@ side by side, each in a thread of its own, and :class:`SharedRounds` makes their
 a round is made when every delta query still running has asked for its next call, as one call
 per shard carrying each one's request (:meth:`~monitor.distributed.shard.ShardIndex.calls`).
 So a triangle epoch makes the rounds of one delta query, not of three, and the answers, and the
-bindings, are those each delta query has alone.
+bindings, are those each delta query has alone. Shards in this process, whose rounds cost
+nothing of their own, run them one after the other (threads and a halved budget would only
+cost); ``shared=True`` shares them there too (the tests do).
 
 The prefix budget is shared: each of the delta queries gets ``max_prefixes / k``, so the driver
 still holds at most ``max_prefixes`` prefixes at once.
@@ -34,6 +36,7 @@ class SharedRounds:
     def __init__(self, shards: Shards, parties: int) -> None:
         self.shards = shards
         self.traffic: Traffic = shards.traffic
+        self.in_process = shards.in_process
         self._parties = parties
         self._lock = threading.Condition()
         self._asked: dict[int, tuple[str, Sequence[tuple[Any, ...] | None]]] = {}
@@ -92,7 +95,13 @@ class SharedRounds:
 class SharedRoundsEvaluator(DeltaEvaluator):
     """A :class:`~monitor.engine.delta.DeltaEvaluator` over a
     :class:`~monitor.distributed.sharded.ShardedIndex` whose delta queries of a query share
-    their rounds of calls."""
+    their rounds of calls (``shared``; None: when the shards are not in this process)."""
+
+    def __init__(
+        self, queries: Sequence[Query], max_prefixes: int, shared: bool | None = None
+    ) -> None:
+        super().__init__(queries, max_prefixes)
+        self.shared = shared
 
     def _produce(
         self, query: Query, index: IndexReader, changes: dict[str, Change]
@@ -103,6 +112,8 @@ class SharedRoundsEvaluator(DeltaEvaluator):
             if plan.seed.relation in changes and len(changes[plan.seed.relation])
         ]
         if len(runs) < 2 or not isinstance(index, ShardedIndex):
+            return super()._produce(query, index, changes)
+        if not (self.shared if self.shared is not None else not index.shards.in_process):
             return super()._produce(query, index, changes)
         shared = SharedRounds(index.shards, len(runs))
         outputs: list[list[Prefixes]] = [[] for _ in runs]

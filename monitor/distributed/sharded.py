@@ -91,6 +91,8 @@ class Shards(Protocol):
 
     #: Rounds made, calls in them, bytes each way per shard.
     traffic: Traffic
+    #: Whether the shards are objects of this process (a round then costs nothing of its own).
+    in_process: bool
 
     @property
     def count(self) -> int: ...
@@ -107,6 +109,7 @@ class LocalShards:
     def __init__(self, shards: int) -> None:
         self.shards = [ShardIndex(s, shards) for s in range(shards)]
         self.traffic = Traffic(shards)
+        self.in_process = True
 
     @property
     def count(self) -> int:
@@ -132,6 +135,7 @@ class RayShards:
         self._ray = ray
         self.actors: list[Any] = [actor.remote(s, shards) for s in range(shards)]
         self.traffic = Traffic(shards)
+        self.in_process = False
 
     @property
     def count(self) -> int:

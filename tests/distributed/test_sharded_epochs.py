@@ -63,9 +63,11 @@ def streams(draw: st.DrawFn) -> list[UpdateBatch]:
     return out
 
 
-def same_epochs(batches: list[UpdateBatch], shards: Shards, max_prefixes: int) -> None:
+def same_epochs(
+    batches: list[UpdateBatch], shards: Shards, max_prefixes: int, shared: bool | None = None
+) -> None:
     single = EpochProcessor(QUERIES, Settings())
-    sharded = ShardedEpochs(QUERIES, shards, max_prefixes)
+    sharded = ShardedEpochs(QUERIES, shards, max_prefixes, shared_rounds=shared)
     for batch in batches:
         expected = theirs(single.process(batch).queries)
         single.commit()
@@ -73,11 +75,12 @@ def same_epochs(batches: list[UpdateBatch], shards: Shards, max_prefixes: int) -
 
 
 @settings(max_examples=150, deadline=None)
-@given(streams(), st.integers(1, 5), st.sampled_from([1 << 20, 5]))
+@given(streams(), st.integers(1, 5), st.sampled_from([1 << 20, 5]), st.booleans())
 def test_every_epoch_s_deltas_are_the_single_process_s(
-    batches: list[UpdateBatch], shards: int, max_prefixes: int
+    batches: list[UpdateBatch], shards: int, max_prefixes: int, shared: bool
 ) -> None:
-    same_epochs(batches, LocalShards(shards), max_prefixes)
+    """(``shared``: the delta queries of a query share their rounds, as over Ray.)"""
+    same_epochs(batches, LocalShards(shards), max_prefixes, shared)
 
 
 def test_ray_shards_epoch_after_epoch(ray_cluster: None) -> None:

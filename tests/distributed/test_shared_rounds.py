@@ -14,7 +14,6 @@ from core.records import RelationUpdates, UpdateBatch
 from monitor.distributed.delta import ShardedEpochs
 from monitor.distributed.rounds import SharedRounds
 from monitor.distributed.sharded import LocalShards
-from monitor.engine.delta import DeltaEvaluator
 from tests.distributed.test_sharded_count import QUERIES
 from tests.distributed.test_sharded_epochs import mine
 
@@ -32,9 +31,8 @@ def epochs(seed: int, n: int = 3, size: int = 400) -> list[UpdateBatch]:
 
 def test_shared_rounds_give_the_same_deltas_in_fewer_rounds() -> None:
     batches = epochs(3)
-    alone = ShardedEpochs(QUERIES[:4], LocalShards(3), 1 << 20)
-    alone.evaluator.__class__ = DeltaEvaluator  # (one delta query after the other)
-    shared = ShardedEpochs(QUERIES[:4], LocalShards(3), 1 << 20)
+    alone = ShardedEpochs(QUERIES[:4], LocalShards(3), 1 << 20)  # (in process: one by one)
+    shared = ShardedEpochs(QUERIES[:4], LocalShards(3), 1 << 20, shared_rounds=True)
     for batch in batches:
         assert mine(shared.process(batch)) == mine(alone.process(batch))
     # A triangle's three delta queries, a 4-clique's six: their stages' rounds made together.
@@ -59,7 +57,7 @@ class Failing(LocalShards):
 @pytest.mark.parametrize("n", [1, 2, 5])
 def test_a_failed_shared_round_reaches_every_delta_query(n: int) -> None:
     shards = Failing(2, 10**9)
-    run = ShardedEpochs(QUERIES[:4], shards, 1 << 20)
+    run = ShardedEpochs(QUERIES[:4], shards, 1 << 20, shared_rounds=True)
     run.process(epochs(4, n=1)[0])
     shards.n = n
     failed: list[BaseException] = []

@@ -59,7 +59,7 @@ def run_until(
 ) -> tuple[int, list[Any]]:
     """Restore at ``committed`` (-1: a new run), run on and die at epoch ``stop`` after
     ``step``; the last epoch the driver recorded and the deltas of the epochs it recorded."""
-    run = ShardedEpochs(QUERIES, LocalShards(shards), 1 << 20)
+    run = ShardedEpochs(QUERIES, LocalShards(shards), 1 << 20, shared_rounds=True)
     run.index.restore(state, committed)
     if committed < 0:  # (a new run: the shards' epoch 0, then the driver's)
         run.index.checkpoint(0)
