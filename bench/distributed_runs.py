@@ -33,7 +33,8 @@ from bench.reference_inputs import EGO_FACEBOOK, graph_spec
 from bench.workloads import load_graph
 from core.records import RelationUpdates, UpdateBatch
 from monitor.distributed.delta import ShardedEpochs
-from monitor.distributed.sharded import LocalShards, ShardedIndex
+from monitor.distributed.shard_calls import LocalShards
+from monitor.distributed.sharded import ShardedIndex
 from monitor.query.ast import Query
 from monitor.service.epochs import EpochProcessor
 from monitor.service.settings import Settings
@@ -228,7 +229,7 @@ class Capacity:
 
 def capacity(graph: Graph, counts: list[int], query: Query) -> Capacity:
     """Every edge of ``graph`` loaded (as one batch, committed) into the single process's index
-    and into ``S`` shards in this process (:class:`~monitor.distributed.sharded.LocalShards`)
+    and into ``S`` shards in this process (:class:`~monitor.distributed.shard_calls.LocalShards`)
     for each ``S`` of ``counts``: the index bytes of each (adjacencies and vertex
     dictionary)."""
     edges = graph.edges

@@ -5,7 +5,7 @@ engine goes, and how much memory each process reached.
 one entry point more, :meth:`~TimedShardIndex.timed`: it runs one of the shard's methods (the
 ``*_many`` of a stage's rounds, ``stage_many``, ``commit``, ...) and answers with what the
 method answered and the wall seconds it took inside the shard. :class:`TimedLocalShards` and
-:class:`TimedRayShards` are :class:`~monitor.distributed.sharded.Shards` (in this process, and
+:class:`TimedRayShards` are :class:`~monitor.distributed.shard_calls.Shards` (in this process, and
 as Ray actors) that call every method through it, so that each round of calls is split into
 
 - the shards' compute: for Ray actors, which run a round at once, the slowest shard's seconds
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from monitor.distributed.shard import ShardIndex
-from monitor.distributed.sharded import Traffic
+from monitor.distributed.shard_calls import Traffic
 from monitor.index import warmup as index_kernels
 
 
@@ -111,7 +111,7 @@ class TimedLocalShards:
 
 class TimedRayShards:
     """Timed shards as Ray actors (one process each), a round's calls all in flight at once
-    and gathered with one ``ray.get``, as :class:`~monitor.distributed.sharded.RayShards`."""
+    and gathered with one ``ray.get``, as :class:`~monitor.distributed.shard_calls.RayShards`."""
 
     in_process = False
 

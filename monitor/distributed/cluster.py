@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from core.errors import InputError
-from monitor.distributed.sharded import RayShards
+from monitor.distributed.shard_calls import RayShards
 
 #: Shards per worker by default, so that shards can move between workers.
 SHARDS_PER_WORKER = 2

@@ -12,7 +12,8 @@ from collections.abc import Iterable, Sequence
 
 from core.errors import InputError
 from core.records import UpdateBatch
-from monitor.distributed.sharded import ShardedIndex, Shards
+from monitor.distributed.shard_calls import Shards
+from monitor.distributed.sharded import ShardedIndex
 from monitor.distributed.stages import ShardedStageRunner
 from monitor.engine.static import count_matches
 from monitor.query.ast import Query

@@ -18,7 +18,8 @@ import numpy as np
 from core.records import UpdateBatch
 from monitor.distributed.count import refuse_events, refuse_unsupported
 from monitor.distributed.rounds import SharedRoundsEvaluator
-from monitor.distributed.sharded import ShardedIndex, Shards
+from monitor.distributed.shard_calls import Shards
+from monitor.distributed.sharded import ShardedIndex
 from monitor.distributed.stages import ShardedStageRunner
 from monitor.distributed.vertices import External
 from monitor.engine.delta import MatchDeltas

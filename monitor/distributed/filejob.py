@@ -26,7 +26,7 @@ from core.errors import StateError
 from core.records import Checkpoint, exact_batches, mirrored
 from monitor.distributed.delta import ShardedEpochs
 from monitor.distributed.durable import DriverMeta, DriverStore
-from monitor.distributed.sharded import Shards
+from monitor.distributed.shard_calls import Shards
 from monitor.distributed.vertices import External
 from monitor.engine.delta import MatchDeltas
 from monitor.failpoints import failpoint

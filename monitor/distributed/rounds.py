@@ -21,7 +21,8 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from monitor.distributed.sharded import ShardedIndex, Shards, Traffic
+from monitor.distributed.shard_calls import Shards, Traffic
+from monitor.distributed.sharded import ShardedIndex
 from monitor.engine.delta import DeltaEvaluator, EvaluationStats
 from monitor.engine.extend import IndexReader
 from monitor.engine.prefixes import Prefixes
@@ -30,7 +31,7 @@ from monitor.query.ast import Query
 
 
 class SharedRounds:
-    """:class:`~monitor.distributed.sharded.Shards` for ``parties`` threads: each call waits
+    """:class:`~monitor.distributed.shard_calls.Shards` for ``parties`` threads: each call waits
     until every party still running has made one (or left), then all are made in one round."""
 
     def __init__(self, shards: Shards, parties: int) -> None:

@@ -5,9 +5,8 @@ propose and intersect by splitting a batch of keys by shard (``key % S``), makin
 shard that holds any of them, all shards at once, and putting the answers back in the batch's
 order. So the stage runners, the pipeline and its prefix budget are the single process's.
 
-The shards are reached through :class:`Shards`: :class:`LocalShards` holds them as objects of
-this process (the oracle tests' and a one-process run's); :class:`RayShards` as Ray actors, one
-call per shard in flight and the answers gathered with one ``ray.get``.
+The shards are reached through :class:`~monitor.distributed.shard_calls.Shards`, and batches
+are split and answers gathered by :mod:`monitor.distributed.routing`.
 """
 
 from __future__ import annotations
@@ -15,229 +14,20 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from core.errors import InputError, MonitorError
+from core.errors import InputError
 from core.records import RelationUpdates, UpdateBatch
-from monitor.distributed.shard import ShardIndex
+from monitor.distributed.routing import Split, copies, exchange, proposals, scattered, tuple_owners
+from monitor.distributed.shard_calls import Shards
 from monitor.distributed.vertices import PartitionedVertices
 from monitor.index.adjacency import Probe
 from monitor.index.graph import MAX_ARITY, Change
-from monitor.index.hashtable import mix
 from monitor.index.levels import I32, I64
 from monitor.plan.cut import Cut
-
-
-def _copies(columns: Sequence[I32], shards: int) -> list[tuple[int, I64, list[I32], I32]]:
-    """Each position's copy of a relation's tuples: ``(position, owning shards, key columns,
-    values)``; a binary relation's forward (1: keyed by ``src``) and reverse (0: by ``dst``), a
-    unary one's values under key 0, a wider one's at every position keyed by the others."""
-    if len(columns) == 1:
-        zeros = np.zeros(columns[0].shape[0], np.int32)
-        return [(0, zeros.astype(np.int64), [zeros], columns[0])]
-    if len(columns) == 2:
-        src, dst = columns
-        by_src, by_dst = (src % shards).astype(np.int64), (dst % shards).astype(np.int64)
-        return [(1, by_src, [src], dst), (0, by_dst, [dst], src)]
-    out = []
-    for position in range(len(columns)):
-        others = [c for p, c in enumerate(columns) if p != position]
-        out.append((position, tuple_owners(others, shards), others, columns[position]))
-    return out
-
-
-def tuple_owners(columns: Sequence[npt.NDArray[np.integer]], shards: int) -> I64:
-    """The shard each tuple of global ids belongs to (as a key of a relation of three or more
-    ids): a stable hash of its ids, modulo ``shards``."""
-    hashes = mix(columns[0].astype(np.uint64))
-    for column in columns[1:]:
-        hashes = mix(hashes ^ column.astype(np.uint64))
-    return (hashes % np.uint64(shards)).astype(np.int64)
-
-
-def payload_bytes(value: Any) -> int:
-    """The bytes of the arrays in a call's arguments or answer (what crosses to or from a
-    shard; names, cuts and counters are not counted)."""
-    if isinstance(value, np.ndarray):
-        return int(value.nbytes)
-    if isinstance(value, (tuple, list)):
-        return sum(payload_bytes(v) for v in value)
-    return 0
-
-
-class Traffic:
-    """Rounds of calls made, the calls in them, and the bytes sent to and received from each
-    shard."""
-
-    def __init__(self, shards: int) -> None:
-        self.rounds = self.calls = 0
-        self.sent = [0] * shards
-        self.received = [0] * shards
-
-    def record(self, arguments: Sequence[tuple[Any, ...] | None], answers: Sequence[Any]) -> None:
-        self.rounds += 1
-        for s, (given, answer) in enumerate(zip(arguments, answers, strict=True)):
-            if given is not None:
-                self.calls += 1
-                self.sent[s] += payload_bytes(given)
-                self.received[s] += payload_bytes(answer)
-
-
-class Shards(Protocol):
-    """Calls to every shard, each with its own arguments, answered in shard order."""
-
-    #: Rounds made, calls in them, bytes each way per shard.
-    traffic: Traffic
-    #: Whether the shards are objects of this process (a round then costs nothing of its own).
-    in_process: bool
-
-    @property
-    def count(self) -> int: ...
-
-    def call(self, method: str, arguments: Sequence[tuple[Any, ...] | None]) -> list[Any]:
-        """``method(*arguments[s])`` on each shard ``s`` whose arguments are not None (its
-        answer None otherwise)."""
-        ...
-
-
-class LocalShards:
-    """Shards as objects of this process."""
-
-    def __init__(self, shards: int) -> None:
-        self.shards = [ShardIndex(s, shards) for s in range(shards)]
-        self.traffic = Traffic(shards)
-        self.in_process = True
-
-    @property
-    def count(self) -> int:
-        return len(self.shards)
-
-    def call(self, method: str, arguments: Sequence[tuple[Any, ...] | None]) -> list[Any]:
-        answers = [
-            None if given is None else getattr(shard, method)(*given)
-            for shard, given in zip(self.shards, arguments, strict=True)
-        ]
-        self.traffic.record(arguments, answers)
-        return answers
-
-
-class RayShards:
-    """Shards as Ray actors (Ray is imported here only: the embedded default never starts it)."""
-
-    def __init__(self, shards: int) -> None:
-        import ray
-
-        # Spread over the cluster's nodes (a node's shards share its memory and cores).
-        actor = ray.remote(ShardIndex).options(scheduling_strategy="SPREAD")
-        self._ray = ray
-        self.actors: list[Any] = [actor.remote(s, shards) for s in range(shards)]
-        self.traffic = Traffic(shards)
-        self.in_process = False
-
-    @property
-    def count(self) -> int:
-        return len(self.actors)
-
-    def call(self, method: str, arguments: Sequence[tuple[Any, ...] | None]) -> list[Any]:
-        pending = {
-            s: getattr(actor, method).remote(*given)
-            for s, (actor, given) in enumerate(zip(self.actors, arguments, strict=True))
-            if given is not None
-        }
-        try:
-            answered = dict(zip(pending, self._ray.get(list(pending.values())), strict=True))
-        except self._ray.exceptions.RayActorError as error:
-            ids = [a._actor_id.hex() for a in self.actors]
-            which = str(ids.index(error.actor_id)) if error.actor_id in ids else "?"
-            raise ShardLost(
-                f"shard {which} stopped in {method} ({error.__class__.__name__}: its process "
-                "died); nothing after the last committed epoch was kept: run again with "
-                "the same arguments (with --state-dir, the run continues from that epoch)"
-            ) from error
-        answers = [answered.get(s) for s in range(len(self.actors))]
-        self.traffic.record(arguments, answers)
-        return answers
-
-
-class ShardLost(MonitorError):
-    """A shard's actor died (its process was killed, its node lost)."""
-
-
-class Split:
-    """A batch's rows grouped by the shard of their keys: ``rows[bounds[s]:bounds[s + 1]]``
-    are shard ``s``'s, in batch order."""
-
-    def __init__(self, keys: npt.NDArray[np.integer], shards: int) -> None:
-        owner = keys.astype(np.int64) % shards
-        self.rows = np.argsort(owner, kind="stable")
-        self.bounds = np.searchsorted(owner[self.rows], np.arange(shards + 1))
-        self.n = int(keys.shape[0])
-
-    def part(self, s: int) -> npt.NDArray[np.intp] | None:
-        """Shard ``s``'s rows (None when it has none)."""
-        lo, hi = int(self.bounds[s]), int(self.bounds[s + 1])
-        return self.rows[lo:hi] if hi > lo else None
-
-
-#: A request of a round: the view (relation, position, cut), the keys, and arrays beside the
-#: keys (the values to intersect).
-Request = tuple[tuple[str, int, Cut], npt.NDArray[np.integer], tuple[npt.NDArray[Any], ...]]
-
-#: Per request, per shard that holds any of its keys: the request's rows there and the answer.
-Answers = list[list[tuple[npt.NDArray[np.intp], Any]]]
-
-
-def exchange(shards: Shards, method: str, requests: Sequence[Request]) -> Answers:
-    """One round: every request's keys split by shard, one call per shard carrying its part of
-    every request (``method`` of a :class:`~monitor.distributed.shard.ShardIndex`, ``_many``)."""
-    parts: list[list[tuple[Any, ...]]] = [[] for _ in range(shards.count)]
-    where: list[list[tuple[int, int, npt.NDArray[np.intp]]]] = []
-    for head, keys, extra in requests:
-        split = Split(keys, shards.count)
-        mine = []
-        for s in range(shards.count):
-            rows = split.part(s)
-            if rows is not None:
-                mine.append((s, len(parts[s]), rows))
-                part = keys[rows].astype(np.int32)  # (vertex ids: 4 bytes a key cross)
-                parts[s].append((*head, part, *(x[rows] for x in extra)))
-        where.append(mine)
-    answers = shards.call(f"{method}_many", [(p,) if p else None for p in parts])
-    return [[(rows, answers[s][j]) for s, j, rows in mine] for mine in where]
-
-
-def scattered(answers: list[tuple[npt.NDArray[np.intp], Any]], n: int, dtype: Any) -> Any:
-    """Per-shard answers of one request put back in the batch's order."""
-    out = np.zeros(n, dtype)
-    for rows, answer in answers:
-        out[rows] = answer
-    return out
-
-
-def proposals(answers: list[tuple[npt.NDArray[np.intp], Any]], n: int) -> tuple[I64, I32]:
-    """Per-shard proposals of one request of ``n`` keys as the single process makes them:
-    ``(owner, value)`` with each owner's values together, owners in the batch's order. Each
-    shard answers how many values each of its keys has, and the values; they are placed at
-    their keys' offsets in one pass (no sort)."""
-    counts = np.zeros(n, np.int64)
-    for rows, (count, _) in answers:
-        counts[rows] = count
-    offsets = np.zeros(n + 1, np.int64)
-    np.cumsum(counts, out=offsets[1:])
-    value = np.empty(int(offsets[-1]), np.int32)
-    for rows, (count, values) in answers:
-        if values.shape[0]:
-            count = count.astype(np.int64)
-            starts = np.cumsum(count) - count  # (each key's first value in this answer)
-            at = np.arange(values.shape[0], dtype=np.int64) + np.repeat(
-                offsets[rows] - starts, count
-            )
-            value[at] = values
-    owner = np.repeat(np.arange(n, dtype=np.int64), counts)
-    return owner, value
 
 
 class ShardedView:
@@ -274,8 +64,8 @@ class ShardedView:
 
 
 class ShardedIndex:
-    """The engine's index over the shards: binary and unary relations, vertex ids numbered by
-    the partitioned dictionary (:mod:`monitor.distributed.vertices`)."""
+    """The engine's index over the shards: relations of one to eight ids, vertex ids numbered
+    by the partitioned dictionary (:mod:`monitor.distributed.vertices`)."""
 
     def __init__(self, shards: Shards) -> None:
         self.shards = shards
@@ -320,7 +110,7 @@ class ShardedIndex:
                 self.ignored["absent_delete"] += int((~known).sum())
                 columns = [c[known] for c in columns]
                 insert, seq = insert[known], seq[known]
-            for position, owner, keys, values in _copies(columns, self.shards.count):
+            for position, owner, keys, values in copies(columns, self.shards.count):
                 split = Split(owner, self.shards.count)
                 for s in range(self.shards.count):
                     p = split.part(s)

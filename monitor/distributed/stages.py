@@ -14,14 +14,8 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from monitor.distributed.sharded import (
-    Request,
-    ShardedIndex,
-    ShardedView,
-    exchange,
-    proposals,
-    scattered,
-)
+from monitor.distributed.routing import Request, exchange, proposals, scattered
+from monitor.distributed.sharded import ShardedIndex, ShardedView
 from monitor.engine.extend import AdjacencySource, Keys, StageRunner
 from monitor.engine.prefixes import Candidates, Prefixes
 from monitor.index.levels import I32, I64

@@ -35,7 +35,7 @@ from monitor.index.texts import hash_rows, padded, string_places, unique_strings
 from monitor.index.unique import first_appearances
 
 if TYPE_CHECKING:
-    from monitor.distributed.sharded import Shards
+    from monitor.distributed.shard_calls import Shards
 
 #: External ids as the input has them: ``int64``, or ``object`` (``int`` and ``str``).
 External = npt.NDArray[Any]

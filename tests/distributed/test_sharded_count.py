@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from core.errors import InputError
 from core.records import RelationUpdates, UpdateBatch
 from monitor.distributed.count import count_all
-from monitor.distributed.sharded import LocalShards, RayShards
+from monitor.distributed.shard_calls import LocalShards, RayShards
 from monitor.query.parser import parse_queries
 from monitor.service.epochs import EpochProcessor
 from monitor.service.settings import Settings

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from core.records import RelationUpdates, UpdateBatch
 from monitor.distributed.delta import ShardedEpochs
-from monitor.distributed.sharded import LocalShards, RayShards, Shards
+from monitor.distributed.shard_calls import LocalShards, RayShards, Shards
 from monitor.engine.delta import MatchDeltas
 from monitor.service.epochs import EpochProcessor, QueryOutput
 from monitor.service.settings import Settings

@@ -13,7 +13,7 @@ import pytest
 from core.records import RelationUpdates, UpdateBatch
 from monitor.distributed.delta import ShardedEpochs
 from monitor.distributed.rounds import SharedRounds
-from monitor.distributed.sharded import LocalShards
+from monitor.distributed.shard_calls import LocalShards
 from tests.distributed.test_sharded_count import QUERIES
 from tests.distributed.test_sharded_epochs import mine
 

@@ -20,8 +20,8 @@ from core.errors import StateError
 from core.records import RelationUpdates, UpdateBatch
 from monitor.distributed.delta import ShardedEpochs
 from monitor.distributed.durable import shard_directory
+from monitor.distributed.shard_calls import LocalShards
 from monitor.distributed.shard_store import ShardStore
-from monitor.distributed.sharded import LocalShards
 from monitor.service.epochs import EpochProcessor
 from monitor.service.settings import Settings
 from tests.distributed.test_sharded_count import QUERIES
@@ -154,7 +154,7 @@ def test_a_shard_actor_killed_mid_epoch(ray_cluster: None, tmp_path: Path) -> No
     """``ray.kill`` of one shard actor after the epoch's evaluation: the epoch is lost, not
     committed; shards started anew from the directories continue as the single process."""
 
-    from monitor.distributed.sharded import RayShards, ShardLost
+    from monitor.distributed.shard_calls import RayShards, ShardLost
 
     batches = random_epochs(seed=5, epochs=8, size=400, vertices=80)
     state = str(tmp_path)

@@ -1,0 +1,126 @@
+"""Calls to the shards: to each its own arguments, all of a round in flight at once.
+
+:class:`Shards` is what the partitioned engine calls through. :class:`LocalShards` holds the
+shards as objects of this process (the oracle tests' and a one-process run's);
+:class:`RayShards` as Ray actors, one call per shard in flight and the answers gathered with one
+``ray.get`` (a dead actor raises :class:`ShardLost`, naming the shard). Both count the rounds
+made and the bytes each way per shard (:class:`Traffic`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+from core.errors import MonitorError
+from monitor.distributed.shard import ShardIndex
+
+
+def payload_bytes(value: Any) -> int:
+    """The bytes of the arrays in a call's arguments or answer (what crosses to or from a
+    shard; names, cuts and counters are not counted)."""
+    if isinstance(value, np.ndarray):
+        return int(value.nbytes)
+    if isinstance(value, (tuple, list)):
+        return sum(payload_bytes(v) for v in value)
+    return 0
+
+
+class Traffic:
+    """Rounds of calls made, the calls in them, and the bytes sent to and received from each
+    shard."""
+
+    def __init__(self, shards: int) -> None:
+        self.rounds = self.calls = 0
+        self.sent = [0] * shards
+        self.received = [0] * shards
+
+    def record(self, arguments: Sequence[tuple[Any, ...] | None], answers: Sequence[Any]) -> None:
+        self.rounds += 1
+        for s, (given, answer) in enumerate(zip(arguments, answers, strict=True)):
+            if given is not None:
+                self.calls += 1
+                self.sent[s] += payload_bytes(given)
+                self.received[s] += payload_bytes(answer)
+
+
+class Shards(Protocol):
+    """Calls to every shard, each with its own arguments, answered in shard order."""
+
+    #: Rounds made, calls in them, bytes each way per shard.
+    traffic: Traffic
+    #: Whether the shards are objects of this process (a round then costs nothing of its own).
+    in_process: bool
+
+    @property
+    def count(self) -> int: ...
+
+    def call(self, method: str, arguments: Sequence[tuple[Any, ...] | None]) -> list[Any]:
+        """``method(*arguments[s])`` on each shard ``s`` whose arguments are not None (its
+        answer None otherwise)."""
+        ...
+
+
+class LocalShards:
+    """Shards as objects of this process."""
+
+    def __init__(self, shards: int) -> None:
+        self.shards = [ShardIndex(s, shards) for s in range(shards)]
+        self.traffic = Traffic(shards)
+        self.in_process = True
+
+    @property
+    def count(self) -> int:
+        return len(self.shards)
+
+    def call(self, method: str, arguments: Sequence[tuple[Any, ...] | None]) -> list[Any]:
+        answers = [
+            None if given is None else getattr(shard, method)(*given)
+            for shard, given in zip(self.shards, arguments, strict=True)
+        ]
+        self.traffic.record(arguments, answers)
+        return answers
+
+
+class RayShards:
+    """Shards as Ray actors (Ray is imported here only: the embedded default never starts it)."""
+
+    def __init__(self, shards: int) -> None:
+        import ray
+
+        # Spread over the cluster's nodes (a node's shards share its memory and cores).
+        actor = ray.remote(ShardIndex).options(scheduling_strategy="SPREAD")
+        self._ray = ray
+        self.actors: list[Any] = [actor.remote(s, shards) for s in range(shards)]
+        self.traffic = Traffic(shards)
+        self.in_process = False
+
+    @property
+    def count(self) -> int:
+        return len(self.actors)
+
+    def call(self, method: str, arguments: Sequence[tuple[Any, ...] | None]) -> list[Any]:
+        pending = {
+            s: getattr(actor, method).remote(*given)
+            for s, (actor, given) in enumerate(zip(self.actors, arguments, strict=True))
+            if given is not None
+        }
+        try:
+            answered = dict(zip(pending, self._ray.get(list(pending.values())), strict=True))
+        except self._ray.exceptions.RayActorError as error:
+            ids = [a._actor_id.hex() for a in self.actors]
+            which = str(ids.index(error.actor_id)) if error.actor_id in ids else "?"
+            raise ShardLost(
+                f"shard {which} stopped in {method} ({error.__class__.__name__}: its process "
+                "died); nothing after the last committed epoch was kept: run again with "
+                "the same arguments (with --state-dir, the run continues from that epoch)"
+            ) from error
+        answers = [answered.get(s) for s in range(len(self.actors))]
+        self.traffic.record(arguments, answers)
+        return answers
+
+
+class ShardLost(MonitorError):
+    """A shard's actor died (its process was killed, its node lost)."""
