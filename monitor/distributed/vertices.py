@@ -150,10 +150,10 @@ class PartitionedVertices:
         values, inverse = self._distinct(columns)
         if values.dtype == np.int64:
             return _split(values[inverse], columns)
-        is_int = np.fromiter((type(v) is int for v in values), np.bool_, values.shape[0])
+        is_int, int_values = integer_ids(values)
         rank = np.empty(values.shape[0], np.int64)
         ints, strings = np.flatnonzero(is_int), np.flatnonzero(~is_int)
-        rank[ints] = np.argsort(np.argsort(values[ints].astype(np.int64), kind="stable"))
+        rank[ints] = np.argsort(np.argsort(int_values, kind="stable"))
         # Python's order of str (code points), as the single process's dictionary sorts them.
         _, string_rank = unique_strings(values[strings])
         rank[strings] = string_rank + ints.shape[0]
