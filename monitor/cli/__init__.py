@@ -52,7 +52,7 @@ from monitor.plan.planner import delta_queries, static_plan
 from monitor.plan.windows import describe, retentions, span
 from monitor.query.ast import Query
 from monitor.query.load import load_queries_many
-from monitor.service.epochs import EpochProcessor
+from monitor.service.epochs import EpochProcessor, event_field_types
 from monitor.service.filejob import FileJob, run_file_job
 from monitor.service.settings import Settings, load_settings
 from monitor.service.stop import Stop, stop_on_signals
@@ -229,9 +229,10 @@ def run(
             raise ConfigError("--initial emits the matches of the --preload graph; give --preload")
         queries = _queries(query_specs)
         if workers is not None:
+            types = event_field_types(queries, event_relations(queries))
 
             def open_source(path: str, start: Checkpoint | None, skip: int) -> EdgeFileSource:
-                return _source(path, settings, fmt, strict, quiet, None, {}, start, skip)
+                return _source(path, settings, fmt, strict, quiet, types, {}, start, skip)
 
             partitioned = (workers, shards, ray_address)
             run_on_shards(
@@ -321,7 +322,8 @@ def count(
         )
         queries = _queries(query_specs)
         if workers is not None:
-            source = _source(edges, settings, fmt, strict, quiet=False, events=None, arities={})
+            types = event_field_types(queries, event_relations(queries))
+            source = _source(edges, settings, fmt, strict, quiet=False, events=types, arities={})
             count_on_shards(queries, settings, source, (workers, shards, ray_address))
             return
         processor = EpochProcessor(queries, settings)

@@ -43,7 +43,7 @@ def run_on_shards(
     from monitor.distributed.count import refuse_unsupported
     from monitor.distributed.filejob import PartitionedJob, run_partitioned
 
-    refuse_unsupported(queries)  # (before Ray starts)
+    refuse_unsupported(queries, settings.state_dir)  # (before Ray starts)
     started = time.perf_counter()
     job = PartitionedJob(
         edges,
@@ -83,15 +83,14 @@ def count_on_shards(
 ) -> None:
     """``count --workers``: the current matches of every query, counted on the shards."""
     from monitor.distributed.cluster import ray_shards
-    from monitor.distributed.count import count_all, refuse_unsupported
+    from monitor.distributed.count import count_all
     from monitor.distributed.filejob import with_traffic
 
-    refuse_unsupported(queries)  # (before Ray starts)
     batches = source.batches(1 << 20)
     if settings.undirected:
         batches = (mirrored(b) for b in batches)
     with ray_shards(*partitioned) as shards:
-        counts, index = count_all(queries, shards, batches, settings.max_prefixes)
+        counts, index = count_all(queries, shards, batches, settings.max_prefixes, settings)
         stats = with_traffic(index.stats(), shards)
     for name, matches in counts.items():
         click.echo(f"{name}\t{matches}")

@@ -15,18 +15,25 @@ from dataclasses import replace
 
 import numpy as np
 
+from core.fields import time_order_side
 from core.records import UpdateBatch
-from monitor.distributed.count import refuse_events, refuse_unsupported
+from monitor.distributed.outputs import outputs
 from monitor.distributed.rounds import SharedRoundsEvaluator
 from monitor.distributed.shard_calls import Shards
 from monitor.distributed.sharded import ShardedIndex
+from monitor.distributed.sharded_events import ShardedEvents
 from monitor.distributed.stages import ShardedStageRunner
 from monitor.distributed.vertices import External
 from monitor.engine.delta import MatchDeltas
 from monitor.engine.static import enumerate_matches
+from monitor.index.graph import Change
 from monitor.index.levels import I32
 from monitor.plan.cut import Cut
 from monitor.query.ast import Query
+from monitor.service.clock import EventClock
+from monitor.service.epochs import QueryOutput, epoch_tick, event_field_types
+from monitor.service.event_plan import event_plan, positional_events
+from monitor.service.settings import Settings
 
 
 class ShardedEpochs:
@@ -38,17 +45,34 @@ class ShardedEpochs:
         shards: Shards,
         max_prefixes: int,
         shared_rounds: bool | None = None,
+        settings: Settings | None = None,
     ) -> None:
         """``shared_rounds``: whether a query's delta queries share their rounds of calls
-        (:mod:`monitor.distributed.rounds`; None: when the shards are not in this process)."""
-        refuse_unsupported(queries)
+        (:mod:`monitor.distributed.rounds`; None: when the shards are not in this process);
+        ``settings``: retention, lateness and what the output holds (the defaults without)."""
+        self.settings = settings if settings is not None else Settings()
         self.queries = tuple(queries)
         self.max_prefixes = max_prefixes
+        self.plan = event_plan(self.queries, self.settings.retention)
+        self.internal = self.plan.internal
         self.index = ShardedIndex(shards)
-        for query in queries:
-            self.index.arity.update(query.relations)
-        self.evaluator = SharedRoundsEvaluator(queries, max_prefixes, shared_rounds)
+        for query in self.internal:
+            self.index.arity.update(
+                (r, arity) for r, arity in query.relations.items() if time_order_side(r) is None
+            )
+        self.evaluator = SharedRoundsEvaluator(self.internal, max_prefixes, shared_rounds)
         self.evaluator.runner = ShardedStageRunner  # (a stage in three rounds of calls)
+        self.events: ShardedEvents | None = None
+        if self.plan.relations:
+            plans = [p for plans in self.evaluator.plans.values() for p in plans]
+            self.events = ShardedEvents(
+                self.index, self.plan.selections, self.plan.retention, self.plan.time_orders(plans)
+            )
+            self.index.events = self.events
+        self.clock = EventClock(self.settings.allowed_lateness, self.settings.watermark_outliers)
+        #: The event relations and their field types, for the sources (None: no events).
+        self.field_types = event_field_types(self.queries, self.plan.relations)
+        self.changes: dict[str, Change] = {}
         self.epochs = 0
 
     def process(self, batch: UpdateBatch) -> list[MatchDeltas]:
@@ -60,15 +84,28 @@ class ShardedEpochs:
 
     def evaluate(self, batch: UpdateBatch) -> list[MatchDeltas]:
         """Stage ``batch`` and evaluate every query's change (aborted on failure); the changes
-        in global ids (:meth:`external` gives their external ids). Then :meth:`commit` it (with
-        a state directory, after the shards prepared it)."""
-        refuse_events(batch)
+        in global ids (:meth:`outputs` gives them as the single process outputs them). Then
+        :meth:`commit` it (with a state directory, after the shards prepared it)."""
         try:
-            changes = self.index.stage_batch(batch)
-            return self.evaluator.evaluate(self.index, changes)
+            self.changes = self._stage(batch, timed=True)
+            return self.evaluator.evaluate(self.index, self.changes)
         except BaseException:
-            self.index.abort()
+            self.abort()
             raise
+
+    def _stage(self, batch: UpdateBatch, timed: bool) -> dict[str, Change]:
+        if self.events is None:
+            return self.index.stage_batch(batch)
+        ignored = self.index.ignored
+        parts, events = positional_events(batch, self.events.relations, ignored)
+        changes = self.index.stage_batch(replace(batch, parts=parts, events={}))
+        tick = epoch_tick(self.clock, batch) if timed else None
+        changes.update(self.events.stage(events, ignored, tick))
+        return changes
+
+    def abort(self) -> None:
+        self.index.abort()
+        self.clock.abort()
 
     def external(self, deltas: Sequence[MatchDeltas]) -> list[list[External]]:
         """The external ids of every delta's columns, in one round."""
@@ -88,13 +125,14 @@ class ShardedEpochs:
         ]
 
     def preload(self, batch: UpdateBatch) -> None:
-        """Load ``batch`` into the shards without evaluating (epoch 0)."""
-        refuse_events(batch)
-        self.index.load(batch)
+        """Load ``batch`` into the shards without evaluating (epoch 0): its events' time moves
+        no clock."""
+        self._stage(batch, timed=False)
+        self.index.commit()
 
     def initial(self, emit: Callable[[MatchDeltas], None]) -> None:
         """Every current match of every query, as +1 deltas in batches."""
-        for query in self.queries:
+        for query in self.internal:
 
             def send(columns: list[I32], query: Query = query) -> None:
                 diff = np.ones(columns[0].shape[0], np.int64)
@@ -112,4 +150,11 @@ class ShardedEpochs:
     def commit(self) -> None:
         """Fold the evaluated epoch into the shards."""
         self.index.commit()
+        self.clock.commit()
         self.epochs += 1
+
+    def outputs(self, deltas: Sequence[MatchDeltas]) -> list[QueryOutput]:
+        """The deltas as the single process outputs them (:class:`QueryOutput`): external ids,
+        each edge variable's events with their fields, ``match_id``, and ``cause`` in a run
+        with a window."""
+        return outputs(self, deltas)

@@ -27,12 +27,11 @@ from core.records import Checkpoint, exact_batches, mirrored
 from monitor.distributed.delta import ShardedEpochs
 from monitor.distributed.durable import DriverMeta, DriverStore
 from monitor.distributed.shard_calls import Shards
-from monitor.distributed.vertices import External
 from monitor.engine.delta import MatchDeltas
 from monitor.failpoints import failpoint
 from monitor.query.ast import Query
+from monitor.service.epochs import QueryOutput
 from monitor.service.filejob import open_output
-from monitor.service.match_ids import match_ids
 from monitor.service.settings import Settings
 from monitor.service.stop import Stop, stop_on_signals
 
@@ -75,7 +74,7 @@ def run_partitioned(
     queries: Sequence[Query], settings: Settings, job: PartitionedJob, shards: Shards
 ) -> PartitionedTotals:
     """Every epoch of the job's input through the shards, its deltas to the output."""
-    epochs = ShardedEpochs(queries, shards, settings.max_prefixes)
+    epochs = ShardedEpochs(queries, shards, settings.max_prefixes, settings=settings)
     store = DriverStore.open(job.state_dir) if job.state_dir else None
     try:
         wanted = _wanted(queries, settings, job, shards.count)
@@ -137,8 +136,8 @@ def _start(
     if job.initial:
 
         def initial(deltas: MatchDeltas) -> None:
-            (columns,) = epochs.external([deltas])
-            _write(sink, 0, deltas, columns, settings.emit, totals)
+            for out in epochs.outputs([deltas]):
+                _write(sink, 0, out, totals)
 
         epochs.initial(initial)
     sink.flush()
@@ -210,8 +209,8 @@ def _stream(
         for batch in exact_batches(source.batches(settings.batch_size), settings.batch_size):
             epoch = epochs.epochs + 1
             deltas = epochs.evaluate(mirrored(batch) if settings.undirected else batch)
-            for found, columns in zip(deltas, epochs.external(deltas), strict=True):
-                _write(sink, epoch, found, columns, settings.emit, totals)
+            for out in epochs.outputs(deltas):
+                _write(sink, epoch, out, totals)
             failpoint("before_output_sync")
             sink.flush()
             length = sink.sync() if isinstance(sink, OutputFile) else None
@@ -247,27 +246,14 @@ def _stream(
         sink.close()
 
 
-def _write(
-    sink: JsonLinesSink,
-    epoch: int,
-    deltas: MatchDeltas,
-    columns: list[External],
-    emit: str,
-    totals: PartitionedTotals,
-) -> None:
-    """Write a query's deltas of an epoch, with the external ids ``columns``."""
-    query = deltas.query
-    diff = deltas.diff
-    if emit == "appearances":
-        keep = diff > 0
-        columns, diff = [c[keep] for c in columns], diff[keep]
-    if not diff.shape[0]:
-        return
-    extra = {"match_id": match_ids(query, columns, diff.shape[0])}
-    sink.write_deltas(query, epoch, deltas.variables, columns, diff, extra=extra)
-    plus = int((diff > 0).sum())
-    totals.deltas[(query, 1)] += plus
-    totals.deltas[(query, -1)] += int(diff.shape[0]) - plus
+def _write(sink: JsonLinesSink, epoch: int, out: QueryOutput, totals: PartitionedTotals) -> None:
+    """Write a query's deltas of an epoch as the single process writes them."""
+    sink.write_deltas(
+        out.query, epoch, out.variables, out.columns, out.diff, out.edges or None, out.extra
+    )
+    plus = int((out.diff > 0).sum())
+    totals.deltas[(out.query, 1)] += plus
+    totals.deltas[(out.query, -1)] += int(out.diff.shape[0]) - plus
 
 
 def with_traffic(stats: list[dict[str, int]], shards: Shards) -> list[dict[str, int]]:

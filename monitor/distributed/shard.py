@@ -24,6 +24,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from monitor.distributed.shard_events import (
+    EventRequest,
+    ShardEvents,
+    ShardTimeOrders,
+    StagedEvents,
+)
 from monitor.distributed.shard_store import Part, ShardStore, Tuples
 from monitor.distributed.vertices import External, ShardVertices
 from monitor.failpoints import failpoint
@@ -54,6 +60,8 @@ class ShardIndex:
         #: The tuple keys of each part of a relation of three or more ids.
         self.tuple_keys: dict[Part, TupleKeys] = {}
         self.vertices = ShardVertices(shard, shards)
+        self.events = ShardEvents(shard, shards)
+        self.time_orders = ShardTimeOrders()
         #: The work done: keys counted, values proposed, pairs intersected.
         self.work: Counter[str] = Counter()
         #: The staged epoch's changes per part (relation, position), in global ids.
@@ -188,6 +196,8 @@ class ShardIndex:
         for positions in self.relations.values():
             for adjacency in positions.values():
                 adjacency.commit()
+        self.events.commit()
+        self.time_orders.commit()
         self.staged = {}
         if self.store is not None and self.store.wants_snapshot():
             self.store.snapshot(self.epoch, self.parts(), self.vertices.added(), self.arity)
@@ -196,6 +206,8 @@ class ShardIndex:
         for positions in self.relations.values():
             for adjacency in positions.values():
                 adjacency.abort()
+        self.events.abort()
+        self.time_orders.abort()
         self.staged = {}
 
     def parts(self) -> dict[Part, Tuples]:
@@ -250,6 +262,48 @@ class ShardIndex:
         (:mod:`monitor.distributed.rounds`)."""
         return [getattr(self, method)(*arguments) for method, arguments in requests]
 
+    # Events (:mod:`monitor.distributed.shard_events`), a round each.
+
+    def events_configure(
+        self, selections: dict[str, list[tuple[Any, ...]]], retention: dict[str, float]
+    ) -> None:
+        self.events.configure(selections, retention)
+
+    def events_stage(self, requests: list[EventRequest]) -> tuple[list[StagedEvents], Counter[str]]:
+        """Stage each event relation's updates this shard owns (and its expiries); their
+        changes, and what was ignored, by reason."""
+        ignored: Counter[str] = Counter()
+        return [self.events.stage(r, ignored) for r in requests], ignored
+
+    def time_stage_many(self, requests: list[tuple[Any, ...]]) -> None:
+        for request in requests:
+            self.time_orders.stage(*request)
+
+    def time_count_many(self, requests: list[tuple[Any, ...]]) -> list[I64]:
+        self.work["counted"] += sum(int(r[2].shape[0]) for r in requests)
+        return [self.time_orders.count(*r) for r in requests]
+
+    def time_propose_many(self, requests: list[tuple[Any, ...]]) -> list[tuple[I32, I32]]:
+        found = [self.time_orders.propose(*r) for r in requests]
+        self.work["proposed"] += sum(int(f[1].shape[0]) for f in found)
+        return found
+
+    def time_contains_many(self, requests: list[tuple[Any, ...]]) -> list[npt.NDArray[np.bool_]]:
+        self.work["intersected"] += sum(int(r[2].shape[0]) for r in requests)
+        return [self.time_orders.contains(*r) for r in requests]
+
+    def event_fields_many(self, requests: list[tuple[str, str, I32]]) -> list[tuple[str, Any]]:
+        return [self.events.field_values(*r) for r in requests]
+
+    def event_ends_many(self, requests: list[tuple[str, int, I32]]) -> list[I32]:
+        return [self.events.endpoints(*r) for r in requests]
+
+    def event_matched_many(self, requests: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+        return [self.events.matched(*r) for r in requests]
+
+    def event_slots_many(self, requests: list[tuple[str, I32]]) -> list[I32]:
+        return [self.events.slots(*r) for r in requests]
+
     def tuples(self, relation: str, cut: Cut) -> tuple[int, Tuples]:
         """The arity of ``relation`` (0: never staged here), and the tuples of its primary
         copies here (global ids): ``(src, dst)`` of a binary relation (each tuple whose
@@ -270,8 +324,10 @@ class ShardIndex:
             "pairs": sum(len(a) for a in adjacencies),
             "bytes": sum(a.nbytes for a in adjacencies)
             + sum(k.nbytes for k in self.tuple_keys.values())
-            + self.vertices.dictionary.nbytes,
+            + self.vertices.dictionary.nbytes
+            + self.time_orders.nbytes,
             "vertices": len(self.vertices),
+            **(self.events.stats() if self.events.stores else {}),
             **self.work,
             **disk,
         }

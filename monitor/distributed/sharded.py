@@ -14,20 +14,31 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
 from core.errors import InputError
 from core.records import RelationUpdates, UpdateBatch
-from monitor.distributed.routing import Split, copies, exchange, proposals, scattered, tuple_owners
+from monitor.distributed.routing import (
+    Request,
+    Split,
+    copies,
+    exchange,
+    proposals,
+    scattered,
+    tuple_owners,
+)
 from monitor.distributed.shard_calls import Shards
 from monitor.distributed.vertices import PartitionedVertices
 from monitor.index.adjacency import Probe
 from monitor.index.graph import MAX_ARITY, Change
 from monitor.index.levels import I32, I64
 from monitor.plan.cut import Cut
+
+if TYPE_CHECKING:
+    from monitor.distributed.sharded_events import ShardedEvents
 
 
 class ShardedView:
@@ -75,6 +86,12 @@ class ShardedIndex:
         self.arity: dict[str, int] = {}
         #: Updates that changed nothing, by reason (as the single process counts them).
         self.ignored: Counter[str] = Counter()
+        #: The positions a relation is kept at, where not every one (an events relation is
+        #: read by its pair only).
+        self.indexed: dict[str, tuple[int, ...]] = {}
+        #: The event relations (:mod:`monitor.distributed.sharded_events`), when a query
+        #: reads events.
+        self.events: ShardedEvents | None = None
 
     def stage_batch(self, batch: UpdateBatch) -> dict[str, Change]:
         """Stage an epoch's updates as the uncommitted epoch: every vertex id numbered (the
@@ -100,26 +117,45 @@ class ShardedIndex:
                 for _ in part.columns
             ],
         )
-        requests: list[list[tuple[Any, ...]]] = [[] for _ in range(self.shards.count)]
+        encoded: list[tuple[str, int, Change]] = []
         at = 0
-        for (name, part), insert in zip(parts, inserts, strict=True):
+        for name, part in parts:
             columns, at = ids[at : at + part.arity], at + part.arity
-            seq = part.seq
             known = np.logical_and.reduce([c >= 0 for c in columns])
+            change = Change(columns, part.diff, part.seq)
             if not known.all():
                 self.ignored["absent_delete"] += int((~known).sum())
-                columns = [c[known] for c in columns]
-                insert, seq = insert[known], seq[known]
-            for position, owner, keys, values in copies(columns, self.shards.count):
+                change = change.take(known)
+            encoded.append((name, part.arity, change))
+        requests = self.stage_requests(encoded)
+        answers = self.shards.call("stage_many", [(r,) if r else None for r in requests])
+        return self.gathered(requests, answers)
+
+    def stage_requests(self, parts: Sequence[tuple[str, int, Change]]) -> list[list[Any]]:
+        """Per shard, its ``stage_many`` requests for updates in global ids (``diff`` > 0: an
+        insert): each tuple to the shard of its key at every position its relation is indexed
+        at (:attr:`indexed`)."""
+        requests: list[list[tuple[Any, ...]]] = [[] for _ in range(self.shards.count)]
+        for name, arity, change in parts:
+            insert, seq = change.diff > 0, change.seq
+            assert seq is not None  # (updates have their positions)
+            positions = self.indexed.get(name)
+            for position, owner, keys, values in copies(change.columns, self.shards.count):
+                if positions is not None and position not in positions:
+                    continue
                 split = Split(owner, self.shards.count)
                 for s in range(self.shards.count):
                     p = split.part(s)
                     if p is not None:
                         key = [k[p] for k in keys]
                         requests[s].append(
-                            (name, part.arity, position, key, values[p], insert[p], seq[p])
+                            (name, arity, position, key, values[p], insert[p], seq[p])
                         )
-        answers = self.shards.call("stage_many", [(r,) if r else None for r in requests])
+        return requests
+
+    def gathered(self, requests: list[list[Any]], answers: list[Any]) -> dict[str, Change]:
+        """The effective changes of each relation staged by :meth:`stage_requests`' requests,
+        from the shards' answers (those of its primary copies)."""
         found: dict[str, list[Any]] = {}
         for shard_requests, shard_answers in zip(requests, answers, strict=True):
             for request, answer in zip(shard_requests, shard_answers or (), strict=True):
@@ -205,27 +241,52 @@ class ShardedIndex:
         """The global keys of tuples of a relation of three or more ids at ``position`` (the
         other positions' ids; a key of no values where a tuple is unknown): asked of the shard
         of each tuple, in one round."""
-        n = columns[0].shape[0]
-        split = Split(tuple_owners(columns, self.shards.count), self.shards.count)
-        parts = [split.part(s) for s in range(self.shards.count)]
-        answers = self.shards.call(
-            "tuple_keys_many",
-            [
-                None if p is None else ([(relation, position, [c[p] for c in columns])],)
-                for p in parts
-            ],
-        )
-        keys = np.zeros(n, np.int64)
-        for p, answer in zip(parts, answers, strict=True):
-            if p is not None:
-                keys[p] = answer[0]
-        return keys
+        return self.keys_many([(relation, position, columns)])[0]
+
+    def keys_many(self, requests: Sequence[tuple[str, int, Sequence[I32]]]) -> list[I64]:
+        """:meth:`keys` of several requests, in one round."""
+        count = self.shards.count
+        calls: list[list[Any]] = [[] for _ in range(count)]
+        where = []
+        for relation, position, columns in requests:
+            split = Split(tuple_owners(columns, count), count)
+            mine = []
+            for s in range(count):
+                p = split.part(s)
+                if p is not None:
+                    mine.append((s, len(calls[s]), p))
+                    calls[s].append((relation, position, [c[p] for c in columns]))
+            where.append((columns[0].shape[0], mine))
+        answers = self.shards.call("tuple_keys_many", [(c,) if c else None for c in calls])
+        out = []
+        for n, mine in where:
+            keys = np.zeros(n, np.int64)
+            for s, j, p in mine:
+                keys[p] = answers[s][j]
+            out.append(keys)
+        return out
+
+    def count_many(
+        self, questions: Sequence[tuple[ShardedView, npt.NDArray[np.integer]]]
+    ) -> list[I64]:
+        """Each view's count of its keys, in one round."""
+        requests: list[Request] = [(view.head, keys, ()) for view, keys in questions]
+        answers = exchange(self.shards, "count", requests)
+        return [
+            scattered(a, keys.shape[0], np.int64)
+            for a, (_, keys) in zip(answers, questions, strict=True)
+        ]
+
+    def _events(self) -> ShardedEvents:
+        if self.events is None:
+            raise InputError("no query reads events")
+        return self.events
 
     def field_values(self, relation: str, name: str, eids: I32) -> npt.NDArray[Any] | None:
-        raise NotImplementedError("event fields")
+        return self._events().field_values(relation, name, eids)
 
     def time_view(self, relation: str, cut: Cut) -> Any:
-        raise NotImplementedError("event time")
+        return self._events().time_view(relation, cut)
 
     def endpoints(self, relation: str, position: int, eids: npt.NDArray[np.integer]) -> I32:
-        raise NotImplementedError("events")
+        return self._events().endpoints(relation, position, eids)

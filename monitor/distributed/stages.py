@@ -30,11 +30,15 @@ class ShardedStageRunner(StageRunner):
         self.shards = index.shards
         self.views: list[ShardedView] = []
         for source in self.sources:
-            if not isinstance(source, AdjacencySource) or not isinstance(source.view, ShardedView):
-                raise TypeError("a sharded stage reads sharded adjacencies only")
-            self.views.append(source.view)
+            if isinstance(source, AdjacencySource) and isinstance(source.view, ShardedView):
+                self.views.append(source.view)
+        #: A stage of a range step (its time order, or its event's far end) reads events: its
+        #: one extender asks a round a question, as the single process asks it.
+        self.adjacent = len(self.views) == len(self.sources)
 
     def counts(self, prefixes: Prefixes) -> tuple[npt.NDArray[np.intp], I64, Keys]:
+        if not self.adjacent:
+            return super().counts(prefixes)
         keys = [s.probe(prefixes) for s in self.sources]
         n = len(prefixes)
         requests: list[Request] = [
@@ -48,6 +52,8 @@ class ShardedStageRunner(StageRunner):
         return winner, counts[winner, np.arange(n)], keys
 
     def extend(self, prefixes: Prefixes, winner: npt.NDArray[np.intp], keys: Keys) -> Prefixes:
+        if not self.adjacent:
+            return super().extend(prefixes, winner, keys)
         several = len(self.sources) > 1
         won = [
             np.flatnonzero(winner == e) if several else np.arange(len(prefixes))

@@ -86,6 +86,12 @@ class EventIndex:
         """The event relations."""
         return set(self.stores)
 
+    def expired_pairs(self, relation: str) -> list[I32]:
+        """The ends of the events of ``relation`` that expired in the staged epoch."""
+        store = self.stores[relation]
+        expired = self.expired.get(relation, np.empty(0, np.int32))
+        return [store.src[expired], store.dst[expired]]
+
     @property
     def derived(self) -> frozenset[str]:
         """The index relations kept from the events."""
@@ -174,7 +180,7 @@ class EventIndex:
                 changed = store.staged_changes
             self.staged_events += int(changed.eids.shape[0]) - expired
             if expired and updates is not None:
-                _reborn_decide_expiry(store, changed, self.expired[relation])
+                reborn_decide_expiry(store, changed, self.expired[relation])
             if relation in self.queues:
                 self._enqueue(relation, store, changed)
             if changed.eids.shape[0]:
@@ -212,23 +218,11 @@ class EventIndex:
         retention = self.retention.get(relation)
         if retention is None:
             return updates
-        ts = updates.fields.get(TIME_FIELD)
-        insert = updates.diff > 0
-        if ts is None or ts.dtype != np.float64:
-            missing = insert
-            late = np.zeros(insert.shape[0], np.bool_)
-        else:
-            missing = insert & np.isnan(ts)
-            before = -np.inf if tick is None else tick.before
-            late = insert & (ts + retention < before)
-        ignored["missing_time"] += int(missing.sum())
-        ignored["late"] += int(late.sum())
-        self.late_count[relation] += int(late.sum())
-        refused = missing | late
-        if not refused.any():
-            return updates
-        self.late[relation] = updates.seq[refused]
-        return updates.take(~refused)
+        updates, refused, late = admitted(updates, retention, tick, ignored)
+        self.late_count[relation] += late
+        if refused.shape[0]:
+            self.late[relation] = refused
+        return updates
 
     def _expire(self, relation: str, store: EventStore, tick: Tick) -> int:
         """Stage, before the epoch's updates, the expiry of every event whose deadline the
@@ -309,7 +303,28 @@ class EventIndex:
             queue.abort()
 
 
-def _reborn_decide_expiry(store: EventStore, changed: EventChanges, expired: I32) -> None:
+def admitted(
+    updates: EventUpdates, retention: float, tick: Tick | None, ignored: Counter[str]
+) -> tuple[EventUpdates, I64, int]:
+    """The updates a window of ``retention`` admits: not the inserts without a time
+    (``missing_time``) nor those older than the watermark the epoch begins with minus the
+    retention (``late``); the refused updates' sequence numbers, and how many were late."""
+    ts = updates.fields.get(TIME_FIELD)
+    insert = updates.diff > 0
+    if ts is None or ts.dtype != np.float64:
+        missing, late = insert, np.zeros(insert.shape[0], np.bool_)
+    else:
+        before = -np.inf if tick is None else tick.before
+        missing, late = insert & np.isnan(ts), insert & (ts + retention < before)
+    ignored["missing_time"] += int(missing.sum())
+    ignored["late"] += int(late.sum())
+    refused = missing | late
+    if not refused.any():
+        return updates, updates.seq[:0], 0
+    return updates.take(~refused), updates.seq[refused], int(late.sum())
+
+
+def reborn_decide_expiry(store: EventStore, changed: EventChanges, expired: I32) -> None:
     """An id that expired as the epoch began and was inserted again in it: its expiry takes
     the sequence number of the insert, so that in scale-out the worker that owns the insert's
     partition decides both halves of the replacement (they cancel by identity)."""

@@ -13,19 +13,38 @@ window moved). Per atom of the query, whole columns at a time:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from core.columns import Coded
 from core.fields import selection_name
-from monitor.index.event_relations import EventIndex
+from monitor.index.events import EventChanges
 from monitor.index.graph import Change
 from monitor.index.levels import I32
 from monitor.query.ast import Query
 
 EXPIRED, DELETED = "expired", "deleted"
+
+
+class EpochEvents(Protocol):
+    """What a cause is told by of the staged epoch's events (the single process's
+    :class:`~monitor.index.event_relations.EventIndex`, or the partitioned engine's)."""
+
+    @property
+    def relations(self) -> Collection[str]: ...
+
+    #: Per event relation, the eids that expired, and the effective changes.
+    expired: dict[str, I32]
+    changed: dict[str, EventChanges]
+
+    def expired_pairs(self, relation: str) -> list[I32]:
+        """The ends of the events of ``relation`` that expired."""
+        ...
+
+
 _CAUSES = (DELETED, EXPIRED)
 
 
@@ -33,7 +52,7 @@ def causes(
     query: Query,
     columns: Sequence[I32],
     diff: npt.NDArray[np.integer],
-    events: EventIndex,
+    events: EpochEvents,
     changes: Mapping[str, Change],
 ) -> Coded:
     """Per row of ``query``'s deltas (dense columns: the head, then the edge variables), its
@@ -55,10 +74,10 @@ def causes(
                 deleted |= np.isin(eids, _deleted_events(events, atom.relation))
                 continue
             rows = [columns[at[v]][gone] for v in atom.variables]
-            if atom.relation in events.stores:
+            if atom.relation in events.relations:
                 name = selection_name(atom.relation, ())
                 lost = _rows_in(rows, _removed(changes.get(name)))
-                deleted |= lost & ~_rows_in(rows, _expired_pairs(events, atom.relation))
+                deleted |= lost & ~_rows_in(rows, events.expired_pairs(atom.relation))
             else:
                 deleted |= _rows_in(rows, _removed(changes.get(atom.relation)))
     else:
@@ -67,7 +86,7 @@ def causes(
     return out
 
 
-def _deleted_events(events: EventIndex, relation: str) -> I32:
+def _deleted_events(events: EpochEvents, relation: str) -> I32:
     """Eids of ``relation`` deleted by id in the staged epoch (not expired)."""
     changed = events.changed.get(relation)
     if changed is None:
@@ -77,12 +96,6 @@ def _deleted_events(events: EventIndex, relation: str) -> I32:
     if expired.shape[0] == died.shape[0]:  # the expired are among the died: all of them
         return died[:0]
     return died[~np.isin(died, expired)]
-
-
-def _expired_pairs(events: EventIndex, relation: str) -> list[I32]:
-    store = events.stores[relation]
-    expired = events.expired.get(relation, np.empty(0, np.int32))
-    return [store.src[expired], store.dst[expired]]
 
 
 def _removed(change: Change | None) -> list[I32]:

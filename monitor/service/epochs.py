@@ -20,32 +20,29 @@ import numpy.typing as npt
 
 from connectors.events import FieldTypes
 from core.columns import Column
-from core.errors import ConfigError, StateError
+from core.errors import StateError
 from core.fields import time_order_side
-from core.records import EventUpdates, UpdateBatch, mirrored
+from core.records import UpdateBatch, mirrored
 from core.times import TIME_FIELD
 from monitor.engine import sorting
 from monitor.engine.delta import DeltaEvaluator
 from monitor.engine.owned import ChangedTuples, decide
 from monitor.engine.static import count_matches, enumerate_matches
 from monitor.index import warmup as index_kernels
-from monitor.index.event_relations import EventIndex, selections_of
+from monitor.index.event_relations import EventIndex
 from monitor.index.events import EventChanges
 from monitor.index.graph import Change, GraphIndex, StagedEpoch
 from monitor.index.levels import I32, I64
-from monitor.index.selections import Selection
 from monitor.index.store import StateStore
 from monitor.index.window import Tick
 from monitor.plan.cut import Cut
-from monitor.plan.events import event_relations, rewrite
-from monitor.plan.needs import time_ordered, unread
-from monitor.plan.planner import static_plan
-from monitor.plan.windows import retentions
+from monitor.plan.needs import unread
 from monitor.query.ast import Query
 from monitor.query.types import field_types
 from monitor.service import match_ids as match_id_kernels
 from monitor.service.causes import causes
 from monitor.service.clock import FILE_PARTITION, EventClock
+from monitor.service.event_plan import event_plan, names, positional_events
 from monitor.service.match_ids import Hashed, match_ids
 from monitor.service.settings import Settings
 
@@ -134,31 +131,23 @@ class EpochProcessor:
         #: The queries as written; ``internal`` are the same over the index's relations
         #: (``monitor.plan.events``: event relations become pairs and events relations).
         self.queries = list(queries)
-        events = event_relations(tuple(self.queries))
-        unknown = set(settings.retention) - events
-        if unknown:
-            raise ConfigError(
-                f"retention is set for {_names(unknown)}, which no query reads as events "
-                f"(with 'as'); the event relations are {_names(events)}"
-            )
+        plan = event_plan(self.queries, settings.retention)
         #: Per event relation, how long its events live (ms; inf: until deleted).
-        self.retention = retentions(self.queries, events, settings.retention)
-        self.rewritten = [rewrite(q, events) for q in self.queries]
-        self.internal = [r.internal for r in self.rewritten]
+        self.retention = plan.retention
+        self.rewritten = plan.rewritten
+        self.internal = plan.internal
         self.index = GraphIndex(settings.compaction_ratio, settings.compaction_min)
         index_kernels.warm()
         sorting.warm()
         match_id_kernels.warm()
-        found = [Selection(r, t) for q in self.rewritten for r, t in q.selections]
         self.evaluator = DeltaEvaluator(self.internal, settings.max_prefixes)
-        selections = selections_of(found)
         plans = [p for plans in self.evaluator.plans.values() for p in plans]
         self.events = EventIndex(
             self.index,
-            selections,
+            plan.selections,
             retention=self.retention,
-            time_orders=time_ordered(plans + [static_plan(q) for q in self.internal]),
-            unread=unread([(s.pairs, s.events) for s in selections], plans),
+            time_orders=plan.time_orders(plans),
+            unread=unread([(s.pairs, s.events) for s in plan.selections], plans),
         )
         self.clock = EventClock(settings.allowed_lateness, settings.watermark_outliers)
         self._changes: dict[str, Change] = {}
@@ -172,7 +161,7 @@ class EpochProcessor:
         self.arities: dict[str, int] = {}
         self._note_arities()
         #: The event relations and their field types, for the sources (None: no events).
-        self.field_types = _field_types(self.queries, self.events.relations)
+        self.field_types = event_field_types(self.queries, self.events.relations)
         self.epoch = 0
         self.totals = RunTotals()
 
@@ -185,8 +174,8 @@ class EpochProcessor:
         stored, current = set(meta.events), self.events.relations
         if stored != current:
             raise StateError(
-                f"state in {store.path} keeps {_names(stored)} as events, this run's queries "
-                f"read {_names(current)} as events; run the queries that built it, or give a "
+                f"state in {store.path} keeps {names(stored)} as events, this run's queries "
+                f"read {names(current)} as events; run the queries that built it, or give a "
                 f"new state directory"
             )
         store.load(self.index)
@@ -233,27 +222,8 @@ class EpochProcessor:
         """Stage tuples and events; records of an event relation without an id are events
         whose identity is their stream position, and such deletes are counted, not applied."""
         batch = self._prepare(batch)
-        events = dict(batch.events)
-        parts = dict(batch.parts)
         ignored: Counter[str] = Counter()
-        for name in self.events.relations & set(parts):
-            part = parts.pop(name)
-            insert = part.diff > 0
-            ignored["delete_without_id"] += int((~insert).sum())
-            if part.arity != 2:
-                ignored["wrong_arity"] += int(insert.sum())
-                continue
-            ids = np.char.add("@", part.seq[insert].astype(str)).astype(object)
-            positional = EventUpdates(
-                ids,
-                part.diff[insert],
-                part.seq[insert],
-                part.columns[0][insert],
-                part.columns[1][insert],
-                {},
-            )
-            known = events.get(name)
-            events[name] = positional if known is None else EventUpdates.concat([known, positional])
+        parts, events = positional_events(batch, self.events.relations, ignored)
         staged = self.index.stage(replace(batch, parts=parts, events={}))
         staged.ignored.update(ignored)
         tick = self._tick(batch) if timed else None
@@ -266,11 +236,7 @@ class EpochProcessor:
 
     def _tick(self, batch: UpdateBatch) -> Tick | None:
         """The epoch's step of event time (None: no event relation)."""
-        if not self.events.stores:
-            return None
-        times = batch.times or {FILE_PARTITION: _inserted_times(batch)}
-        before = self.clock.watermark
-        return Tick(before, self.clock.tick(times), max(batch.first_seq + batch.count - 1, 0))
+        return epoch_tick(self.clock, batch) if self.events.stores else None
 
     def process(self, batch: UpdateBatch) -> EpochOutput:
         """Stage the next epoch and evaluate every query's change; call :meth:`commit` after."""
@@ -341,26 +307,12 @@ class EpochProcessor:
         return QueryOutput(source.name, source.head, vertices, diff, edges, extra)
 
     def _by_identity(self, i: int, columns: Sequence[I32], diff: I64) -> tuple[list[I32], I64]:
-        """The deltas consolidated by what a binding is outside: its vertices and its events'
-        ids. An id deleted and inserted again within the epoch is a new event, so a binding
-        that holds with the old event and with the new one comes as -1 and +1 of two internal
-        bindings; they cancel (at most one of each per identity: the old and the new event
-        are never alive at once)."""
         width = len(self.rewritten[i].source.head)
         slots = [
             self.events.stores[relation].slot[columns[width + k]]
             for k, relation in enumerate(self.rewritten[i].edges.values())
         ]
-        keys = [*columns[:width], *slots]
-        order = np.lexsort(keys[::-1])
-        n = order.shape[0]
-        starts = np.ones(n, np.bool_)
-        if n > 1:
-            starts[1:] = np.logical_or.reduce([k[order][1:] != k[order][:-1] for k in keys])
-        group = np.cumsum(starts) - 1
-        sums = np.add.reduceat(diff[order], np.flatnonzero(starts)) if n else diff[:0]
-        keep = np.sort(order[diff[order] == np.sign(sums)[group]])
-        return [c[keep] for c in columns], diff[keep]
+        return by_identity(columns, diff, width, slots)
 
     def commit(self) -> None:
         """Make the staged epoch part of the committed state."""
@@ -425,8 +377,32 @@ class EpochProcessor:
             )
 
 
-def _names(relations: set[str]) -> str:
-    return ", ".join(sorted(relations)) if relations else "no relation"
+def by_identity(
+    columns: Sequence[I32], diff: I64, width: int, slots: Sequence[npt.NDArray[np.integer]]
+) -> tuple[list[I32], I64]:
+    """The deltas consolidated by what a binding is outside: its vertices (the first ``width``
+    columns) and its events' ids (``slots``, one column per edge variable). An id deleted and
+    inserted again within the epoch is a new event, so a binding that holds with the old event
+    and with the new one comes as -1 and +1 of two internal bindings; they cancel (at most one
+    of each per identity: the old and the new event are never alive at once)."""
+    keys = [*columns[:width], *slots]
+    order = np.lexsort(keys[::-1])
+    n = order.shape[0]
+    starts = np.ones(n, np.bool_)
+    if n > 1:
+        starts[1:] = np.logical_or.reduce([k[order][1:] != k[order][:-1] for k in keys])
+    group = np.cumsum(starts) - 1
+    sums = np.add.reduceat(diff[order], np.flatnonzero(starts)) if n else diff[:0]
+    keep = np.sort(order[diff[order] == np.sign(sums)[group]])
+    return [c[keep] for c in columns], diff[keep]
+
+
+def epoch_tick(clock: EventClock, batch: UpdateBatch) -> Tick:
+    """The step of event time ``batch`` makes: the watermark before it, the one it advances
+    the clock to (staged), and its last ``seq``."""
+    times = batch.times or {FILE_PARTITION: _inserted_times(batch)}
+    before = clock.watermark
+    return Tick(before, clock.tick(times), max(batch.first_seq + batch.count - 1, 0))
 
 
 def _inserted_times(batch: UpdateBatch) -> npt.NDArray[np.float64]:
@@ -439,7 +415,7 @@ def _inserted_times(batch: UpdateBatch) -> npt.NDArray[np.float64]:
     return np.concatenate(found) if found else np.empty(0, np.float64)
 
 
-def _field_types(queries: Sequence[Query], relations: set[str]) -> FieldTypes | None:
+def event_field_types(queries: Sequence[Query], relations: set[str]) -> FieldTypes | None:
     """The event relations with the field types the queries' predicates fix."""
     if not relations:
         return None

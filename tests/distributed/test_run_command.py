@@ -58,6 +58,33 @@ def test_run_with_workers_writes_the_single_process_s_deltas(tmp_path: Path, emi
     assert len(progress) > 3 and "MiB exchanged" in progress[-1]
 
 
+@pytest.mark.parametrize("fields", [[], ["--output-fields", "amount"]])
+def test_the_shipped_payments_with_workers(fields: list[str]) -> None:
+    """Events with fields, predicates, event time and a window (``examples/payments.q``): the
+    records, each edge variable's event with its fields, ``match_id`` and ``cause``, are the
+    single process's, epoch for epoch."""
+    pytest.importorskip("ray", reason="ray is not installed (the `distributed` extra)")
+    common = ["--query", "examples/payments.q", "--edges", "examples/payments.jsonl"]
+    common += ["--batch-size", "7", *fields]
+    alone = run(*common)
+    sharded = run(*common, "--workers", "2", "--shards", "3")
+    assert alone.returncode == 0, alone.stderr
+    assert sharded.returncode == 0, sharded.stderr
+    expected = by_epoch(alone.stdout)
+    assert sum(map(len, expected.values())) >= 4 and '"cause":"expired"' in alone.stdout
+    assert by_epoch(sharded.stdout) == expected
+
+
+def test_events_with_a_state_directory_are_refused_before_ray_starts(tmp_path: Path) -> None:
+    done = run(
+        "--query", "examples/payments.q", "--edges", "examples/payments.jsonl",
+        "--state-dir", str(tmp_path / "state"), "--workers", "2",
+    )  # fmt: skip
+    assert done.returncode != 0
+    assert "does not run events (transfer) with --state-dir" in done.stderr
+    assert "Ray" not in done.stderr and not (tmp_path / "state").exists()
+
+
 def test_preload_and_initial_as_the_single_process(tmp_path: Path) -> None:
     """``--preload`` and ``--initial`` with workers: epoch 0 holds the preloaded graph's
     matches and the epochs after it the single process's deltas; with a state directory, a

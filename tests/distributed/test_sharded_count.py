@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from core.errors import InputError
 from core.records import RelationUpdates, UpdateBatch
-from monitor.distributed.count import count_all
+from monitor.distributed.count import count_all, refuse_unsupported
 from monitor.distributed.shard_calls import LocalShards, RayShards
 from monitor.query.parser import parse_queries
 from monitor.service.epochs import EpochProcessor
@@ -140,8 +140,9 @@ def test_each_shard_holds_its_part_of_the_index() -> None:
 
 def test_what_it_cannot_run_yet_is_refused_by_name() -> None:
     events = parse_queries("big(a, b) := transfer(a, b) as t, t.amount > 10.")
-    with pytest.raises(InputError, match=r"query big: .* does not run events"):
-        count_all(events, LocalShards(2), [], 1 << 20)
+    with pytest.raises(InputError, match=r"does not run events \(transfer\) with --state-dir"):
+        refuse_unsupported(events, "state")
+    refuse_unsupported(events)  # (without a state directory, it runs them)
     wide = UpdateBatch(
         {"uses": RelationUpdates([np.zeros(1, np.int64)] * 9, np.ones(1, np.int8), np.zeros(1))},
         0,

@@ -1,0 +1,294 @@
+"""One shard's events: the events whose ids it owns, their windows, and the time orders of the
+vertices it owns.
+
+An event belongs to the shard its id's stable hash names
+(:func:`~monitor.distributed.vertices.owners`), so every update of one id reaches one shard, in
+stream order, and that shard's :class:`~monitor.index.events.EventStore` (the single process's)
+applies it with the same set semantics: an id deleted and inserted again is a new event. The
+engine's eid is ``local * S + shard``: its fields and ends are read at ``eid % S`` under
+``eid // S``. A relation with a window has its :class:`~monitor.index.window.ExpiryQueue` here,
+so each event expires where it lives; the driver keeps only the clock and sends each epoch's tick.
+
+The time orders (``R{S}#by_src``) are keyed by vertex, so they live where the vertex's
+adjacencies do (``vertex % S``): a :class:`~monitor.index.time_index.TimeIndex` per order per
+shard, over the entries of its vertices (:class:`ShardTimeOrders`).
+
+Everything here follows the epoch protocol of the shard: staged, then committed or aborted.
+Event stores are not compacted on shards (their eids would have to be renumbered in the derived
+relations of every shard): an id's slot and a dead event's row stay until a restart.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from core.columns import Coded, Column
+from core.fields import FieldTest
+from core.times import TIME_FIELD
+from monitor.index import id_columns
+from monitor.index.event_relations import reborn_decide_expiry
+from monitor.index.events import EventStore
+from monitor.index.field_columns import StringPool
+from monitor.index.levels import I8, I32, I64
+from monitor.index.time_index import TimeIndex, TimeProbe
+from monitor.index.time_kernels import F64, time_ranks
+from monitor.index.unique import first_appearances, shared_count
+from monitor.index.window import ExpiryQueue
+from monitor.plan.cut import Cut
+
+
+@dataclass(frozen=True)
+class EventRequest:
+    """One epoch's updates of one event relation that a shard owns (ends as global vertex ids,
+    inserts only), and the epoch's tick: the watermark it begins with and its last ``seq``
+    (None: no event time)."""
+
+    relation: str
+    ids: npt.NDArray[Any]
+    insert: npt.NDArray[np.bool_]
+    seq: I64
+    src: I32
+    dst: I32
+    fields: dict[str, npt.NDArray[Any]]
+    tick: tuple[float, int] | None
+
+
+@dataclass(frozen=True)
+class StagedEvents:
+    """A shard's effective changes of one event relation in an epoch: global eids, +1/-1, the
+    deciding ``seq``, the events' ends and times (NaN: none), per selection whether each
+    passes it; the eids that expired, and how many ids were deleted and inserted again."""
+
+    eids: I32
+    diff: I8
+    seq: I64
+    src: I32
+    dst: I32
+    ts: F64
+    selected: list[npt.NDArray[np.bool_]]
+    expired: I32
+    replaced: int
+
+
+class ShardEvents:
+    """Shard ``shard`` of ``shards``'s event stores and windows."""
+
+    def __init__(self, shard: int, shards: int) -> None:
+        self.shard = shard
+        self.shards = shards
+        self.pool = StringPool()
+        self.stores: dict[str, EventStore] = {}
+        #: Per event relation: its selections' tests, and its retention (ms; absent: none).
+        self.selections: dict[str, list[tuple[FieldTest, ...]]] = {}
+        self.retention: dict[str, float] = {}
+        self.queues: dict[str, ExpiryQueue] = {}
+        self._expired_below = -math.inf
+
+    def configure(
+        self, selections: Mapping[str, list[tuple[FieldTest, ...]]], retention: Mapping[str, float]
+    ) -> None:
+        """The event relations, each with its selections' tests, and the finite retentions."""
+        for relation, tests in selections.items():
+            self.stores.setdefault(relation, EventStore(relation, pool=self.pool))
+            self.selections[relation] = list(tests)
+        for relation, ms in retention.items():
+            if math.isfinite(ms) and relation in self.stores:
+                self.retention[relation] = ms
+                self.queues.setdefault(relation, ExpiryQueue())
+
+    def _global(self, eids: I32) -> I32:
+        return (eids.astype(np.int64) * self.shards + self.shard).astype(np.int32)
+
+    def _local(self, eids: npt.NDArray[np.integer]) -> I32:
+        return (eids.astype(np.int64) // self.shards).astype(np.int32)
+
+    def stage(self, request: EventRequest, ignored: Counter[str]) -> StagedEvents:
+        """Expire the events due at the tick's watermark, then apply the updates, as the single
+        process's :class:`~monitor.index.event_relations.EventIndex` does for the relation."""
+        relation = request.relation
+        store = self.stores[relation]
+        expired = np.empty(0, np.int32)
+        queue = self.queues.get(relation)
+        if queue is not None and request.tick is not None:
+            before, seq = request.tick
+            expired = store.expire(queue.due(before), seq)
+            self._expired_below = before
+        if request.ids.shape[0]:
+            changed = store.stage(
+                request.ids,
+                request.insert,
+                request.seq,
+                request.src,
+                request.dst,
+                request.fields,
+                ignored,
+            )
+            if expired.shape[0]:
+                reborn_decide_expiry(store, changed, expired)
+        else:
+            changed = store.staged_changes
+        eids = changed.eids
+        born, died = eids[changed.diff > 0], eids[changed.diff < 0]
+        column = store.fields.get(TIME_FIELD)
+        ts = column.get(eids) if column is not None else np.full(eids.shape[0], np.nan)
+        if queue is not None:
+            deadlines = ts[changed.diff > 0] + self.retention[relation]
+            queue.add(born[: deadlines.shape[0]], deadlines)
+        return StagedEvents(
+            self._global(eids),
+            changed.diff,
+            changed.seq,
+            store.src[eids],
+            store.dst[eids],
+            np.asarray(ts, np.float64),
+            [store.select(eids, tests) for tests in self.selections[relation]],
+            self._global(expired),
+            shared_count(store.slot[died], store.slot[born]),
+        )
+
+    def commit(self) -> None:
+        for store in self.stores.values():
+            store.commit()
+        for queue in self.queues.values():
+            queue.commit(self._expired_below)
+
+    def abort(self) -> None:
+        for store in self.stores.values():
+            store.abort()
+        for queue in self.queues.values():
+            queue.abort()
+
+    def next_deadline(self) -> float:
+        """The earliest committed deadline of an event in a window here (inf: none)."""
+        return min((q.next_deadline() for q in self.queues.values()), default=math.inf)
+
+    def field_values(self, relation: str, name: str, eids: I32) -> tuple[str, Any]:
+        """The field ``name`` of the events at global ``eids`` (this shard's) in a form every
+        shard's answers compare in: ``("number", float64)``, ``("bool", int8)``, ``("id",
+        global slots)``, ``("vertex", global ids)``, ``("string", object)`` with None where
+        absent, or ``("absent", None)`` when no event here has the field."""
+        store = self.stores[relation]
+        local = self._local(eids)
+        if name in ("src", "dst"):
+            return "vertex", store.column(name, local)
+        if name == "id":
+            return "id", self._global(store.slot[local])
+        column = store.fields.get(name)
+        if column is None:
+            return "absent", None
+        if column.kind == "string":
+            codes = column.get(local)
+            table = np.array([*self.pool.strings, None], dtype=object)
+            return "string", table[codes]
+        return column.kind, column.get(local)
+
+    def endpoints(self, relation: str, position: int, eids: I32) -> I32:
+        store = self.stores[relation]
+        local = self._local(eids)
+        return store.src[local] if position == 0 else store.dst[local]
+
+    def matched(
+        self, relation: str, eids: I32, fields: Sequence[str] | None
+    ) -> tuple[dict[str, Any], npt.NDArray[np.uint64], I32, I32]:
+        """The distinct events at ``eids`` as output columns (``id`` and the fields, strings
+        and booleans coded against only the values they use), their id hashes, and their ends
+        (global vertex ids, which the driver decodes)."""
+        store = self.stores[relation]
+        local = self._local(eids)
+        ids, hashes = id_columns.column_and_hashes(store.ids, store.slot[local])
+        columns: dict[str, Any] = {"id": ids}
+        for name, column in store.fields.items():
+            if fields is None or name in fields:
+                columns[name] = _compact(column.values_of(local))
+        return columns, hashes, store.src[local], store.dst[local]
+
+    def slots(self, relation: str, eids: I32) -> I32:
+        """The global slot of each event's id (an id's events share it)."""
+        return self._global(self.stores[relation].slot[self._local(eids)])
+
+    def stats(self) -> dict[str, int]:
+        return {
+            "events": sum(len(s) for s in self.stores.values()),
+            "event_bytes": sum(s.nbytes for s in self.stores.values())
+            + self.pool.nbytes
+            + sum(q.nbytes for q in self.queues.values()),
+        }
+
+
+def _compact(column: Column) -> Column:
+    """A coded column with only the values it uses (what crosses to the driver)."""
+    if not isinstance(column, Coded):
+        return column
+    used, inverse = first_appearances(np.where(column.codes < 0, -1, column.codes))
+    table = [column.values[int(c)] for c in used.tolist() if c >= 0]
+    present = used >= 0
+    remap = np.cumsum(present) - 1
+    remap[~present] = -1
+    return Coded(remap[inverse].astype(np.int32), tuple(table))
+
+
+class ShardTimeOrders:
+    """The time orders' entries of the vertices a shard owns, under their global ids (a time
+    index is sorted by vertex and holds nothing per vertex, so ids need not be dense)."""
+
+    def __init__(self) -> None:
+        self.orders: dict[str, TimeIndex] = {}
+
+    def index(self, name: str) -> TimeIndex:
+        if name not in self.orders:
+            self.orders[name] = TimeIndex()
+        return self.orders[name]
+
+    def stage(
+        self,
+        name: str,
+        vertex: I32,
+        times: F64,
+        eids: I32,
+        diff: I8,
+        horizon: float,
+        expired: int,
+    ) -> None:
+        self.index(name).stage(vertex, times, eids, diff, time_ranks(times, eids), horizon, expired)
+
+    def probe(self, name: str, cut: Cut, vertices: I32, lo: F64, hi: F64) -> TimeProbe:
+        return self.index(name).view(cut).probe(vertices, lo, hi)
+
+    def count(self, name: str, cut: Cut, vertices: I32, lo: F64, hi: F64) -> I64:
+        return self.probe(name, cut, vertices, lo, hi).counts
+
+    def propose(self, name: str, cut: Cut, vertices: I32, lo: F64, hi: F64) -> tuple[I32, I32]:
+        """Each query's events, each query's together in order: how many per query, and the
+        eids."""
+        view = self.index(name).view(cut)
+        probe = view.probe(vertices, lo, hi)
+        owner, eids = view.propose(probe)
+        order = np.argsort(owner, kind="stable")  # (each query's together, in order)
+        counts = np.bincount(owner, minlength=vertices.shape[0]).astype(np.int32)
+        return counts, eids[order]
+
+    def contains(
+        self, name: str, cut: Cut, vertices: I32, lo: F64, hi: F64, eids: I32
+    ) -> npt.NDArray[np.bool_]:
+        view = self.index(name).view(cut)
+        probe = view.probe(vertices, lo, hi)
+        return view.contains(probe, np.arange(vertices.shape[0]), eids)
+
+    def commit(self) -> None:
+        for index in self.orders.values():
+            index.commit()
+
+    def abort(self) -> None:
+        for index in self.orders.values():
+            index.abort()
+
+    @property
+    def nbytes(self) -> int:
+        return sum(index.nbytes for index in self.orders.values())

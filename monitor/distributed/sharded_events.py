@@ -1,0 +1,477 @@
+"""Events over shards, the driver's side: an epoch's event updates staged where their ids live,
+the relations the atoms read kept where their keys live, and the events' fields, ends and time
+orders read in rounds.
+
+An epoch (:meth:`ShardedEvents.stage`), as the single process's
+:class:`~monitor.index.event_relations.EventIndex` stages it:
+
+1. the driver refuses the inserts a window does not admit (late, or without a time: it keeps the
+   clock) and checks every field's kind, as the single process's store would;
+2. one round numbers the inserted events' ends (:mod:`monitor.distributed.vertices`);
+3. one round sends each update to the shard of its id (:mod:`monitor.distributed.shard_events`),
+   which expires what the tick's watermark passed, applies the updates and answers the effective
+   changes with each event's ends, time and selections;
+4. two rounds count, under the OLD cut, the selected events of each changed pair (at the shard
+   of the pair's key in the selection's ``#events`` relation): a pair appears or disappears where
+   the count crosses zero;
+5. one round stages every selection's ``#events`` and pairs relations (ordinary relations of the
+   :class:`~monitor.distributed.sharded.ShardedIndex`, kept where their keys live) and its time
+   orders (at the shard of each entry's vertex).
+
+The changes of the ``#events`` and pairs relations seed the delta queries as in one process.
+What the engine then reads of an event (a field for a join filter, an end for a range step, a
+time order's range) is one round per question, to the shards that hold it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from core.errors import InputError
+from core.fields import TIME_ORDERS, column_kind
+from core.records import EventUpdates
+from monitor.distributed.routing import Split, proposals, scattered
+from monitor.distributed.shard_events import EventRequest, StagedEvents
+from monitor.distributed.sharded import ShardedIndex
+from monitor.distributed.vertices import owners
+from monitor.index.event_relations import admitted
+from monitor.index.events import BUILT_IN_FIELDS, EventChanges
+from monitor.index.graph import Change
+from monitor.index.levels import I32, I64
+from monitor.index.selections import Selection
+from monitor.index.texts import unique_strings
+from monitor.index.time_kernels import F64
+from monitor.index.window import Tick, first_live
+from monitor.plan.cut import Cut
+
+
+class ShardedEvents:
+    """The event relations of a :class:`ShardedIndex`: their stores on the shards of their ids,
+    the relations derived from them on the shards of their keys."""
+
+    def __init__(
+        self,
+        index: ShardedIndex,
+        selections: Sequence[Selection],
+        retention: dict[str, float],
+        time_orders: frozenset[str],
+    ) -> None:
+        self.index = index
+        self.selections = list(selections)
+        self.relations = {s.relation for s in self.selections}
+        self.retention = {r: ms for r, ms in retention.items() if math.isfinite(ms)}
+        self.retention = {r: ms for r, ms in self.retention.items() if r in self.relations}
+        #: Per selection, the time orders some plan reads: side -> name.
+        self.ordered = [
+            {side: s.time_order(side) for side in TIME_ORDERS if s.time_order(side) in time_orders}
+            for s in self.selections
+        ]
+        #: Per event relation, its fields' kinds as first seen (the order output lists them).
+        self.kinds: dict[str, dict[str, str]] = {r: {} for r in self.relations}
+        for selection in self.selections:
+            index.arity[selection.pairs] = 2
+            index.arity[selection.events] = 3
+            index.indexed[selection.events] = (2,)
+        tests: dict[str, list[Any]] = {r: [] for r in self.relations}
+        for selection in self.selections:
+            tests[selection.relation].append(selection.tests)
+        index.shards.call("events_configure", [(tests, self.retention)] * index.shards.count)
+        self._clear()
+
+    def _clear(self) -> None:
+        #: Of the staged epoch, per event relation: its effective changes (global eids) with
+        #: their ends, the eids that expired, and the ``seq`` of the inserts refused as late.
+        self.changed: dict[str, EventChanges] = {}
+        self.ends: dict[str, tuple[I32, I32]] = {}
+        self.expired: dict[str, I32] = {}
+        self.late: dict[str, I64] = {}
+        self.late_count: Counter[str] = Counter()
+        self.staged_events = 0
+        self.replaced = 0
+        #: String field values compared in this epoch, each with a code (join filters compare
+        #: codes, consistent within the epoch across the shards' answers).
+        self._strings: dict[str, int] = {}
+
+    @property
+    def windowed(self) -> bool:
+        return bool(self.retention)
+
+    def expired_pairs(self, relation: str) -> list[I32]:
+        """The ends of the events of ``relation`` that expired in the staged epoch."""
+        expired = self.expired.get(relation)
+        if expired is None:
+            return [np.empty(0, np.int32), np.empty(0, np.int32)]
+        eids = self.changed[relation].eids
+        src, dst = self.ends[relation]
+        at = np.isin(eids, expired) & (self.changed[relation].diff < 0)
+        return [src[at], dst[at]]
+
+    def stage(
+        self, events: dict[str, EventUpdates], ignored: Counter[str], tick: Tick | None
+    ) -> dict[str, Change]:
+        """Stage an epoch's event updates and the expiries its tick brings; the changes of
+        every derived relation."""
+        self._clear()
+        count = self.index.shards.count
+        relations = sorted(set(events) | (set(self.retention) if tick is not None else set()))
+        admitted: list[tuple[str, EventUpdates]] = []
+        for relation in relations:
+            updates = events.get(relation)
+            if relation not in self.relations:
+                ignored["not_an_event_relation"] += len(updates) if updates is not None else 0
+                continue
+            if updates is None:
+                updates = _no_updates()
+            updates = self._admitted(relation, updates, ignored, tick)
+            anonymous = np.asarray(updates.ids == None, np.bool_)  # noqa: E711 (elementwise)
+            if anonymous.any():
+                ignored["delete_without_id"] += int(anonymous.sum())
+                updates = updates.take(~anonymous)
+            self._check_kinds(relation, updates.fields)
+            admitted.append((relation, updates))
+        inserts = [u.diff > 0 for _, u in admitted]
+        ends = self.index.vertices.encode(
+            [c[i] for (_, u), i in zip(admitted, inserts, strict=True) for c in (u.src, u.dst)],
+            [np.ones(int(i.sum()), np.bool_) for i in inserts for _ in range(2)],
+        )
+        requests: list[list[EventRequest]] = [[] for _ in range(count)]
+        shard_tick = None if tick is None else (tick.before, tick.seq)
+        for k, (relation, updates) in enumerate(admitted):
+            insert = inserts[k]
+            src, dst = np.zeros(len(updates), np.int32), np.zeros(len(updates), np.int32)
+            src[insert], dst[insert] = ends[2 * k], ends[2 * k + 1]
+            split = Split(owners(updates.ids, count), count)
+            windowed = relation in self.retention and tick is not None
+            for s in range(count):
+                p = split.part(s)
+                if p is None and not windowed:
+                    continue
+                p = np.empty(0, np.intp) if p is None else np.sort(p)
+                fields = {name: column[p] for name, column in updates.fields.items()}
+                request = EventRequest(
+                    relation, updates.ids[p], insert[p], updates.seq[p], src[p], dst[p], fields,
+                    shard_tick,
+                )  # fmt: skip
+                requests[s].append(request)
+        answers = self.index.shards.call("events_stage", [(r,) if r else None for r in requests])
+        found: dict[str, list[StagedEvents]] = {}
+        for shard_requests, answer in zip(requests, answers, strict=True):
+            if answer is None:
+                continue
+            staged, shard_ignored = answer
+            ignored.update(shard_ignored)
+            for request, part in zip(shard_requests, staged, strict=True):
+                found.setdefault(request.relation, []).append(part)
+        return self._derive({r: _joined(parts) for r, parts in found.items()}, tick)
+
+    def _admitted(
+        self, relation: str, updates: EventUpdates, ignored: Counter[str], tick: Tick | None
+    ) -> EventUpdates:
+        retention = self.retention.get(relation)
+        if retention is None:
+            return updates
+        updates, refused, late = admitted(updates, retention, tick, ignored)
+        self.late_count[relation] += late
+        if refused.shape[0]:
+            self.late[relation] = refused
+        return updates
+
+    def _check_kinds(self, relation: str, fields: dict[str, npt.NDArray[Any]]) -> None:
+        """Every field of the kind it was first seen with (an :class:`InputError` otherwise,
+        as the single process's store raises), before any shard changes anything."""
+        known = self.kinds[relation]
+        for name, column in fields.items():
+            if name in BUILT_IN_FIELDS:
+                raise InputError(f"field {name!r} of {relation!r} is the event's own")
+            found = column_kind(column)
+            kind = known.setdefault(name, found)
+            if kind != found:
+                raise InputError(
+                    f"field {name!r} of relation {relation!r} is a {kind}, got {found}s"
+                )
+
+    def _derive(self, staged: dict[str, StagedEvents], tick: Tick | None) -> dict[str, Change]:
+        """The epoch's changes of every selection's relations, staged on the shards."""
+        for relation, part in staged.items():
+            self.changed[relation] = EventChanges(part.eids, part.diff, part.seq)
+            self.ends[relation] = (part.src, part.dst)
+            if part.expired.shape[0]:
+                self.expired[relation] = part.expired
+            self.staged_events += int(part.eids.shape[0]) - int(part.expired.shape[0])
+            self.replaced += part.replaced
+        chosen: list[tuple[Selection, StagedEvents, dict[str, str]]] = []
+        nth: Counter[str] = Counter()
+        for selection, ordered in zip(self.selections, self.ordered, strict=True):
+            k = nth[selection.relation]
+            nth[selection.relation] += 1
+            found = staged.get(selection.relation)
+            if found is not None and found.eids.shape[0]:
+                chosen.append((selection, _selected(found, found.selected[k]), ordered))
+        changes: dict[str, Change] = {}
+        parts = []
+        for selection, part, _ in chosen:
+            if part.eids.shape[0]:
+                events = Change([part.src, part.dst, part.eids], part.diff, part.seq)
+                changes[selection.events] = events
+                parts.append((selection.events, 3, events))
+        for (selection, _, _), flips in zip(chosen, self._pair_flips(chosen), strict=True):
+            if flips is not None:
+                changes[selection.pairs] = flips
+                parts.append((selection.pairs, 2, flips))
+        requests = self.index.stage_requests(parts)
+        timed = self._time_requests(chosen, tick)
+        calls = [
+            [("stage_many", (r,)), ("time_stage_many", (t,))]
+            for r, t in zip(requests, timed, strict=True)
+        ]
+        answers = self.index.shards.call("calls", [(c,) for c in calls])
+        staged_changes = self.index.gathered(requests, [a[0] for a in answers])
+        for name in staged_changes:
+            changes[name] = staged_changes[name]
+        return changes
+
+    def _pair_flips(
+        self, chosen: list[tuple[Selection, StagedEvents, dict[str, str]]]
+    ) -> list[Change | None]:
+        """Per selection, the pairs that appear or disappear: the selected events of each changed
+        pair before the epoch (two rounds for every selection), then after it."""
+        groups = []
+        for selection, part, _ in chosen:
+            packed = (part.src.astype(np.int64) << 32) | part.dst.astype(np.int64)
+            pairs, first, inverse = np.unique(packed, return_index=True, return_inverse=True)
+            groups.append((selection, part, pairs, first, inverse.reshape(-1)))
+        questions = [
+            (s.events, [part.src[first], part.dst[first]]) for s, part, _, first, _ in groups
+        ]
+        keys = self.index.keys_many([(name, 2, columns) for name, columns in questions])
+        views = [self.index.view(name, 2, Cut.OLD) for name, _ in questions]
+        before = self.index.count_many(list(zip(views, keys, strict=True)))
+        out: list[Change | None] = []
+        for (_, part, pairs, first, inverse), had in zip(groups, before, strict=True):
+            delta = np.bincount(inverse, weights=part.diff, minlength=pairs.shape[0])
+            after = had + delta.astype(np.int64)
+            flips = np.flatnonzero((had > 0) != (after > 0))
+            if not flips.shape[0]:
+                out.append(None)
+                continue
+            pair_seq = np.zeros(pairs.shape[0], np.int64)
+            np.maximum.at(pair_seq, inverse, part.seq)
+            appears = np.where(after[flips] > 0, 1, -1).astype(np.int8)
+            columns = [part.src[first[flips]], part.dst[first[flips]]]
+            out.append(Change(columns, appears, pair_seq[flips]))
+        return out
+
+    def _time_requests(
+        self, chosen: list[tuple[Selection, StagedEvents, dict[str, str]]], tick: Tick | None
+    ) -> list[list[tuple[Any, ...]]]:
+        """Per shard, each time order's entries of its vertices, with the epoch's horizon
+        (every shard, every order: the horizon moves on everywhere)."""
+        count = self.index.shards.count
+        out: list[list[tuple[Any, ...]]] = [[] for _ in range(count)]
+        entries: dict[str, tuple[I32, F64, I32, npt.NDArray[np.int8], I32]] = {}
+        horizons: dict[str, float] = {}
+        for selection, part, ordered in chosen:
+            horizon = -math.inf
+            if selection.relation in self.retention and tick is not None:
+                horizon = first_live(tick.before, self.retention[selection.relation])
+            kept = np.isfinite(part.ts)
+            if horizon > -math.inf:
+                kept &= (part.diff > 0) | (part.ts >= horizon)
+            below = (~kept) & (part.diff < 0)
+            for side, name in ordered.items():
+                ends = part.src if side == "by_src" else part.dst
+                entries[name] = (
+                    ends[kept],
+                    part.ts[kept],
+                    part.eids[kept],
+                    part.diff[kept],
+                    ends[below],
+                )
+                horizons[name] = horizon
+        for selection, ordered in zip(self.selections, self.ordered, strict=True):
+            for name in ordered.values():
+                horizon = horizons.get(name, -math.inf)
+                if name not in horizons and selection.relation in self.retention and tick:
+                    horizon = first_live(tick.before, self.retention[selection.relation])
+                empty = np.empty(0, np.int32)
+                vertex, ts, eids, diff, left = entries.get(
+                    name, (empty, np.empty(0), empty, np.empty(0, np.int8), empty)
+                )
+                split = Split(vertex, count)
+                gone = np.bincount(left % count, minlength=count) if left.shape[0] else None
+                for s in range(count):
+                    p = split.part(s)
+                    p = np.empty(0, np.intp) if p is None else p
+                    expired = 0 if gone is None else int(gone[s])
+                    out[s].append((name, vertex[p], ts[p], eids[p], diff[p], horizon, expired))
+        return out
+
+    # What the engine reads of events, a round per question.
+
+    def field_values(self, relation: str, name: str, eids: I32) -> npt.NDArray[Any] | None:
+        """The field ``name`` of the events at ``eids`` (None: no event has it), comparable
+        across shards: numbers, booleans, global slots and vertex ids as they are, strings as
+        codes this epoch gives them."""
+        answers = self._round("event_fields_many", eids, lambda part: (relation, name, part))
+        kinds = {kind for _, (kind, _) in answers if kind != "absent"}
+        if not kinds:
+            return None
+        (kind,) = kinds
+        n = eids.shape[0]
+        if kind == "string":
+            out = np.full(n, -1, np.int64)
+            for rows, (_, values) in answers:
+                if values is not None:
+                    out[rows] = self._codes(values)
+            return out
+        dtype = {"number": np.float64, "bool": np.int8}.get(kind, np.int64)
+        absent = np.nan if kind == "number" else -1
+        values = np.full(n, absent, dtype)
+        for rows, (_, found) in answers:
+            if found is not None:
+                values[rows] = found
+        return values
+
+    def _codes(self, strings: npt.NDArray[Any]) -> I64:
+        present = np.flatnonzero(strings != None)  # noqa: E711 (elementwise on objects)
+        out = np.full(strings.shape[0], -1, np.int64)
+        if present.shape[0]:
+            unique, inverse = unique_strings(strings[present])
+            table = np.array([self._strings.setdefault(s, len(self._strings)) for s in unique])
+            out[present] = table[inverse]
+        return out
+
+    def endpoints(self, relation: str, position: int, eids: npt.NDArray[np.integer]) -> I32:
+        answers = self._round("event_ends_many", eids, lambda part: (relation, position, part))
+        ends: I32 = scattered(answers, eids.shape[0], np.int32)
+        return ends
+
+    def slots(self, relation: str, eids: I32) -> I32:
+        """The global slot of each event's id."""
+        answers = self._round("event_slots_many", eids, lambda part: (relation, part))
+        slots: I32 = scattered(answers, eids.shape[0], np.int64)
+        return slots
+
+    def _round(
+        self, method: str, eids: npt.NDArray[np.integer], request: Any
+    ) -> list[tuple[npt.NDArray[np.intp], Any]]:
+        """One round: ``eids`` split by shard, ``request(part)`` to each; the answers with the
+        rows they are of."""
+        count = self.index.shards.count
+        split = Split(eids, count)
+        parts = [split.part(s) for s in range(count)]
+        args = [None if p is None else ([request(eids[p].astype(np.int32))],) for p in parts]
+        answers = self.index.shards.call(method, args)
+        return [(p, a[0]) for p, a in zip(parts, answers, strict=True) if p is not None]
+
+    def time_view(self, name: str, cut: Cut) -> ShardedTimeView:
+        return ShardedTimeView(self.index, name, cut)
+
+
+class TimeQueries:
+    """A batch of range queries of a time order: each vertex's events in ``[lo, hi]``."""
+
+    def __init__(self, vertices: npt.NDArray[np.integer], lo: F64, hi: F64) -> None:
+        self.vertices = vertices.astype(np.int32)
+        self.lo = lo
+        self.hi = hi
+
+    def __len__(self) -> int:
+        return int(self.vertices.shape[0])
+
+    def __getitem__(self, rows: Any) -> TimeQueries:
+        return TimeQueries(self.vertices[rows], self.lo[rows], self.hi[rows])
+
+
+class ShardedTimeView:
+    """A time order under one cut, over the shards of its vertices: each question a round."""
+
+    def __init__(self, index: ShardedIndex, name: str, cut: Cut) -> None:
+        self.index = index
+        self.head = (name, cut)
+
+    def probe(self, vertices: npt.NDArray[np.integer], lo: F64, hi: F64) -> TimeQueries:
+        return TimeQueries(vertices, lo, hi)
+
+    def _round(
+        self, method: str, queries: TimeQueries, extra: tuple[npt.NDArray[Any], ...] = ()
+    ) -> list[tuple[npt.NDArray[np.intp], Any]]:
+        count = self.index.shards.count
+        split = Split(queries.vertices, count)
+        parts = [split.part(s) for s in range(count)]
+        args = [
+            None
+            if p is None
+            else (
+                [
+                    (
+                        *self.head,
+                        queries.vertices[p],
+                        queries.lo[p],
+                        queries.hi[p],
+                        *(x[p] for x in extra),
+                    )
+                ],
+            )
+            for p in parts
+        ]
+        answers = self.index.shards.call(method, args)
+        return [(p, a[0]) for p, a in zip(parts, answers, strict=True) if p is not None]
+
+    def count(self, queries: TimeQueries) -> I64:
+        counts: I64 = scattered(self._round("time_count_many", queries), len(queries), np.int64)
+        return counts
+
+    def propose(self, queries: TimeQueries) -> tuple[I64, I32]:
+        return proposals(self._round("time_propose_many", queries), len(queries))
+
+    def contains(
+        self, queries: TimeQueries, owner: npt.NDArray[np.integer], eids: I32
+    ) -> npt.NDArray[np.bool_]:
+        found: npt.NDArray[np.bool_] = scattered(
+            self._round("time_contains_many", queries[owner], (eids,)), eids.shape[0], np.bool_
+        )
+        return found
+
+
+def _no_updates() -> EventUpdates:
+    empty = np.empty(0, np.int64)
+    return EventUpdates(empty, np.empty(0, np.int8), empty, empty, empty, {})
+
+
+def _joined(parts: list[StagedEvents]) -> StagedEvents:
+    """The shards' changes of one relation as one."""
+    if len(parts) == 1:
+        return parts[0]
+    selected = [np.concatenate(masks) for masks in zip(*(p.selected for p in parts), strict=True)]
+    return StagedEvents(
+        np.concatenate([p.eids for p in parts]),
+        np.concatenate([p.diff for p in parts]),
+        np.concatenate([p.seq for p in parts]),
+        np.concatenate([p.src for p in parts]),
+        np.concatenate([p.dst for p in parts]),
+        np.concatenate([p.ts for p in parts]),
+        selected,
+        np.concatenate([p.expired for p in parts]),
+        sum(p.replaced for p in parts),
+    )
+
+
+def _selected(part: StagedEvents, keep: npt.NDArray[np.bool_]) -> StagedEvents:
+    return StagedEvents(
+        part.eids[keep],
+        part.diff[keep],
+        part.seq[keep],
+        part.src[keep],
+        part.dst[keep],
+        part.ts[keep],
+        [],
+        part.expired[:0],
+        0,
+    )

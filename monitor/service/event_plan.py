@@ -1,0 +1,95 @@
+"""What the queries make of their event relations: which relations hold events, how long they
+live, the queries over the index's relations, the selections kept, and the time orders read.
+
+The single process's :class:`~monitor.service.epochs.EpochProcessor` and the partitioned
+engine's :class:`~monitor.distributed.delta.ShardedEpochs` plan events alike from here.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from core.errors import ConfigError
+from core.records import EventUpdates, RelationUpdates, UpdateBatch
+from monitor.index.event_relations import selections_of
+from monitor.index.selections import Selection
+from monitor.plan.events import EventQuery, event_relations, rewrite
+from monitor.plan.needs import time_ordered
+from monitor.plan.plan import DeltaQuery
+from monitor.plan.planner import static_plan
+from monitor.plan.windows import retentions
+from monitor.query.ast import Query
+
+
+@dataclass(frozen=True)
+class EventPlan:
+    """The queries' event relations, their retentions (ms; inf: until deleted), each query
+    rewritten over the index's relations, and the selections some atom reads."""
+
+    relations: set[str]
+    retention: dict[str, float]
+    rewritten: list[EventQuery]
+    selections: list[Selection]
+
+    @property
+    def internal(self) -> list[Query]:
+        return [r.internal for r in self.rewritten]
+
+    def time_orders(self, plans: Iterable[DeltaQuery]) -> frozenset[str]:
+        """The time orders the delta queries ``plans`` and the static plans read."""
+        return time_ordered([*plans, *(static_plan(q) for q in self.internal)])
+
+
+def event_plan(queries: Sequence[Query], retention: dict[str, float]) -> EventPlan:
+    """The plan of ``queries``' events, with ``retention`` as set (a retention of a relation no
+    query reads as events is a :class:`ConfigError`)."""
+    events = event_relations(tuple(queries))
+    unknown = set(retention) - events
+    if unknown:
+        raise ConfigError(
+            f"retention is set for {names(unknown)}, which no query reads as events "
+            f"(with 'as'); the event relations are {names(events)}"
+        )
+    rewritten = [rewrite(q, events) for q in queries]
+    found = [Selection(r, t) for q in rewritten for r, t in q.selections]
+    return EventPlan(
+        events, retentions(list(queries), events, retention), rewritten, selections_of(found)
+    )
+
+
+def names(relations: set[str]) -> str:
+    return ", ".join(sorted(relations)) if relations else "no relation"
+
+
+def positional_events(
+    batch: UpdateBatch, relations: Collection[str], ignored: Counter[str]
+) -> tuple[dict[str, RelationUpdates], dict[str, EventUpdates]]:
+    """The batch's tuples and events, where tuples of an event relation (records without an
+    id) become events whose identity is their stream position (``@seq``); their deletes are
+    counted (``delete_without_id``), not applied, and tuples of another arity
+    (``wrong_arity``)."""
+    events = dict(batch.events)
+    parts = dict(batch.parts)
+    for name in set(relations) & set(parts):
+        part = parts.pop(name)
+        insert = part.diff > 0
+        ignored["delete_without_id"] += int((~insert).sum())
+        if part.arity != 2:
+            ignored["wrong_arity"] += int(insert.sum())
+            continue
+        ids = np.char.add("@", part.seq[insert].astype(str)).astype(object)
+        positional = EventUpdates(
+            ids,
+            part.diff[insert],
+            part.seq[insert],
+            part.columns[0][insert],
+            part.columns[1][insert],
+            {},
+        )
+        known = events.get(name)
+        events[name] = positional if known is None else EventUpdates.concat([known, positional])
+    return parts, events
