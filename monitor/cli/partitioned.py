@@ -1,8 +1,7 @@
 """``run`` and ``count`` with ``--workers``: the commands on the partitioned engine
 (:mod:`monitor.distributed`), its deltas on stdout, a summary and each shard on stderr.
 
-What the partitioned engine cannot run is refused before Ray starts; Ray is imported only here,
-inside the commands, so the embedded default never pays for it.
+Ray is imported only here, inside the commands, so the embedded default never pays for it.
 """
 
 from __future__ import annotations
@@ -40,10 +39,8 @@ def run_on_shards(
 ) -> None:
     """``run --workers``: every epoch of the input through the shards."""
     from monitor.distributed.cluster import ray_shards
-    from monitor.distributed.count import refuse_unsupported
     from monitor.distributed.filejob import PartitionedJob, run_partitioned
 
-    refuse_unsupported(queries, settings.state_dir)  # (before Ray starts)
     started = time.perf_counter()
     job = PartitionedJob(
         edges,
@@ -131,6 +128,7 @@ def inspect_shards(directory: str) -> None:
     each shard's pairs per relation and position, and its size on disk."""
     from monitor.distributed.durable import DriverStore, shard_directory
     from monitor.distributed.shard_store import ShardStore
+    from monitor.index.event_state import unpack_records
 
     driver = DriverStore.open(directory, read_only=True)
     try:
@@ -155,14 +153,21 @@ def inspect_shards(directory: str) -> None:
             snapshot = store.meta["snapshot_epoch"]
             arity = store.meta.get("arity", {})
             vertices = sum(int.from_bytes(blob[:4], "little") for blob in store.vertices())
+            events = sum(
+                int(record.diff.sum())
+                for blobs in store.events()[1].values()
+                for blob in blobs
+                for record in unpack_records(blob)
+            )
         finally:
             store.close()
         held = ", ".join(
-            f"{relation}/{_direction(arity.get(relation, 2), position)} {keys.shape[0]:,}"
-            for (relation, position), (keys, _) in sorted(parts.items())
+            f"{relation}/{_direction(arity.get(relation, 2), position)} {columns[0].shape[0]:,}"
+            for (relation, position), columns in sorted(parts.items())
         )
         lines.append(
-            f"  shard {s:<4} vertices {vertices:,}; pairs {held or 'none'}; {disk:,} bytes on disk "
+            f"  shard {s:<4} vertices {vertices:,}; events {events:,}; pairs {held or 'none'}; "
+            f"{disk:,} bytes on disk "
             f"(snapshot at epoch {snapshot})"
         )
     for line in lines:
@@ -173,4 +178,6 @@ def _direction(arity: int, position: int) -> str:
     """How ``state inspect`` names a part: by the key it is stored under."""
     if arity == 1:
         return "values"
-    return "src" if position else "dst"
+    if arity == 2:
+        return "src" if position else "dst"
+    return f"position {position}"  # (keyed by the tuple of the other positions)

@@ -9,7 +9,8 @@ route every count, proposal and intersection to the shards of the keys and gathe
 back, one call per shard at a time (:mod:`monitor.distributed.sharded`). Shards are plain objects
 in one process (the tests' and the embedded mode's) or Ray actors.
 
-This is the first part of the issue: the static count (``count --workers N``) over binary
-relations with integer vertex ids. What the partitioned engine cannot run yet is refused at
-start, by name (:func:`~monitor.distributed.count.unsupported`).
+It runs every query the single process runs: the static count (:mod:`.count`), the epochs of
+delta queries (:mod:`.delta`) with the file job on them (:mod:`.filejob`), over relations of one
+to eight ids with vertex ids of any kind (:mod:`.vertices`) and events with fields and event
+time (:mod:`.shard_events`, :mod:`.sharded_events`), durable per shard (:mod:`.shard_store`).
 """

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
@@ -146,6 +147,18 @@ class ShardedEpochs:
                 cut=Cut.NEW,
                 runner=ShardedStageRunner,
             )
+
+    def position(self) -> dict[str, Any]:
+        """What the driver records of event time and fields with the staged epoch (as if it
+        were committed): the clock, and each event relation's field kinds as first seen."""
+        kinds = {} if self.events is None else self.events.kinds
+        return {"clock": self.clock.to_dict(staged=True), "kinds": kinds}
+
+    def restored(self, position: dict[str, Any]) -> None:
+        """Continue from a recorded :meth:`position`, after the shards loaded their part."""
+        self.clock.restore(position.get("clock"))
+        if self.events is not None:
+            self.events.restored(position.get("kinds") or {})
 
     def commit(self) -> None:
         """Fold the evaluated epoch into the shards."""

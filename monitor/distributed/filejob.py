@@ -141,7 +141,11 @@ def _start(
 
         epochs.initial(initial)
     sink.flush()
-    meta = replace(wanted, output_bytes=sink.sync() if isinstance(sink, OutputFile) else None)
+    meta = replace(
+        wanted,
+        position={**wanted.position, **epochs.position()},
+        output_bytes=sink.sync() if isinstance(sink, OutputFile) else None,
+    )
     if store is not None:
         epochs.index.checkpoint(0)
         failpoint("after_shards_checkpoint")
@@ -153,6 +157,7 @@ def _restore(store: DriverStore, epochs: ShardedEpochs, meta: DriverMeta) -> Non
     """Every shard loads its part at the recorded epoch."""
     loading = time.perf_counter()
     pairs = epochs.index.restore(str(store.path), meta.epoch)
+    epochs.restored(meta.position)
     epochs.epochs = meta.epoch
     log.info(
         "loaded state from %s: epoch %d, %d pairs on %d shards in %.2f s",
@@ -225,6 +230,7 @@ def _stream(
                         "input": job.edges,
                         "seq": batch.first_seq + batch.count,
                         "checkpoint": batch.resume.to_dict() if batch.resume else None,
+                        **epochs.position(),
                     },
                     output_bytes=length,
                 )

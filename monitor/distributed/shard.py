@@ -78,6 +78,9 @@ class ShardIndex:
         self.epoch = committed
         self.vertices = ShardVertices(self.shard, self.shards)
         self.vertices.restore(self.store.vertices())
+        self.events = self.events.emptied()
+        self.events.restore(*self.store.events())
+        self.time_orders = ShardTimeOrders()  # (the driver loads them: :meth:`time_load_many`)
         self.arity = dict(self.store.meta.get("arity", {}))
         self.tuple_keys = {}
         loaded = self.store.load()
@@ -179,14 +182,15 @@ class ShardIndex:
         """Make the staged epoch durable as ``epoch`` (synced), before the driver commits it."""
         failpoint("shard_before_prepare")
         if self.store is not None:
-            self.store.prepare(epoch, self.staged, self.vertices.added(), self.arity)
+            added = self.vertices.added()
+            self.store.prepare(epoch, self.staged, added, self.arity, self.events.logged())
         self.epoch = epoch
         failpoint("shard_after_prepare")
 
     def checkpoint(self, epoch: int) -> None:
         """Write everything committed as a snapshot at ``epoch`` (after a preload)."""
         if self.store is not None:
-            self.store.snapshot(epoch, self.parts(), self.vertices.added(), self.arity)
+            self._snapshot(epoch)
         self.epoch = epoch
 
     def commit(self) -> None:
@@ -200,7 +204,12 @@ class ShardIndex:
         self.time_orders.commit()
         self.staged = {}
         if self.store is not None and self.store.wants_snapshot():
-            self.store.snapshot(self.epoch, self.parts(), self.vertices.added(), self.arity)
+            self._snapshot(self.epoch)
+
+    def _snapshot(self, epoch: int) -> None:
+        assert self.store is not None
+        added = self.vertices.added()
+        self.store.snapshot(epoch, self.parts(), added, self.arity, self.events.snapshot())
 
     def abort(self) -> None:
         for positions in self.relations.values():
@@ -291,6 +300,13 @@ class ShardIndex:
     def time_contains_many(self, requests: list[tuple[Any, ...]]) -> list[npt.NDArray[np.bool_]]:
         self.work["intersected"] += sum(int(r[2].shape[0]) for r in requests)
         return [self.time_orders.contains(*r) for r in requests]
+
+    def time_entries_many(self, orders: list[tuple[str, int, str]]) -> list[tuple[Any, ...]]:
+        return self.events.time_entries(orders)
+
+    def time_load_many(self, requests: list[tuple[Any, ...]]) -> None:
+        for request in requests:
+            self.time_orders.load(*request)
 
     def event_fields_many(self, requests: list[tuple[str, str, I32]]) -> list[tuple[str, Any]]:
         return [self.events.field_values(*r) for r in requests]

@@ -34,6 +34,12 @@ from core.fields import FieldTest
 from core.times import TIME_FIELD
 from monitor.index import id_columns
 from monitor.index.event_relations import reborn_decide_expiry
+from monitor.index.event_state import (
+    changes_record,
+    load_records,
+    snapshot_records,
+    unpack_records,
+)
 from monitor.index.events import EventStore
 from monitor.index.field_columns import StringPool
 from monitor.index.levels import I8, I32, I64
@@ -42,6 +48,9 @@ from monitor.index.time_kernels import F64, time_ranks
 from monitor.index.unique import first_appearances, shared_count
 from monitor.index.window import ExpiryQueue
 from monitor.plan.cut import Cut
+
+#: Events a snapshot record holds at most.
+EVENT_BLOCK = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -58,6 +67,17 @@ class EventRequest:
     dst: I32
     fields: dict[str, npt.NDArray[Any]]
     tick: tuple[float, int] | None
+
+
+@dataclass(frozen=True)
+class EventLog:
+    """What a shard writes of one event relation: its id in the shard's directory, records
+    (:func:`~monitor.index.event_state.pack_record` s) and the ids numbered (first slot and
+    blob; None: none)."""
+
+    rel_id: int
+    records: list[bytes]
+    ids: tuple[int, bytes] | None
 
 
 @dataclass(frozen=True)
@@ -90,11 +110,15 @@ class ShardEvents:
         self.retention: dict[str, float] = {}
         self.queues: dict[str, ExpiryQueue] = {}
         self._expired_below = -math.inf
+        self._configured: tuple[dict[str, Any], dict[str, float]] | None = None
+        #: Per event relation, the ids written so far (:meth:`logged`).
+        self._exported: dict[str, int] = {}
 
     def configure(
         self, selections: Mapping[str, list[tuple[FieldTest, ...]]], retention: Mapping[str, float]
     ) -> None:
         """The event relations, each with its selections' tests, and the finite retentions."""
+        self._configured = (dict(selections), dict(retention))
         for relation, tests in selections.items():
             self.stores.setdefault(relation, EventStore(relation, pool=self.pool))
             self.selections[relation] = list(tests)
@@ -102,6 +126,13 @@ class ShardEvents:
             if math.isfinite(ms) and relation in self.stores:
                 self.retention[relation] = ms
                 self.queues.setdefault(relation, ExpiryQueue())
+
+    def emptied(self) -> ShardEvents:
+        """A new, empty shard of events configured as this one."""
+        fresh = ShardEvents(self.shard, self.shards)
+        if self._configured is not None:
+            fresh.configure(*self._configured)
+        return fresh
 
     def _global(self, eids: I32) -> I32:
         return (eids.astype(np.int64) * self.shards + self.shard).astype(np.int32)
@@ -164,6 +195,76 @@ class ShardEvents:
             store.abort()
         for queue in self.queues.values():
             queue.abort()
+
+    # Durability (:mod:`monitor.distributed.shard_store`): records in the single process's
+    # formats (:mod:`monitor.index.event_state`), the id dictionaries appended as they grow.
+
+    def _new_ids(self, relation: str) -> tuple[int, bytes] | None:
+        """The ids numbered since the last call (their first slot and blob), or None."""
+        ids = self.stores[relation].ids
+        start = self._exported.get(relation, 0)
+        if len(ids) == start:
+            return None
+        self._exported[relation] = len(ids)
+        return start, ids.export(start)
+
+    def logged(self) -> dict[str, EventLog]:
+        """Per event relation, the staged epoch's changes as a record (None: none) and the
+        ids it numbered (None: none)."""
+        out = {}
+        for rel_id, (relation, store) in enumerate(sorted(self.stores.items())):
+            changes = store.staged_changes
+            record = None
+            if changes.eids.shape[0]:
+                record = changes_record(rel_id, store, changes.eids, changes.diff)
+            out[relation] = EventLog(
+                rel_id, [] if record is None else [record], self._new_ids(relation)
+            )
+        return out
+
+    def snapshot(self) -> dict[str, EventLog]:
+        """Per event relation, its live events as records, and the ids not written yet."""
+        return {
+            relation: EventLog(
+                rel_id,
+                list(snapshot_records(rel_id, store, EVENT_BLOCK)),
+                self._new_ids(relation),
+            )
+            for rel_id, (relation, store) in enumerate(sorted(self.stores.items()))
+        }
+
+    def restore(self, ids: dict[int, list[bytes]], records: dict[int, list[bytes]]) -> None:
+        """Load the stores (configured, empty) from their id blobs and records, then the
+        windows' queues from the live events."""
+        for rel_id, (relation, store) in enumerate(sorted(self.stores.items())):
+            for blob in ids.get(rel_id, []):
+                store.ids.restore(blob)
+            self._exported[relation] = len(store.ids)
+            found = [r for blob in records.get(rel_id, []) for r in unpack_records(blob)]
+            load_records(store, found)
+            queue = self.queues.get(relation)
+            if queue is not None:
+                live = np.flatnonzero(store.alive[: store.size]).astype(np.int32)
+                column = store.fields.get(TIME_FIELD)
+                ts = column.get(live) if column is not None else np.full(live.shape[0], np.nan)
+                queue.rebuild(live, ts + self.retention[relation])
+
+    def time_entries(self, orders: list[tuple[str, int, str]]) -> list[tuple[I32, F64, I32]]:
+        """Per ``(relation, selection number, side)`` of a time order: the entries of this
+        shard's live selected events with a time (ends, times, global eids), which the driver
+        loads where their ends live (after a restore)."""
+        out = []
+        for relation, k, side in orders:
+            store = self.stores[relation]
+            live = np.flatnonzero(store.alive[: store.size]).astype(np.int32)
+            live = live[store.select(live, self.selections[relation][k])]
+            column = store.fields.get(TIME_FIELD)
+            ts = column.get(live) if column is not None else np.full(live.shape[0], np.nan)
+            timed = np.isfinite(ts)
+            live, ts = live[timed], np.asarray(ts[timed], np.float64)
+            ends = store.src[live] if side == "by_src" else store.dst[live]
+            out.append((ends, ts, self._global(live)))
+        return out
 
     def next_deadline(self) -> float:
         """The earliest committed deadline of an event in a window here (inf: none)."""
@@ -280,6 +381,10 @@ class ShardTimeOrders:
         view = self.index(name).view(cut)
         probe = view.probe(vertices, lo, hi)
         return view.contains(probe, np.arange(vertices.shape[0]), eids)
+
+    def load(self, name: str, vertex: I32, times: F64, eids: I32) -> None:
+        """Replace an order's entries by these (committed, all alive)."""
+        self.index(name).load(vertex, times, eids, time_ranks(times, eids))
 
     def commit(self) -> None:
         for index in self.orders.values():

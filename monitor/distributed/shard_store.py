@@ -13,6 +13,11 @@ and a log of per-epoch changes, in the same block and record formats
     b"V" epoch:u64 start:u32  the vertex dictionary's entries numbered in the epoch from local
                              id ``start`` on (:meth:`VertexDictionary.export`); kept by
                              snapshots (ids are never reused: the entries are the dictionary)
+    b"E" epoch:u64 rel:u16    an event relation's changes in the epoch (the single process's
+                             event records, :mod:`monitor.index.event_state`)
+    b"F" rel:u16 block:u32    snapshot record of an event relation's live events
+    b"I" epoch:u64 rel:u16 start:u32  the relation's event ids numbered in the epoch from slot
+                             ``start`` on; kept by snapshots, as ``V``
 
 An epoch is written when the shard *prepares* it, before the driver commits the epoch
 (:mod:`monitor.distributed.durable`), so the log may end with one epoch that was never
@@ -32,6 +37,7 @@ import orjson
 import rocksdict
 
 from core.errors import StateError
+from monitor.distributed.shard_events import EventLog
 from monitor.index.graph import Change
 from monitor.index.levels import I8, I32
 from monitor.index.store import SNAPSHOT_BLOCK, connect, rocks_options
@@ -89,9 +95,11 @@ class ShardStore:
         if meta["epoch"] > committed and not read_only:  # prepared, never committed: dropped
             batch = rocksdict.WriteBatch(raw_mode=True)
             batch.delete_range(_log_key(max(committed + 1, 0)), b"M")
-            batch.delete_range(b"V" + struct.pack(">Q", max(committed + 1, 0)), b"W")
+            for prefix in (b"V", b"E", b"I"):
+                batch.delete_range(prefix + struct.pack(">Q", max(committed + 1, 0)), _next(prefix))
             if meta["snapshot_epoch"] > committed:  # (a preload the driver never recorded)
                 batch.delete_range(b"S", b"T")
+                batch.delete_range(b"F", b"G")
                 meta.update(snapshot_epoch=-1, snapshot_bytes=0, log_bytes=0)
             store.meta["epoch"] = committed
             batch.put(META_KEY, orjson.dumps(store.meta))
@@ -161,6 +169,23 @@ class ShardStore:
             blobs.append(blob)
         return blobs
 
+    def events(self) -> tuple[dict[int, list[bytes]], dict[int, list[bytes]]]:
+        """The event relations' id blobs and records (snapshot, then epochs) up to the
+        committed epoch, by relation id, in order."""
+        ids: dict[int, list[bytes]] = {}
+        records: dict[int, list[bytes]] = {}
+        for key, blob in self._scan(b"I"):
+            epoch, rel_id = struct.unpack_from(">QH", key, 1)
+            if epoch <= self.committed:
+                ids.setdefault(rel_id, []).append(blob)
+        for key, blob in self._scan(b"F"):
+            records.setdefault(struct.unpack_from(">H", key, 1)[0], []).append(blob)
+        for key, blob in self._scan(b"E"):
+            epoch, rel_id = struct.unpack_from(">QH", key, 1)
+            if epoch <= self.committed:
+                records.setdefault(rel_id, []).append(blob)
+        return ids, records
+
     def _scan(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
         for raw_key, raw_value in self._db.items(from_key=prefix):
             key = bytes(raw_key)
@@ -185,14 +210,20 @@ class ShardStore:
         changes: Mapping[Part, Change],
         vertices: tuple[int, bytes] | None,
         arity: Mapping[str, int],
+        events: Mapping[str, EventLog] | None = None,
     ) -> None:
-        """Write the epoch's changes and new vertices (synced), before the driver commits
-        it."""
+        """Write the epoch's changes, new vertices and events (synced), before the driver
+        commits it."""
         ids = self._ids({p: len(c.columns) for p, c in changes.items()})
         record = write_log({_name(p): c for p, c in changes.items() if len(c)}, ids)
         batch = rocksdict.WriteBatch(raw_mode=True)
         batch.put(_log_key(epoch), record)
         self._put_vertices(batch, epoch, vertices, arity)
+        for log in (events or {}).values():
+            for blob in log.records:
+                batch.put(b"E" + struct.pack(">QH", epoch, log.rel_id), blob)
+                self.meta["log_bytes"] += len(blob)
+            self._put_ids(batch, epoch, log)
         self.meta["epoch"] = self.committed = epoch
         self.meta["log_bytes"] += len(record)
         batch.put(META_KEY, orjson.dumps(self.meta))
@@ -218,21 +249,33 @@ class ShardStore:
             batch.put(b"V" + struct.pack(">QI", epoch, start), blob)
         self.meta["arity"] = dict(arity)
 
+    def _put_ids(self, batch: Any, epoch: int, log: EventLog) -> None:
+        if log.ids is not None:
+            start, blob = log.ids
+            batch.put(b"I" + struct.pack(">QHI", epoch, log.rel_id, start), blob)
+
     def snapshot(
         self,
         epoch: int,
         parts: Mapping[Part, Tuples],
         vertices: tuple[int, bytes] | None,
         arity: Mapping[str, int],
+        events: Mapping[str, EventLog] | None = None,
     ) -> None:
-        """Replace snapshot and log by ``parts``, the pairs at ``epoch`` (committed), and
-        write the vertices numbered since the last epoch written."""
+        """Replace snapshot and log by ``parts``, the pairs at ``epoch`` (committed), and the
+        events' live records, and write the vertices and ids numbered since the last epoch
+        written."""
         ids = self._ids({p: len(c) for p, c in parts.items()})
         batch = rocksdict.WriteBatch(raw_mode=True)
         self._put_vertices(batch, epoch, vertices, arity)
-        batch.delete_range(b"L", b"M")
-        batch.delete_range(b"S", b"T")
+        for prefix in (b"L", b"S", b"E", b"F"):
+            batch.delete_range(prefix, _next(prefix))
         written = 0
+        for log in (events or {}).values():
+            for block, blob in enumerate(log.records):
+                batch.put(b"F" + struct.pack(">HI", log.rel_id, block), blob)
+                written += len(blob)
+            self._put_ids(batch, epoch, log)
         for part, columns in parts.items():
             part_id = ids[_name(part)][0]
             for b, lo in enumerate(range(0, columns[0].shape[0], SNAPSHOT_BLOCK)):
@@ -250,6 +293,11 @@ class ShardStore:
 
 def _name(part: Part) -> str:
     return f"{part[0]}/{part[1]}"
+
+
+def _next(prefix: bytes) -> bytes:
+    """The first key past every key under a one-byte ``prefix``."""
+    return bytes([prefix[0] + 1])
 
 
 def _log_key(epoch: int) -> bytes:

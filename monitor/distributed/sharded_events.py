@@ -312,6 +312,33 @@ class ShardedEvents:
                     out[s].append((name, vertex[p], ts[p], eids[p], diff[p], horizon, expired))
         return out
 
+    def restored(self, kinds: dict[str, dict[str, str]]) -> None:
+        """After the shards loaded their events: the field kinds as the run saw them, and
+        every time order loaded where its vertices live, from the events' shards (two
+        rounds)."""
+        for relation, known in kinds.items():
+            self.kinds.setdefault(relation, {}).update(known)
+        orders: list[tuple[str, tuple[str, int, str]]] = []
+        nth: Counter[str] = Counter()
+        for selection, ordered in zip(self.selections, self.ordered, strict=True):
+            k = nth[selection.relation]
+            nth[selection.relation] += 1
+            orders += [(name, (selection.relation, k, side)) for side, name in ordered.items()]
+        if not orders:
+            return
+        count = self.index.shards.count
+        found = self.index.shards.call("time_entries_many", [([o for _, o in orders],)] * count)
+        loads: list[list[tuple[Any, ...]]] = [[] for _ in range(count)]
+        for k, (name, _) in enumerate(orders):
+            vertex = np.concatenate([f[k][0] for f in found]).astype(np.int32)
+            times = np.concatenate([f[k][1] for f in found])
+            eids = np.concatenate([f[k][2] for f in found]).astype(np.int32)
+            owner = vertex % count
+            for s in range(count):
+                at = owner == s
+                loads[s].append((name, vertex[at], times[at], eids[at]))
+        self.index.shards.call("time_load_many", [(load,) for load in loads])
+
     # What the engine reads of events, a round per question.
 
     def field_values(self, relation: str, name: str, eids: I32) -> npt.NDArray[Any] | None:

@@ -90,10 +90,13 @@ class EventClock:
         top = self.top if self._staged is None else self._staged[0]
         return {p: top[p].tolist() for p in partitions if p in top}
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, staged: bool = False) -> dict[str, Any]:
+        """The committed state (``staged``: the staged epoch's, as :meth:`commit` would keep
+        it), for :meth:`restore`."""
+        top, watermark = self._staged if staged and self._staged else (self.top, self.watermark)
         return {
-            "watermark": None if math.isinf(self.watermark) else float(self.watermark),
-            "top": {p: t.tolist() for p, t in self.top.items()},
+            "watermark": None if math.isinf(watermark) else float(watermark),
+            "top": {p: t.tolist() for p, t in top.items()},
         }
 
     def restore(self, data: Mapping[str, Any] | None) -> None:

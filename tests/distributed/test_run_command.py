@@ -58,11 +58,40 @@ def test_run_with_workers_writes_the_single_process_s_deltas(tmp_path: Path, emi
     assert len(progress) > 3 and "MiB exchanged" in progress[-1]
 
 
+def killed_and_run_again(common: list[str], tmp_path: Path, expected: dict[int, list[str]]) -> str:
+    """With 2 workers, 3 shards and a state directory: a shard that dies after preparing an
+    epoch, and the driver's rerun, write the uninterrupted run's file byte for byte (the
+    single process's records); ``state inspect`` of the directory."""
+    durable = [*common, "--workers", "2", "--shards", "3", "--state-dir", str(tmp_path / "s")]
+    whole, cut = tmp_path / "whole.jsonl", tmp_path / "cut.jsonl"
+    done = run(*durable[:-2], "--state-dir", str(tmp_path / "w"), "--output", str(whole))
+    assert done.returncode == 0, done.stderr
+    died = run(
+        *durable, "--output", str(cut), SGM_FAILPOINT="shard_after_prepare", SGM_FAILPOINT_HIT="9"
+    )
+    assert died.returncode != 0 and "shard" in died.stderr
+    again = run(*durable, "--output", str(cut))
+    assert again.returncode == 0, again.stderr
+    assert "(continuing after epoch" in again.stderr
+    assert cut.read_bytes() == whole.read_bytes()
+    assert by_epoch(whole.read_text()) == expected
+    shown = subprocess.run(
+        [sys.executable, "-m", "monitor", "state", "inspect", str(tmp_path / "s")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert shown.returncode == 0, shown.stderr
+    return shown.stdout
+
+
 @pytest.mark.parametrize("fields", [[], ["--output-fields", "amount"]])
-def test_the_shipped_payments_with_workers(fields: list[str]) -> None:
+def test_the_shipped_payments_with_workers(fields: list[str], tmp_path: Path) -> None:
     """Events with fields, predicates, event time and a window (``examples/payments.q``): the
     records, each edge variable's event with its fields, ``match_id`` and ``cause``, are the
-    single process's, epoch for epoch."""
+    single process's, epoch for epoch; with a state directory, a shard that dies after
+    preparing an epoch and the driver's rerun write the uninterrupted run's file, byte for
+    byte, and ``state inspect`` counts each live event once."""
     pytest.importorskip("ray", reason="ray is not installed (the `distributed` extra)")
     common = ["--query", "examples/payments.q", "--edges", "examples/payments.jsonl"]
     common += ["--batch-size", "7", *fields]
@@ -73,16 +102,11 @@ def test_the_shipped_payments_with_workers(fields: list[str]) -> None:
     expected = by_epoch(alone.stdout)
     assert sum(map(len, expected.values())) >= 4 and '"cause":"expired"' in alone.stdout
     assert by_epoch(sharded.stdout) == expected
-
-
-def test_events_with_a_state_directory_are_refused_before_ray_starts(tmp_path: Path) -> None:
-    done = run(
-        "--query", "examples/payments.q", "--edges", "examples/payments.jsonl",
-        "--state-dir", str(tmp_path / "state"), "--workers", "2",
-    )  # fmt: skip
-    assert done.returncode != 0
-    assert "does not run events (transfer) with --state-dir" in done.stderr
-    assert "Ray" not in done.stderr and not (tmp_path / "state").exists()
+    if fields:
+        return
+    shown = killed_and_run_again(common, tmp_path, expected)
+    counted = re.findall(r"events ([\d,]+)", shown)
+    assert len(counted) == 3 and sum(int(n.replace(",", "")) for n in counted) > 0
 
 
 def test_preload_and_initial_as_the_single_process(tmp_path: Path) -> None:
@@ -214,29 +238,8 @@ def test_the_shipped_fraud_example_with_workers(tmp_path: Path) -> None:
     sharded = run(*common, "--workers", "2", "--shards", "3")
     assert sharded.returncode == 0, sharded.stderr
     assert by_epoch(sharded.stdout) == expected
-    durable = [*common, "--workers", "2", "--shards", "3", "--state-dir", str(tmp_path / "s")]
-    whole, cut = tmp_path / "whole.jsonl", tmp_path / "cut.jsonl"
-    assert (
-        run(*durable[:-2], "--state-dir", str(tmp_path / "w"), "--output", str(whole)).returncode
-        == 0
-    )
-    died = run(
-        *durable, "--output", str(cut), SGM_FAILPOINT="shard_after_prepare", SGM_FAILPOINT_HIT="9"
-    )
-    assert died.returncode != 0 and "shard" in died.stderr
-    again = run(*durable, "--output", str(cut))
-    assert again.returncode == 0, again.stderr
-    assert "(continuing after epoch" in again.stderr
-    assert cut.read_bytes() == whole.read_bytes()
-    assert by_epoch(whole.read_text()) == expected
-    shown = subprocess.run(
-        [sys.executable, "-m", "monitor", "state", "inspect", str(tmp_path / "s")],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert shown.returncode == 0, shown.stderr
-    shards = [line for line in shown.stdout.splitlines() if line.startswith("  shard ")]
+    shown = killed_and_run_again(common, tmp_path, expected)
+    shards = [line for line in shown.splitlines() if line.startswith("  shard ")]
     assert len(shards) == 3
     # Every account and device is numbered by exactly one shard.
     accounts = set(re.findall(r"(?:acct|dev)-\d+", (root / "transfers.txt").read_text()))

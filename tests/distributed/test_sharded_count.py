@@ -1,6 +1,6 @@
 """The partitioned index's static count against the single process (the oracle), and against
 networkx on real data: random graphs with inserts and deletes, labels, integer, string and mixed
-vertex ids, 1-5 shards; the same shards as Ray actors; what it cannot run yet refused by
+vertex ids, 1-5 shards; the same shards as Ray actors; what it cannot run refused by
 name."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from core.errors import InputError
 from core.records import RelationUpdates, UpdateBatch
-from monitor.distributed.count import count_all, refuse_unsupported
+from monitor.distributed.count import count_all
 from monitor.distributed.shard_calls import LocalShards, RayShards
 from monitor.query.parser import parse_queries
 from monitor.service.epochs import EpochProcessor
@@ -138,11 +138,7 @@ def test_each_shard_holds_its_part_of_the_index() -> None:
     assert min(s["proposed"] for s in index.stats()) > 0  # every shard did work
 
 
-def test_what_it_cannot_run_yet_is_refused_by_name() -> None:
-    events = parse_queries("big(a, b) := transfer(a, b) as t, t.amount > 10.")
-    with pytest.raises(InputError, match=r"does not run events \(transfer\) with --state-dir"):
-        refuse_unsupported(events, "state")
-    refuse_unsupported(events)  # (without a state directory, it runs them)
+def test_a_relation_of_nine_ids_is_refused_by_name() -> None:
     wide = UpdateBatch(
         {"uses": RelationUpdates([np.zeros(1, np.int64)] * 9, np.ones(1, np.int8), np.zeros(1))},
         0,

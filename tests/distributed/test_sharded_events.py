@@ -3,7 +3,8 @@ user reads (bindings, diffs, each edge variable's event with its fields, ``match
 ``cause`` in a window) are the single process's, on random event streams with fields,
 predicates, join filters across events, deletes and reinserts by id, labels and tuples beside
 the events, event time (range steps, ``within``), windows with expiry, lateness and outliers,
-random epoch boundaries, over 1-5 shards (in process, and as Ray actors)."""
+random epoch boundaries, over 1-5 shards (in process, and as Ray actors); and through deaths
+at every step of the epoch protocol with a state directory."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import io
 import itertools
 import json
 import math
-from collections.abc import Callable, Sequence
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from hypothesis import example, given, settings
@@ -21,6 +24,7 @@ from connectors.sinks import JsonLinesSink
 from core.records import UpdateBatch
 from monitor.distributed.delta import ShardedEpochs
 from monitor.distributed.shard_calls import LocalShards, RayShards, Shards
+from monitor.distributed.shard_store import ShardStore
 from monitor.query.ast import Query
 from monitor.query.parser import parse_queries
 from monitor.service.epochs import EpochProcessor, QueryOutput
@@ -175,6 +179,100 @@ def test_windows_expiry_lateness_and_causes(
     )
     batches = cut(time_oracle.batch, ops, cuts)
     same_records(WINDOW_QUERIES, batches, LocalShards(shards), run)
+
+
+#: Where a run dies: its epoch's records written but not prepared; prepared by the shards but
+#: not recorded by the driver; recorded but not folded.
+STEPS = ("evaluated", "prepared", "committed")
+
+
+def run_until(
+    state: str,
+    shards: int,
+    run: Settings,
+    batches: list[UpdateBatch],
+    record: tuple[int, dict[str, Any]],
+    stop: int,
+    step: str,
+) -> tuple[tuple[int, dict[str, Any]], list[list[str]]]:
+    """Restore at the driver's ``record`` (its last committed epoch, -1: a new run, and the
+    clock and field kinds it recorded), run on and die at epoch ``stop`` after ``step``; the
+    driver's last record, and the records of the epochs it recorded."""
+    sharded = ShardedEpochs(WINDOW_QUERIES, LocalShards(shards), 1 << 20, True, settings=run)
+    committed, position = record
+    sharded.index.restore(state, committed)
+    if committed < 0:  # (a new run: the shards' epoch 0, then the driver's)
+        sharded.index.checkpoint(0)
+        committed, position = 0, sharded.position()
+    else:
+        sharded.restored(position)
+    out = []
+    for epoch in range(committed + 1, len(batches) + 1):
+        found = records(sharded.outputs(sharded.evaluate(batches[epoch - 1])), epoch)
+        if epoch == stop and step == "evaluated":
+            break
+        sharded.index.prepare(epoch)
+        if epoch == stop and step == "prepared":
+            break
+        committed, position = epoch, sharded.position()  # (the driver's record)
+        out.append(found)
+        if epoch == stop:
+            break
+        sharded.commit()
+    sharded.index.close()  # (the process dies: its directories are let go)
+    return (committed, position), out
+
+
+@example(  # the watermark recorded by the driver expires the first events right after a restart
+    ops=[("insert", 0, 0, 1, 3, 0), ("insert", 1, 1, 0, 3, 1), ("insert", 2, 2, 2, 1, 40),
+         ("insert", 3, 2, 2, 1, 50), ("insert", 4, 2, 2, 1, 55), ("insert", 5, 2, 2, 1, 58)],
+    cuts=[2, 4, 5], shards=2, deaths=[(2, "committed")], window=20,
+)  # fmt: skip
+@settings(max_examples=40, deadline=None)
+@given(
+    ops=WINDOW_OPS,
+    cuts=CUTS,
+    shards=st.integers(1, 4),
+    deaths=st.lists(st.tuples(st.integers(1, 6), st.sampled_from(STEPS)), min_size=1, max_size=3),
+    window=st.sampled_from([20, 60, None]),
+)
+def test_a_run_restarted_at_any_step_writes_the_single_process_s_records(
+    ops: list[Any], cuts: list[int], shards: int, deaths: list[tuple[int, str]], window: int | None
+) -> None:
+    """Events, their windows and time orders through deaths at every step of the epoch
+    protocol, snapshots taken at every commit: each shard's stores and id dictionaries come
+    back from its directory, the windows' queues and time orders from the stores, the clock
+    and the fields' kinds from the driver's record."""
+    retention = math.inf if window is None else window * MINUTE  # (None: until deleted)
+    run = Settings(retention={"transfer": retention}, allowed_lateness=MINUTE)
+    batches = cut(time_oracle.batch, ops, cuts)
+    single = EpochProcessor(WINDOW_QUERIES, run)
+    expected = []
+    for epoch, batch in enumerate(batches, 1):
+        expected.append(records(single.process(batch).queries, epoch))
+        single.commit()
+    got: list[list[str]] = []
+    record: tuple[int, dict[str, Any]] = (-1, {})
+    with tempfile.TemporaryDirectory() as state, snapshots_at_every_commit():
+        for stop, step in deaths:
+            stop = max(record[0], 0) + stop
+            record, out = run_until(state, shards, run, batches, record, stop, step)
+            got += out
+        record, out = run_until(state, shards, run, batches, record, len(batches) + 1, "")
+        got += out
+    assert record[0] == len(batches)
+    assert got == expected
+
+
+@contextmanager
+def snapshots_at_every_commit() -> Iterator[None]:
+    """A new snapshot whenever the log outgrows the snapshot, however small."""
+    was = ShardStore.snapshot_min_bytes
+    ShardStore.snapshot_min_bytes = 0
+    try:
+        yield
+    finally:
+        ShardStore.snapshot_min_bytes = was
 
 
 def test_a_long_windowed_stream_finds_matches_and_expires_them() -> None:
