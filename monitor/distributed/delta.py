@@ -130,6 +130,8 @@ class ShardedEpochs:
         no clock."""
         self._stage(batch, timed=False)
         self.index.commit()
+        if self.events is not None:
+            self.events.compact(self.settings.event_compaction_min)
 
     def initial(self, emit: Callable[[MatchDeltas], None]) -> None:
         """Every current match of every query, as +1 deltas in batches."""
@@ -164,6 +166,8 @@ class ShardedEpochs:
         """Fold the evaluated epoch into the shards."""
         self.index.commit()
         self.clock.commit()
+        if self.events is not None:
+            self.events.compact(self.settings.event_compaction_min)
         self.epochs += 1
 
     def outputs(self, deltas: Sequence[MatchDeltas]) -> list[QueryOutput]:

@@ -26,6 +26,7 @@ import numpy.typing as npt
 
 from monitor.distributed.shard_events import (
     EventRequest,
+    Renumbered,
     ShardEvents,
     ShardTimeOrders,
     StagedEvents,
@@ -64,8 +65,10 @@ class ShardIndex:
         self.time_orders = ShardTimeOrders()
         #: The work done: keys counted, values proposed, pairs intersected.
         self.work: Counter[str] = Counter()
-        #: The staged epoch's changes per part (relation, position), in global ids.
+        #: The staged epoch's changes per part (relation, position), in global ids; and
+        #: those folded between epochs, written with the next one (:meth:`restage_many`).
         self.staged: dict[Part, Change] = {}
+        self.pending: dict[Part, list[Change]] = {}
         #: Its directory (``--state-dir``), and the last epoch prepared there.
         self.store: ShardStore | None = None
         self.epoch = 0
@@ -76,6 +79,7 @@ class ShardIndex:
         the arity of each relation staged here."""
         self.store = ShardStore.open(directory, self.shard, self.shards, committed)
         self.epoch = committed
+        self.staged, self.pending = {}, {}
         self.vertices = ShardVertices(self.shard, self.shards)
         self.vertices.restore(self.store.vertices())
         self.events = self.events.emptied()
@@ -183,7 +187,9 @@ class ShardIndex:
         failpoint("shard_before_prepare")
         if self.store is not None:
             added = self.vertices.added()
-            self.store.prepare(epoch, self.staged, added, self.arity, self.events.logged())
+            changes = _concatenated(self.pending, self.staged)
+            self.store.prepare(epoch, changes, added, self.arity, self.events.logged())
+        self.pending = {}
         self.epoch = epoch
         failpoint("shard_after_prepare")
 
@@ -301,6 +307,23 @@ class ShardIndex:
         self.work["intersected"] += sum(int(r[2].shape[0]) for r in requests)
         return [self.time_orders.contains(*r) for r in requests]
 
+    def events_compact(self, minimum: int) -> list[Renumbered]:
+        return self.events.compact(minimum)
+
+    def restage_many(self, requests: list[tuple[Any, ...]]) -> None:
+        """Stage and fold at once, between epochs, changes that seed no query (the
+        ``#events`` tuples of renumbered events); written with the next prepared epoch."""
+        for request in requests:
+            self.stage(*request)
+        for part, change in self.staged.items():
+            self.relations[part[0]][part[1]].commit()
+            self.pending.setdefault(part, []).append(change)
+        self.staged = {}
+
+    def time_renumber_many(self, requests: list[tuple[str, I32, I32]]) -> None:
+        for request in requests:
+            self.time_orders.renumber(*request)
+
     def time_entries_many(self, orders: list[tuple[str, int, str]]) -> list[tuple[Any, ...]]:
         return self.events.time_entries(orders)
 
@@ -347,3 +370,17 @@ class ShardIndex:
             **self.work,
             **disk,
         }
+
+
+def _concatenated(
+    pending: dict[Part, list[Change]], staged: dict[Part, Change]
+) -> dict[Part, Change]:
+    """Per part, the changes folded between epochs, then the epoch's (the later ones win)."""
+    out = dict(staged)
+    for part, changes in pending.items():
+        found = [*changes, *([staged[part]] if part in staged else [])]
+        out[part] = Change(
+            [np.concatenate(c) for c in zip(*(f.columns for f in found), strict=True)],
+            np.concatenate([f.diff for f in found]),
+        )
+    return out

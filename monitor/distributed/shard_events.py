@@ -33,6 +33,7 @@ from core.columns import Coded, Column
 from core.fields import FieldTest
 from core.times import TIME_FIELD
 from monitor.index import id_columns
+from monitor.index.compaction import compact_pool, compact_store, due, pool_due
 from monitor.index.event_relations import reborn_decide_expiry
 from monitor.index.event_state import (
     changes_record,
@@ -78,6 +79,9 @@ class EventLog:
     rel_id: int
     records: list[bytes]
     ids: tuple[int, bytes] | None
+    #: Whether ``records`` are the relation's live events whole and ``ids`` its whole id
+    #: dictionary (after a compaction renumbered them), not an epoch's changes.
+    whole: bool = False
 
 
 @dataclass(frozen=True)
@@ -97,6 +101,20 @@ class StagedEvents:
     replaced: int
 
 
+@dataclass(frozen=True)
+class Renumbered:
+    """The events of a compacted relation whose eid changed: old and new global eids, ends,
+    times and selections."""
+
+    relation: str
+    old: I32
+    new: I32
+    src: I32
+    dst: I32
+    ts: F64
+    selected: list[npt.NDArray[np.bool_]]
+
+
 class ShardEvents:
     """Shard ``shard`` of ``shards``'s event stores and windows."""
 
@@ -111,6 +129,8 @@ class ShardEvents:
         self.queues: dict[str, ExpiryQueue] = {}
         self._expired_below = -math.inf
         self._configured: tuple[dict[str, Any], dict[str, float]] | None = None
+        #: The relations compacted since the last epoch written (:meth:`logged`).
+        self._compacted: set[str] = set()
         #: Per event relation, the ids written so far (:meth:`logged`).
         self._exported: dict[str, int] = {}
 
@@ -210,9 +230,15 @@ class ShardEvents:
 
     def logged(self) -> dict[str, EventLog]:
         """Per event relation, the staged epoch's changes as a record (None: none) and the
-        ids it numbered (None: none)."""
+        ids it numbered (None: none); a relation compacted since the last epoch written, its
+        live events and ids whole (:meth:`snapshot`'s, with the epoch)."""
         out = {}
+        whole = self.snapshot(self._compacted)
+        self._compacted = set()
         for rel_id, (relation, store) in enumerate(sorted(self.stores.items())):
+            if relation in whole:
+                out[relation] = whole[relation]
+                continue
             changes = store.staged_changes
             record = None
             if changes.eids.shape[0]:
@@ -222,16 +248,47 @@ class ShardEvents:
             )
         return out
 
-    def snapshot(self) -> dict[str, EventLog]:
-        """Per event relation, its live events as records, and the ids not written yet."""
-        return {
-            relation: EventLog(
-                rel_id,
-                list(snapshot_records(rel_id, store, EVENT_BLOCK)),
-                self._new_ids(relation),
+    def snapshot(self, relations: set[str] | None = None) -> dict[str, EventLog]:
+        """Per event relation (of ``relations``; default: all), its live events as records
+        and its whole id dictionary."""
+        out = {}
+        for rel_id, (relation, store) in enumerate(sorted(self.stores.items())):
+            if relations is None or relation in relations:
+                self._exported[relation] = len(store.ids)
+                records = list(snapshot_records(rel_id, store, EVENT_BLOCK))
+                out[relation] = EventLog(rel_id, records, (0, store.ids.export(0)), whole=True)
+        return out
+
+    def compact(self, minimum: int) -> list[Renumbered]:
+        """After a commit: compact the stores that are due (and the string pool), the windows'
+        queues renumbered with them; per relation compacted, the events whose eid changed, to
+        be renumbered where the relations derived from them live. The store is written whole
+        with the next epoch (:meth:`logged`)."""
+        out = []
+        for relation, store in sorted(self.stores.items()):
+            if not due(store, minimum):
+                continue
+            old_of_new = compact_store(store)
+            self._compacted.add(relation)
+            if relation in self.queues:
+                self.queues[relation].renumber(old_of_new)
+            moved = np.flatnonzero(old_of_new != np.arange(old_of_new.shape[0])).astype(np.int32)
+            column = store.fields.get(TIME_FIELD)
+            ts = column.get(moved) if column is not None else np.full(moved.shape[0], np.nan)
+            out.append(
+                Renumbered(
+                    relation,
+                    self._global(old_of_new[moved]),
+                    self._global(moved),
+                    store.src[moved],
+                    store.dst[moved],
+                    np.asarray(ts, np.float64),
+                    [store.select(moved, tests) for tests in self.selections[relation]],
+                )
             )
-            for rel_id, (relation, store) in enumerate(sorted(self.stores.items()))
-        }
+        if pool_due(self.pool, minimum):
+            compact_pool(self.pool, self.stores.values())
+        return out
 
     def restore(self, ids: dict[int, list[bytes]], records: dict[int, list[bytes]]) -> None:
         """Load the stores (configured, empty) from their id blobs and records, then the
@@ -381,6 +438,20 @@ class ShardTimeOrders:
         view = self.index(name).view(cut)
         probe = view.probe(vertices, lo, hi)
         return view.contains(probe, np.arange(vertices.shape[0]), eids)
+
+    def renumber(self, name: str, old: I32, new: I32) -> None:
+        """Entries of events whose eid changed take the new one (committed state only)."""
+        index = self.index(name)
+        if not old.shape[0] or not len(index.base) + len(index.committed):
+            return
+        vertex, times, eids = index.entries(Cut.OLD)
+        order = np.argsort(old)
+        at = np.minimum(np.searchsorted(old[order], eids), old.shape[0] - 1)
+        hit = old[order][at] == eids
+        if hit.any():
+            eids = eids.copy()
+            eids[hit] = new[order][at[hit]]
+            self.load(name, vertex, times, eids)
 
     def load(self, name: str, vertex: I32, times: F64, eids: I32) -> None:
         """Replace an order's entries by these (committed, all alive)."""

@@ -15,9 +15,11 @@ and a log of per-epoch changes, in the same block and record formats
                              snapshots (ids are never reused: the entries are the dictionary)
     b"E" epoch:u64 rel:u16    an event relation's changes in the epoch (the single process's
                              event records, :mod:`monitor.index.event_state`)
-    b"F" rel:u16 block:u32    snapshot record of an event relation's live events
+    b"F" epoch:u64 rel:u16 block:u32  an event relation's live events after the epoch, whole:
+                             written by a snapshot, or with the epoch after a compaction
+                             renumbered them (the relation is read from its latest ``F`` on)
     b"I" epoch:u64 rel:u16 start:u32  the relation's event ids numbered in the epoch from slot
-                             ``start`` on; kept by snapshots, as ``V``
+                             ``start`` on (from 0: the whole dictionary, beside an ``F``)
 
 An epoch is written when the shard *prepares* it, before the driver commits the epoch
 (:mod:`monitor.distributed.durable`), so the log may end with one epoch that was never
@@ -95,11 +97,10 @@ class ShardStore:
         if meta["epoch"] > committed and not read_only:  # prepared, never committed: dropped
             batch = rocksdict.WriteBatch(raw_mode=True)
             batch.delete_range(_log_key(max(committed + 1, 0)), b"M")
-            for prefix in (b"V", b"E", b"I"):
+            for prefix in (b"V", b"E", b"F", b"I"):
                 batch.delete_range(prefix + struct.pack(">Q", max(committed + 1, 0)), _next(prefix))
             if meta["snapshot_epoch"] > committed:  # (a preload the driver never recorded)
                 batch.delete_range(b"S", b"T")
-                batch.delete_range(b"F", b"G")
                 meta.update(snapshot_epoch=-1, snapshot_bytes=0, log_bytes=0)
             store.meta["epoch"] = committed
             batch.put(META_KEY, orjson.dumps(store.meta))
@@ -170,19 +171,26 @@ class ShardStore:
         return blobs
 
     def events(self) -> tuple[dict[int, list[bytes]], dict[int, list[bytes]]]:
-        """The event relations' id blobs and records (snapshot, then epochs) up to the
-        committed epoch, by relation id, in order."""
+        """The event relations' id blobs and records up to the committed epoch, by relation
+        id, in order: each relation's from its latest whole snapshot (``F``) on."""
+        whole: dict[int, int] = {}
+        for key, _ in self._scan(b"F"):
+            epoch, rel_id = struct.unpack_from(">QH", key, 1)
+            if epoch <= self.committed:
+                whole[rel_id] = max(whole.get(rel_id, -1), epoch)
         ids: dict[int, list[bytes]] = {}
         records: dict[int, list[bytes]] = {}
         for key, blob in self._scan(b"I"):
             epoch, rel_id = struct.unpack_from(">QH", key, 1)
-            if epoch <= self.committed:
+            if whole.get(rel_id, -1) <= epoch <= self.committed:
                 ids.setdefault(rel_id, []).append(blob)
         for key, blob in self._scan(b"F"):
-            records.setdefault(struct.unpack_from(">H", key, 1)[0], []).append(blob)
+            epoch, rel_id = struct.unpack_from(">QH", key, 1)
+            if epoch == whole[rel_id]:
+                records.setdefault(rel_id, []).append(blob)
         for key, blob in self._scan(b"E"):
             epoch, rel_id = struct.unpack_from(">QH", key, 1)
-            if epoch <= self.committed:
+            if whole.get(rel_id, -1) < epoch <= self.committed:
                 records.setdefault(rel_id, []).append(blob)
         return ids, records
 
@@ -220,10 +228,7 @@ class ShardStore:
         batch.put(_log_key(epoch), record)
         self._put_vertices(batch, epoch, vertices, arity)
         for log in (events or {}).values():
-            for blob in log.records:
-                batch.put(b"E" + struct.pack(">QH", epoch, log.rel_id), blob)
-                self.meta["log_bytes"] += len(blob)
-            self._put_ids(batch, epoch, log)
+            self.meta["log_bytes"] += self._put_events(batch, epoch, log)
         self.meta["epoch"] = self.committed = epoch
         self.meta["log_bytes"] += len(record)
         batch.put(META_KEY, orjson.dumps(self.meta))
@@ -249,10 +254,21 @@ class ShardStore:
             batch.put(b"V" + struct.pack(">QI", epoch, start), blob)
         self.meta["arity"] = dict(arity)
 
-    def _put_ids(self, batch: Any, epoch: int, log: EventLog) -> None:
+    def _put_events(self, batch: Any, epoch: int, log: EventLog) -> int:
+        """One relation's events of ``epoch``: its changes, or (``whole``) its live events; and
+        its ids. Returns the bytes written."""
+        written = 0
+        for block, blob in enumerate(log.records):
+            if log.whole:
+                batch.put(b"F" + struct.pack(">QHI", epoch, log.rel_id, block), blob)
+            else:
+                batch.put(b"E" + struct.pack(">QH", epoch, log.rel_id), blob)
+            written += len(blob)
         if log.ids is not None:
             start, blob = log.ids
             batch.put(b"I" + struct.pack(">QHI", epoch, log.rel_id, start), blob)
+            written += len(blob)
+        return written
 
     def snapshot(
         self,
@@ -268,14 +284,11 @@ class ShardStore:
         ids = self._ids({p: len(c) for p, c in parts.items()})
         batch = rocksdict.WriteBatch(raw_mode=True)
         self._put_vertices(batch, epoch, vertices, arity)
-        for prefix in (b"L", b"S", b"E", b"F"):
+        for prefix in (b"L", b"S", b"E", b"F", b"I"):
             batch.delete_range(prefix, _next(prefix))
         written = 0
         for log in (events or {}).values():
-            for block, blob in enumerate(log.records):
-                batch.put(b"F" + struct.pack(">HI", log.rel_id, block), blob)
-                written += len(blob)
-            self._put_ids(batch, epoch, log)
+            written += self._put_events(batch, epoch, log)
         for part, columns in parts.items():
             part_id = ids[_name(part)][0]
             for b, lo in enumerate(range(0, columns[0].shape[0], SNAPSHOT_BLOCK)):

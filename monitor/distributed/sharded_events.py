@@ -37,7 +37,7 @@ from core.errors import InputError
 from core.fields import TIME_ORDERS, column_kind
 from core.records import EventUpdates
 from monitor.distributed.routing import Split, proposals, scattered
-from monitor.distributed.shard_events import EventRequest, StagedEvents
+from monitor.distributed.shard_events import EventRequest, Renumbered, StagedEvents
 from monitor.distributed.sharded import ShardedIndex
 from monitor.distributed.vertices import owners
 from monitor.index.event_relations import admitted
@@ -311,6 +311,42 @@ class ShardedEvents:
                     expired = 0 if gone is None else int(gone[s])
                     out[s].append((name, vertex[p], ts[p], eids[p], diff[p], horizon, expired))
         return out
+
+    def compact(self, minimum: int) -> int:
+        """After a commit: every shard compacts its stores that are due
+        (:mod:`monitor.index.compaction`, by the single process's rule), and the events whose
+        eid changed are renumbered in the ``#events`` relations and time orders of every shard
+        (folded at once, seeding nothing; written with the next epoch). Two rounds when any
+        store was due; returns the events renumbered."""
+        count = self.index.shards.count
+        found = self.index.shards.call("events_compact", [(minimum,)] * count)
+        moved: dict[str, list[Renumbered]] = {}
+        for renumbered in found:
+            for r in renumbered:
+                moved.setdefault(r.relation, []).append(r)
+        if not moved:
+            return 0
+        parts: list[tuple[str, int, Change]] = []
+        times: list[tuple[str, I32, I32]] = []
+        nth: Counter[str] = Counter()
+        for selection, ordered in zip(self.selections, self.ordered, strict=True):
+            k = nth[selection.relation]
+            nth[selection.relation] += 1
+            for r in moved.get(selection.relation, []):
+                keep = r.selected[k]
+                src, dst, old, new = r.src[keep], r.dst[keep], r.old[keep], r.new[keep]
+                n = int(keep.sum())
+                diff = np.concatenate([np.full(n, -1, np.int8), np.ones(n, np.int8)])
+                columns = [np.tile(src, 2), np.tile(dst, 2), np.concatenate([old, new])]
+                parts.append(
+                    (selection.events, 3, Change(columns, diff, np.zeros(2 * n, np.int64)))
+                )
+                timed = np.isfinite(r.ts[keep])
+                times += [(name, old[timed], new[timed]) for name in ordered.values()]
+        requests = self.index.stage_requests(parts)
+        calls = [[("restage_many", (r,)), ("time_renumber_many", (times,))] for r in requests]
+        self.index.shards.call("calls", [(c,) for c in calls])
+        return sum(int(r.old.shape[0]) for rs in moved.values() for r in rs)
 
     def restored(self, kinds: dict[str, dict[str, str]]) -> None:
         """After the shards loaded their events: the field kinds as the run saw them, and

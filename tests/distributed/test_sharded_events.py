@@ -14,7 +14,7 @@ import json
 import math
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 from hypothesis import example, given, settings
@@ -151,7 +151,7 @@ def test_event_time_range_steps_and_within(
 @example(  # a pair whose events all expire: the match over it is retracted as expired
     ops=[("insert", 0, 0, 1, 3, 0), ("insert", 1, 1, 0, 3, 1), ("insert", 2, 2, 2, 1, 40),
          ("insert", 3, 2, 2, 1, 50), ("insert", 4, 2, 2, 1, 55)],
-    cuts=[2, 3, 4], retention=20, lateness=0, outliers=0, shards=2,
+    cuts=[2, 3, 4], retention=20, lateness=0, outliers=0, shards=2, compacting=False,
 )  # fmt: skip
 @settings(max_examples=120, deadline=None)
 @given(
@@ -161,6 +161,7 @@ def test_event_time_range_steps_and_within(
     lateness=st.integers(0, 10),
     outliers=st.integers(0, 2),
     shards=SHARDS,
+    compacting=st.booleans(),
 )
 def test_windows_expiry_lateness_and_causes(
     ops: list[Any],
@@ -169,13 +170,16 @@ def test_windows_expiry_lateness_and_causes(
     lateness: int,
     outliers: int,
     shards: int,
+    compacting: bool,
 ) -> None:
     """Sliding windows: expiry where each event lives, late and untimed inserts refused by the
-    driver's clock, ``cause`` of every retraction."""
+    driver's clock, ``cause`` of every retraction; ``compacting``: every store compacted at
+    every commit it can be (its events renumbered on every shard that holds them)."""
     run = Settings(
         retention={"transfer": retention * MINUTE},
         allowed_lateness=lateness * MINUTE,
         watermark_outliers=outliers,
+        event_compaction_min=0 if compacting else 65_536,
     )
     batches = cut(time_oracle.batch, ops, cuts)
     same_records(WINDOW_QUERIES, batches, LocalShards(shards), run)
@@ -226,7 +230,13 @@ def run_until(
 @example(  # the watermark recorded by the driver expires the first events right after a restart
     ops=[("insert", 0, 0, 1, 3, 0), ("insert", 1, 1, 0, 3, 1), ("insert", 2, 2, 2, 1, 40),
          ("insert", 3, 2, 2, 1, 50), ("insert", 4, 2, 2, 1, 55), ("insert", 5, 2, 2, 1, 58)],
-    cuts=[2, 4, 5], shards=2, deaths=[(2, "committed")], window=20,
+    cuts=[2, 4, 5], shards=2, deaths=[(2, "committed")], window=20, compacting=False,
+    snapshots=True,
+)  # fmt: skip
+@example(  # a store compacted, its events renumbered everywhere, then a death: written whole
+    ops=[("insert", i, i % 3, (i + 1) % 3, 1, 2 * i) for i in range(45)] + [("delete", 40)],
+    cuts=list(range(3, 46, 3)), shards=2, deaths=[(10, "committed")], window=20,
+    compacting=True, snapshots=False,
 )  # fmt: skip
 @settings(max_examples=40, deadline=None)
 @given(
@@ -235,16 +245,29 @@ def run_until(
     shards=st.integers(1, 4),
     deaths=st.lists(st.tuples(st.integers(1, 6), st.sampled_from(STEPS)), min_size=1, max_size=3),
     window=st.sampled_from([20, 60, None]),
+    compacting=st.booleans(),
+    snapshots=st.booleans(),
 )
 def test_a_run_restarted_at_any_step_writes_the_single_process_s_records(
-    ops: list[Any], cuts: list[int], shards: int, deaths: list[tuple[int, str]], window: int | None
+    ops: list[Any],
+    cuts: list[int],
+    shards: int,
+    deaths: list[tuple[int, str]],
+    window: int | None,
+    compacting: bool,
+    snapshots: bool,
 ) -> None:
     """Events, their windows and time orders through deaths at every step of the epoch
-    protocol, snapshots taken at every commit: each shard's stores and id dictionaries come
-    back from its directory, the windows' queues and time orders from the stores, the clock
-    and the fields' kinds from the driver's record."""
+    protocol, with snapshots at every commit or none, with stores compacted at every commit
+    or not: each shard's stores and id dictionaries come back from its directory, the
+    windows' queues and time orders from the stores, the clock and the fields' kinds from the
+    driver's record."""
     retention = math.inf if window is None else window * MINUTE  # (None: until deleted)
-    run = Settings(retention={"transfer": retention}, allowed_lateness=MINUTE)
+    run = Settings(
+        retention={"transfer": retention},
+        allowed_lateness=MINUTE,
+        event_compaction_min=0 if compacting else 65_536,
+    )
     batches = cut(time_oracle.batch, ops, cuts)
     single = EpochProcessor(WINDOW_QUERIES, run)
     expected = []
@@ -253,7 +276,8 @@ def test_a_run_restarted_at_any_step_writes_the_single_process_s_records(
         single.commit()
     got: list[list[str]] = []
     record: tuple[int, dict[str, Any]] = (-1, {})
-    with tempfile.TemporaryDirectory() as state, snapshots_at_every_commit():
+    often = snapshots_at_every_commit() if snapshots else nullcontext()
+    with tempfile.TemporaryDirectory() as state, often:
         for stop, step in deaths:
             stop = max(record[0], 0) + stop
             record, out = run_until(state, shards, run, batches, record, stop, step)
