@@ -176,7 +176,7 @@ def by_identity(
     ids read at their shards (:func:`~monitor.service.epochs.by_identity`)."""
     width = len(rewritten.source.head)
     slots = [
-        events.slots(relation, columns[width + k])
+        events.reads.slots(relation, columns[width + k])
         for k, relation in enumerate(rewritten.edges.values())
     ]
     return by_identity_of(columns, diff, width, slots)

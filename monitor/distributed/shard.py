@@ -24,14 +24,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from monitor.distributed.shard_events import (
-    EventRequest,
-    Renumbered,
-    ShardEvents,
-    ShardTimeOrders,
-    StagedEvents,
-)
+from monitor.distributed.shard_events import EventRequest, Renumbered, ShardEvents, StagedEvents
 from monitor.distributed.shard_store import Part, ShardStore, Tuples
+from monitor.distributed.time_orders import ShardTimeOrders
 from monitor.distributed.vertices import External, ShardVertices
 from monitor.failpoints import failpoint
 from monitor.index import warmup as index_kernels

@@ -283,10 +283,10 @@ class ShardedIndex:
         return self.events
 
     def field_values(self, relation: str, name: str, eids: I32) -> npt.NDArray[Any] | None:
-        return self._events().field_values(relation, name, eids)
+        return self._events().reads.field_values(relation, name, eids)
 
     def time_view(self, relation: str, cut: Cut) -> Any:
-        return self._events().time_view(relation, cut)
+        return self._events().reads.time_view(relation, cut)
 
     def endpoints(self, relation: str, position: int, eids: npt.NDArray[np.integer]) -> I32:
-        return self._events().endpoints(relation, position, eids)
+        return self._events().reads.endpoints(relation, position, eids)
