@@ -6,6 +6,7 @@ Ray is imported only here, inside the commands, so the embedded default never pa
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
@@ -15,6 +16,7 @@ import click
 from connectors.files import EdgeFileSource
 from core.errors import StateError
 from core.records import Checkpoint, mirrored
+from core.times import format_time
 from monitor.cli.reports import run_lines
 from monitor.query.ast import Query
 from monitor.service.settings import Settings
@@ -64,6 +66,16 @@ def run_on_shards(
     )
     if totals.bad_lines:
         click.echo(f"subgraph-monitor: bad input lines skipped {totals.bad_lines:,}", err=True)
+    ignored = ", ".join(f"{k} {v:,}" for k, v in sorted(totals.ignored.items()) if v)
+    if ignored:
+        click.echo(f"subgraph-monitor: updates ignored: {ignored}", err=True)
+    if math.isfinite(totals.watermark):
+        late = totals.ignored.get("late", 0)
+        click.echo(
+            f"subgraph-monitor: event time: watermark {format_time(totals.watermark)}, expired "
+            f"{totals.expired:,}, late {late:,}",
+            err=True,
+        )
     for query in queries:
         plus, minus = totals.deltas[(query.name, 1)], totals.deltas[(query.name, -1)]
         click.echo(

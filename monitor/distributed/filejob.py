@@ -15,6 +15,7 @@ state directory they are epoch 0, recorded once every shard wrote its snapshot.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -52,6 +53,10 @@ class PartitionedTotals:
     resumed: int = 0
     #: Bad input lines skipped (dead letters), in the preload and the input.
     bad_lines: int = 0
+    #: Updates that changed nothing, by reason; events expired; the watermark at the end.
+    ignored: Counter[str] = field(default_factory=Counter)
+    expired: int = 0
+    watermark: float = -math.inf
 
 
 @dataclass(frozen=True)
@@ -94,6 +99,8 @@ def run_partitioned(
             store.close()
     totals.shards = with_traffic(epochs.index.stats(), shards)
     totals.rounds = shards.traffic.rounds
+    totals.ignored = epochs.index.ignored
+    totals.watermark = epochs.clock.watermark
     return totals
 
 
@@ -236,6 +243,8 @@ def _stream(
                 )
                 store.commit(meta)
                 failpoint("after_epoch_commit")
+            if epochs.events is not None:
+                totals.expired += sum(int(e.shape[0]) for e in epochs.events.expired.values())
             epochs.commit()
             totals.epochs += 1
             totals.updates += batch.count

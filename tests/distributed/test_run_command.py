@@ -102,6 +102,9 @@ def test_the_shipped_payments_with_workers(fields: list[str], tmp_path: Path) ->
     expected = by_epoch(alone.stdout)
     assert sum(map(len, expected.values())) >= 4 and '"cause":"expired"' in alone.stdout
     assert by_epoch(sharded.stdout) == expected
+    event_time = [line for line in alone.stderr.splitlines() if "event time:" in line]
+    assert len(event_time) == 1 and "expired 0," not in event_time[0]
+    assert event_time[0] in sharded.stderr.splitlines()  # (watermark, expired, late)
     if fields:
         return
     shown = killed_and_run_again(common, tmp_path, expected)
