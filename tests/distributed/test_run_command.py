@@ -201,6 +201,45 @@ def test_bad_lines_are_skipped_as_by_the_single_process(tmp_path: Path) -> None:
     assert [line for line in sharded.stderr.splitlines() if "skipped" in line] == skipped
 
 
+def test_bad_event_records_are_skipped_as_by_the_single_process(tmp_path: Path) -> None:
+    """Events: a line that is not JSON, an amount that is not a number where a query compares
+    one, a record without its pair, and a late transfer (older than the window when it comes)
+    are skipped or refused as the single process skips and refuses them."""
+    pytest.importorskip("ray", reason="ray is not installed (the `distributed` extra)")
+
+    def transfer(tx: int, src: str, dst: str, amount: object, hour: int) -> str:
+        body = {"relation": "transfer", "id": f"tx-{tx}", "src": src, "dst": dst}
+        return json.dumps(
+            {**body, "amount": amount, "ts": f"2026-11-{18 + hour // 24}T{hour % 24:02d}:00:00Z"}
+        )
+
+    lines = [
+        transfer(1, "a", "b", 2000, 0),
+        transfer(2, "b", "c", 1500, 1),
+        "not json at all",
+        transfer(3, "c", "a", "lots", 2),
+        '{"relation": "transfer", "id": "tx-4", "amount": 5}',
+        transfer(5, "c", "a", 1200, 3),
+        *(transfer(10 + h, "x", "y", 10, h) for h in range(4, 60, 6)),
+        transfer(6, "a", "b", 3000, 1),
+        transfer(7, "b", "d", 2900, 62),
+    ]
+    events = tmp_path / "events.jsonl"
+    events.write_text("".join(line + "\n" for line in lines))
+    common = ["--query", "examples/payments.q", "--edges", str(events), "-b", "3"]
+    alone, sharded = run(*common), run(*common, "--workers", "2", "--shards", "3")
+    assert alone.returncode == 0, alone.stderr
+    assert sharded.returncode == 0, sharded.stderr
+    assert by_epoch(sharded.stdout) == by_epoch(alone.stdout)
+    assert '"query":"layering_ring"' in alone.stdout
+    skipped = [line for line in alone.stderr.splitlines() if "skipped" in line]
+    assert len(skipped) >= 3
+    assert [line for line in sharded.stderr.splitlines() if "skipped" in line] == skipped
+    event_time = [line for line in alone.stderr.splitlines() if "event time:" in line]
+    assert len(event_time) == 1 and "late 1" in event_time[0]
+    assert event_time[0] in sharded.stderr.splitlines()
+
+
 def test_run_joins_a_ray_cluster_of_two_nodes(tmp_path: Path) -> None:
     """``--ray-address``: the shards run on an existing cluster (two nodes here, the shards
     spread over them), with the single process's deltas."""
