@@ -109,17 +109,18 @@ class ShardedEpochs:
         self.clock.abort()
 
     def external(self, deltas: Sequence[MatchDeltas]) -> list[list[External]]:
-        """The external ids of every delta's columns, in one round."""
-        columns = [c for d in deltas for c in d.columns]
+        """The external ids of every delta's vertex columns (its head's: an edge variable's
+        events are :meth:`outputs`'), in one round."""
+        columns = [c for d in deltas for c in d.columns[: len(d.variables)]]
         decoded = self.index.vertices.decode(columns)
         out, at = [], 0
         for d in deltas:
-            out.append(decoded[at : at + len(d.columns)])
-            at += len(d.columns)
+            out.append(decoded[at : at + len(d.variables)])
+            at += len(d.variables)
         return out
 
     def decoded(self, deltas: Sequence[MatchDeltas]) -> list[MatchDeltas]:
-        """``deltas`` with the external ids in their columns."""
+        """``deltas`` with the external ids of their vertices as their columns."""
         return [
             replace(d, columns=columns)
             for d, columns in zip(deltas, self.external(deltas), strict=True)
