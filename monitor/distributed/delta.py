@@ -127,10 +127,11 @@ class ShardedEpochs:
         ]
 
     def preload(self, batch: UpdateBatch) -> None:
-        """Load ``batch`` into the shards without evaluating (epoch 0): its events' time moves
-        no clock."""
-        self._stage(batch, timed=False)
+        """Load ``batch`` into the shards without evaluating (epoch 0); its events' time moves
+        the clock, as the single process's preload does."""
+        self._stage(batch, timed=True)
         self.index.commit()
+        self.clock.commit()
         if self.events is not None:
             self.events.compact(self.settings.event_compaction_min)
 

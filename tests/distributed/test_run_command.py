@@ -201,6 +201,24 @@ def test_bad_lines_are_skipped_as_by_the_single_process(tmp_path: Path) -> None:
     assert [line for line in sharded.stderr.splitlines() if "skipped" in line] == skipped
 
 
+def test_payments_preloaded_with_initial_matches(tmp_path: Path) -> None:
+    """Events preloaded (their times move the clock, their window expires them) and the
+    preloaded matches as epoch 0, then the rest streamed: the single process's records."""
+    pytest.importorskip("ray", reason="ray is not installed (the `distributed` extra)")
+    lines = Path("examples/payments.jsonl").read_text().splitlines(keepends=True)
+    preload, edges = tmp_path / "preload.jsonl", tmp_path / "edges.jsonl"
+    preload.write_text("".join(lines[:60]))
+    edges.write_text("".join(lines[60:]))
+    common = ["--query", "examples/payments.q", "--edges", str(edges), "-b", "5"]
+    common += ["--preload", str(preload), "--initial"]
+    alone, sharded = run(*common), run(*common, "--workers", "2", "--shards", "3")
+    assert alone.returncode == 0, alone.stderr
+    assert sharded.returncode == 0, sharded.stderr
+    expected = by_epoch(alone.stdout)
+    assert 0 in expected and len(expected) > 1
+    assert by_epoch(sharded.stdout) == expected
+
+
 def test_bad_event_records_are_skipped_as_by_the_single_process(tmp_path: Path) -> None:
     """Events: a line that is not JSON, an amount that is not a number where a query compares
     one, a record without its pair, and a late transfer (older than the window when it comes)
