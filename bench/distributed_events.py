@@ -134,7 +134,7 @@ def run_sharded(
     expected: list[str],
 ) -> Run:
     queries = load_queries_many([str(QUERIES)])
-    epochs = ShardedEpochs(queries, shards, settings.max_prefixes, settings=settings)
+    epochs = ShardedEpochs(queries, shards, settings.max_prefixes, settings=settings, static=False)
     run = Run(name, shards.count)
     for k, b in enumerate(batches, 1):
         started = time.perf_counter()

@@ -30,6 +30,7 @@ from monitor.engine.static import enumerate_matches
 from monitor.index.graph import Change
 from monitor.index.levels import I32
 from monitor.plan.cut import Cut
+from monitor.plan.needs import unread
 from monitor.query.ast import Query
 from monitor.service.clock import EventClock
 from monitor.service.epochs import QueryOutput, epoch_tick, event_field_types
@@ -47,10 +48,14 @@ class ShardedEpochs:
         max_prefixes: int,
         shared_rounds: bool | None = None,
         settings: Settings | None = None,
+        static: bool = True,
     ) -> None:
         """``shared_rounds``: whether a query's delta queries share their rounds of calls
         (:mod:`monitor.distributed.rounds`; None: when the shards are not in this process);
-        ``settings``: retention, lateness and what the output holds (the defaults without)."""
+        ``settings``: retention, lateness and what the output holds (the defaults without);
+        ``static``: whether a static evaluation will run (:meth:`initial`, a count), which
+        reads every relation derived from the events (without one, those no delta query reads
+        are not kept)."""
         self.settings = settings if settings is not None else Settings()
         self.queries = tuple(queries)
         self.max_prefixes = max_prefixes
@@ -66,8 +71,12 @@ class ShardedEpochs:
         self.events: ShardedEvents | None = None
         if self.plan.relations:
             plans = [p for plans in self.evaluator.plans.values() for p in plans]
+            selections = self.plan.selections
+            ignored = (
+                frozenset() if static else unread([(s.pairs, s.events) for s in selections], plans)
+            )
             self.events = ShardedEvents(
-                self.index, self.plan.selections, self.plan.retention, self.plan.time_orders(plans)
+                self.index, selections, self.plan.retention, self.plan.time_orders(plans), ignored
             )
             self.index.events = self.events
         self.clock = EventClock(self.settings.allowed_lateness, self.settings.watermark_outliers)
@@ -136,7 +145,9 @@ class ShardedEpochs:
             self.events.compact(self.settings.event_compaction_min)
 
     def initial(self, emit: Callable[[MatchDeltas], None]) -> None:
-        """Every current match of every query, as +1 deltas in batches."""
+        """Every current match of every query, as +1 deltas in batches (made ``static``)."""
+        if self.events is not None and self.events.unread:
+            raise ValueError("a static evaluation needs ShardedEpochs(..., static=True)")
         for query in self.internal:
 
             def send(columns: list[I32], query: Query = query) -> None:

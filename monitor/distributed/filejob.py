@@ -79,7 +79,9 @@ def run_partitioned(
     queries: Sequence[Query], settings: Settings, job: PartitionedJob, shards: Shards
 ) -> PartitionedTotals:
     """Every epoch of the job's input through the shards, its deltas to the output."""
-    epochs = ShardedEpochs(queries, shards, settings.max_prefixes, settings=settings)
+    epochs = ShardedEpochs(
+        queries, shards, settings.max_prefixes, settings=settings, static=job.initial
+    )
     store = DriverStore.open(job.state_dir) if job.state_dir else None
     try:
         wanted = _wanted(queries, settings, job, shards.count)

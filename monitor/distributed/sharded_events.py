@@ -62,8 +62,13 @@ class ShardedEvents:
         selections: Sequence[Selection],
         retention: dict[str, float],
         time_orders: frozenset[str],
+        unread: frozenset[str] = frozenset(),
     ) -> None:
+        """``unread``: the derived relations no delta query reads, not kept (their changes
+        still seed), as the single process leaves them (:func:`monitor.plan.needs.unread`);
+        none when a static evaluation will read them."""
         self.index = index
+        self.unread = unread
         self.selections = list(selections)
         self.relations = {s.relation for s in self.selections}
         self.retention = {r: ms for r, ms in retention.items() if math.isfinite(ms)}
@@ -219,11 +224,15 @@ class ShardedEvents:
             if part.eids.shape[0]:
                 events = Change([part.src, part.dst, part.eids], part.diff, part.seq)
                 changes[selection.events] = events
-                parts.append((selection.events, 3, events))
-        for (selection, _, _), flips in zip(chosen, self._pair_flips(chosen), strict=True):
+                if selection.events not in self.unread:
+                    parts.append((selection.events, 3, events))
+        # (an unread events relation: no query reads or seeds from its pairs either)
+        kept = [c for c in chosen if c[0].events not in self.unread]
+        for (selection, _, _), flips in zip(kept, self._pair_flips(kept), strict=True):
             if flips is not None:
                 changes[selection.pairs] = flips
-                parts.append((selection.pairs, 2, flips))
+                if selection.pairs not in self.unread:
+                    parts.append((selection.pairs, 2, flips))
         requests = self.index.stage_requests(parts)
         timed = self._time_requests(chosen, tick)
         calls = [
@@ -333,7 +342,7 @@ class ShardedEvents:
             k = nth[selection.relation]
             nth[selection.relation] += 1
             for r in moved.get(selection.relation, []):
-                keep = r.selected[k]
+                keep = r.selected[k] & (selection.events not in self.unread)
                 src, dst, old, new = r.src[keep], r.dst[keep], r.old[keep], r.new[keep]
                 n = int(keep.sum())
                 diff = np.concatenate([np.full(n, -1, np.int8), np.ones(n, np.int8)])

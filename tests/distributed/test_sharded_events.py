@@ -58,7 +58,7 @@ def same_records(
     """Run both engines epoch by epoch; every epoch's records equal. Returns how many records
     there were (a test's draws should find matches)."""
     single = EpochProcessor(queries, run)
-    sharded = ShardedEpochs(queries, shards, run.max_prefixes, shared, settings=run)
+    sharded = ShardedEpochs(queries, shards, run.max_prefixes, shared, settings=run, static=False)
     seen = 0
     for epoch, batch in enumerate(batches, 1):
         expected = records(single.process(batch).queries, epoch)
@@ -202,7 +202,9 @@ def run_until(
     """Restore at the driver's ``record`` (its last committed epoch, -1: a new run, and the
     clock and field kinds it recorded), run on and die at epoch ``stop`` after ``step``; the
     driver's last record, and the records of the epochs it recorded."""
-    sharded = ShardedEpochs(WINDOW_QUERIES, LocalShards(shards), 1 << 20, True, settings=run)
+    sharded = ShardedEpochs(
+        WINDOW_QUERIES, LocalShards(shards), 1 << 20, True, settings=run, static=False
+    )
     committed, position = record
     sharded.index.restore(state, committed)
     if committed < 0:  # (a new run: the shards' epoch 0, then the driver's)
