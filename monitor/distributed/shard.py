@@ -145,6 +145,8 @@ class ShardIndex:
         (``keys``: the key's columns, one global key or the tuple of the other positions), in
         stream order (``seq``), as the uncommitted epoch: their effective changes (key columns,
         value, diff, the deciding update's ``seq``) and what was ignored, by reason."""
+        if (relation, position) in self.staged:  # (its level would replace the first's)
+            raise ValueError(f"{relation}/{position} staged twice in one epoch")
         self.arity[relation] = arity
         adjacency = self._adjacency(relation, position)
         local = self._keys((relation, position), keys, add=True)

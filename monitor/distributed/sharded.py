@@ -136,7 +136,7 @@ class ShardedIndex:
         insert): each tuple to the shard of its key at every position its relation is indexed
         at (:attr:`indexed`)."""
         requests: list[list[tuple[Any, ...]]] = [[] for _ in range(self.shards.count)]
-        for name, arity, change in parts:
+        for name, arity, change in _merged(parts):
             insert, seq = change.diff > 0, change.seq
             assert seq is not None  # (updates have their positions)
             positions = self.indexed.get(name)
@@ -290,3 +290,23 @@ class ShardedIndex:
 
     def endpoints(self, relation: str, position: int, eids: npt.NDArray[np.integer]) -> I32:
         return self._events().reads.endpoints(relation, position, eids)
+
+
+def _merged(parts: Sequence[tuple[str, int, Change]]) -> list[tuple[str, int, Change]]:
+    """One change per relation, its parts' in order (a shard stages a part once an epoch: a
+    second request for it would replace the first)."""
+    found: dict[str, list[tuple[int, Change]]] = {}
+    for name, arity, change in parts:
+        found.setdefault(name, []).append((arity, change))
+    out = []
+    for name, changes in found.items():
+        arity, first = changes[0]
+        if len(changes) > 1:
+            seqs = [c.seq for _, c in changes]
+            first = Change(
+                [np.concatenate(c) for c in zip(*(c.columns for _, c in changes), strict=True)],
+                np.concatenate([c.diff for _, c in changes]),
+                None if any(q is None for q in seqs) else np.concatenate(seqs),  # type: ignore[arg-type]
+            )
+        out.append((name, arity, first))
+    return out

@@ -342,16 +342,18 @@ class ShardedEvents:
             k = nth[selection.relation]
             nth[selection.relation] += 1
             for r in moved.get(selection.relation, []):
-                keep = r.selected[k] & (selection.events not in self.unread)
+                keep = r.selected[k]
                 src, dst, old, new = r.src[keep], r.dst[keep], r.old[keep], r.new[keep]
+                timed = np.isfinite(r.ts[keep])  # (time orders are kept, read or not)
+                times += [(name, old[timed], new[timed]) for name in ordered.values()]
+                if selection.events in self.unread:
+                    continue
                 n = int(keep.sum())
                 diff = np.concatenate([np.full(n, -1, np.int8), np.ones(n, np.int8)])
                 columns = [np.tile(src, 2), np.tile(dst, 2), np.concatenate([old, new])]
                 parts.append(
                     (selection.events, 3, Change(columns, diff, np.zeros(2 * n, np.int64)))
                 )
-                timed = np.isfinite(r.ts[keep])
-                times += [(name, old[timed], new[timed]) for name in ordered.values()]
         requests = self.index.stage_requests(parts)
         calls = [[("restage_many", (r,)), ("time_renumber_many", (times,))] for r in requests]
         self.index.shards.call("calls", [(c,) for c in calls])

@@ -15,17 +15,20 @@ import math
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
+from pathlib import Path
 from typing import Any
 
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from bench import distributed_events
 from connectors.sinks import JsonLinesSink
 from core.records import UpdateBatch
 from monitor.distributed.delta import ShardedEpochs
 from monitor.distributed.shard_calls import LocalShards, RayShards, Shards
 from monitor.distributed.shard_store import ShardStore
 from monitor.query.ast import Query
+from monitor.query.load import load_queries_many
 from monitor.query.parser import parse_queries
 from monitor.service.epochs import EpochProcessor, QueryOutput
 from monitor.service.settings import Settings
@@ -310,6 +313,16 @@ def test_a_long_windowed_stream_finds_matches_and_expires_them() -> None:
     run = Settings(retention={"transfer": 20 * MINUTE}, allowed_lateness=2 * MINUTE)
     batches = cut(time_oracle.batch, ops, [10, 25, 40, 41, 60, 77, 90, 95])
     assert same_records(time_oracle.QUERIES, batches, LocalShards(3), run) > 20
+
+
+def test_the_payments_queries_on_a_stream_that_compacts() -> None:
+    """``examples/payments.q`` (its plain selection kept only as time orders: no query reads
+    its pairs) over the benchmark's payments stream with a one-hour window: stores compacted
+    many times, their events renumbered in the time orders of every shard."""
+    queries = load_queries_many([str(Path(__file__).parents[2] / "examples" / "payments.q")])
+    run = Settings(retention={"transfer": 3_600_000}, event_compaction_min=500)
+    batches = distributed_events.stream(20_000, 2_000, 1_000)
+    assert same_records(queries, batches, LocalShards(3), run) > 0
 
 
 def test_ray_shards_run_events(ray_cluster: None) -> None:
