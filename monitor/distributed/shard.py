@@ -37,6 +37,9 @@ from monitor.index.levels import I32, I64, pack, unpack
 from monitor.index.netting import net
 from monitor.plan.cut import Cut
 
+#: Tuple keys a part keeps before it numbers its live tuples anew (:meth:`ShardIndex.commit`).
+TUPLE_KEYS_MIN = 4096
+
 
 class ShardIndex:
     """Shard ``shard`` of ``shards``: an adjacency per relation and position over its keys."""
@@ -206,8 +209,26 @@ class ShardIndex:
         self.events.commit()
         self.time_orders.commit()
         self.staged = {}
+        self._renumber_tuples()
         if self.store is not None and self.store.wants_snapshot():
             self._snapshot(self.epoch)
+
+    def _renumber_tuples(self) -> None:
+        """A part of a wide relation whose tuple keys mostly hold no values any more (the
+        pairs whose events all left) numbers its live tuples anew, as a load does (key ids
+        never leave a stage): its keys stay proportional to its tuples."""
+        for part, keys in list(self.tuple_keys.items()):
+            adjacency = self.relations[part[0]][part[1]]
+            if keys.size <= max(TUPLE_KEYS_MIN, 2 * len(adjacency)):
+                continue
+            local, values = unpack(adjacency.pairs(Cut.OLD))
+            columns = keys.decode(local)
+            self.tuple_keys[part] = fresh = TupleKeys(len(columns))
+            renumbered = fresh.encode(columns, add=True).astype(np.int64)
+            rebuilt = Adjacency()
+            rebuilt.ensure_keys(int(renumbered.max(initial=-1)) + 1)
+            rebuilt.load(np.sort(pack(renumbered, values)))
+            self.relations[part[0]][part[1]] = rebuilt
 
     def _snapshot(self, epoch: int) -> None:
         assert self.store is not None
@@ -314,7 +335,8 @@ class ShardIndex:
             self.stage(*request)
         for part, change in self.staged.items():
             self.relations[part[0]][part[1]].commit()
-            self.pending.setdefault(part, []).append(change)
+            if self.store is not None:  # (written with the next epoch)
+                self.pending.setdefault(part, []).append(change)
         self.staged = {}
 
     def time_renumber_many(self, requests: list[tuple[str, I32, I32]]) -> None:

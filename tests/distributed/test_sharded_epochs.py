@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -19,6 +20,8 @@ from monitor.engine.delta import MatchDeltas
 from monitor.service.epochs import EpochProcessor, QueryOutput
 from monitor.service.settings import Settings
 from tests.distributed.test_sharded_count import ID_KINDS, QUERIES, ids
+
+pytestmark = pytest.mark.usefixtures("tuples_renumbered_often")
 
 
 def rows(columns: Sequence[Any], diff: np.ndarray) -> list[tuple[tuple[int, ...], int]]:

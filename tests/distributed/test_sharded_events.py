@@ -18,6 +18,7 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -37,6 +38,8 @@ from tests.engine import test_time_oracle as time_oracle
 from tests.engine import test_window_oracle as window_oracle
 
 MINUTE = time_oracle.MINUTE
+
+pytestmark = pytest.mark.usefixtures("tuples_renumbered_often")
 
 
 def records(outputs: Sequence[QueryOutput], epoch: int) -> list[str]:
