@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 BASE   := $(VENV)/.base-stamp
 DEV    := $(VENV)/.dev-stamp
 
-.PHONY: run test lint unit bench bench-quick bench-windows bench-reference flink clean lock tools
+.PHONY: run test lint unit bench bench-quick bench-windows bench-reference bench-distributed flink clean lock tools
 
 $(BASE): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
@@ -75,6 +75,13 @@ bench-windows: $(DEV) flink
 ## .cache/peers, so it needs cargo and ../shared/peers (skipped with the reason without them)
 bench-reference: $(DEV)
 	$(BIN)/python -m bench.reference
+
+## bench-distributed: the partitioned engine against the single process and dataflow-join
+## (bench/distributed.md, about 35 minutes), then events on shards (bench/distributed_events.md,
+## about a minute)
+bench-distributed: $(DEV)
+	$(BIN)/python -m bench.distributed
+	$(BIN)/python -m bench.distributed_events
 
 ## lock: regenerate the image's pinned requirements (docker/*.lock) from pyproject.toml
 lock: $(DEV)
