@@ -125,7 +125,7 @@ class ShardedEvents:
         self._clear()
         count = self.index.shards.count
         relations = sorted(set(events) | (set(self.retention) if tick is not None else set()))
-        admitted: list[tuple[str, EventUpdates]] = []
+        applied: list[tuple[str, EventUpdates]] = []
         for relation in relations:
             updates = events.get(relation)
             if relation not in self.relations:
@@ -133,21 +133,23 @@ class ShardedEvents:
                 continue
             if updates is None:
                 updates = _no_updates()
-            updates = self._admitted(relation, updates, ignored, tick)
+            updates = admitted(
+                relation, updates, self.retention, tick, ignored, self.late, self.late_count
+            )
             anonymous = np.asarray(updates.ids == None, np.bool_)  # noqa: E711 (elementwise)
             if anonymous.any():
                 ignored["delete_without_id"] += int(anonymous.sum())
                 updates = updates.take(~anonymous)
             self._check_kinds(relation, updates.fields)
-            admitted.append((relation, updates))
-        inserts = [u.diff > 0 for _, u in admitted]
+            applied.append((relation, updates))
+        inserts = [u.diff > 0 for _, u in applied]
         ends = self.index.vertices.encode(
-            [c[i] for (_, u), i in zip(admitted, inserts, strict=True) for c in (u.src, u.dst)],
+            [c[i] for (_, u), i in zip(applied, inserts, strict=True) for c in (u.src, u.dst)],
             [np.ones(int(i.sum()), np.bool_) for i in inserts for _ in range(2)],
         )
         requests: list[list[EventRequest]] = [[] for _ in range(count)]
         shard_tick = None if tick is None else (tick.before, tick.seq)
-        for k, (relation, updates) in enumerate(admitted):
+        for k, (relation, updates) in enumerate(applied):
             insert = inserts[k]
             src, dst = np.zeros(len(updates), np.int32), np.zeros(len(updates), np.int32)
             src[insert], dst[insert] = ends[2 * k], ends[2 * k + 1]
@@ -174,18 +176,6 @@ class ShardedEvents:
             for request, part in zip(shard_requests, staged, strict=True):
                 found.setdefault(request.relation, []).append(part)
         return self._derive({r: _joined(parts) for r, parts in found.items()}, tick)
-
-    def _admitted(
-        self, relation: str, updates: EventUpdates, ignored: Counter[str], tick: Tick | None
-    ) -> EventUpdates:
-        retention = self.retention.get(relation)
-        if retention is None:
-            return updates
-        updates, refused, late = admitted(updates, retention, tick, ignored)
-        self.late_count[relation] += late
-        if refused.shape[0]:
-            self.late[relation] = refused
-        return updates
 
     def _check_kinds(self, relation: str, fields: dict[str, npt.NDArray[Any]]) -> None:
         """Every field of the kind it was first seen with (an :class:`InputError` otherwise,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -174,7 +174,9 @@ class EventIndex:
             if relation in self.queues and tick is not None:
                 expired = self._expire(relation, store, tick)
             if updates is not None:
-                updates = self._admitted(relation, updates, ignored, tick)
+                updates = admitted(
+                    relation, updates, self.retention, tick, ignored, self.late, self.late_count
+                )
                 changed = self._stage_updates(store, updates, ignored)
             else:
                 changed = store.staged_changes
@@ -208,21 +210,6 @@ class EventIndex:
         src = self._vertices(updates.src, insert)
         dst = self._vertices(updates.dst, insert)
         return store.stage(updates.ids, insert, updates.seq, src, dst, updates.fields, ignored)
-
-    def _admitted(
-        self, relation: str, updates: EventUpdates, ignored: Counter[str], tick: Tick | None
-    ) -> EventUpdates:
-        """The updates without the inserts a window refuses: those without a time
-        (``missing_time``) and those older than the watermark minus the retention (``late``);
-        their sequence numbers go to :attr:`late`."""
-        retention = self.retention.get(relation)
-        if retention is None:
-            return updates
-        updates, refused, late = admitted(updates, retention, tick, ignored)
-        self.late_count[relation] += late
-        if refused.shape[0]:
-            self.late[relation] = refused
-        return updates
 
     def _expire(self, relation: str, store: EventStore, tick: Tick) -> int:
         """Stage, before the epoch's updates, the expiry of every event whose deadline the
@@ -304,24 +291,36 @@ class EventIndex:
 
 
 def admitted(
-    updates: EventUpdates, retention: float, tick: Tick | None, ignored: Counter[str]
-) -> tuple[EventUpdates, I64, int]:
-    """The updates a window of ``retention`` admits: not the inserts without a time
-    (``missing_time``) nor those older than the watermark the epoch begins with minus the
-    retention (``late``); the refused updates' sequence numbers, and how many were late."""
+    relation: str,
+    updates: EventUpdates,
+    retention: Mapping[str, float],
+    tick: Tick | None,
+    ignored: Counter[str],
+    late: dict[str, I64],
+    late_count: Counter[str],
+) -> EventUpdates:
+    """The updates of ``relation`` its window (``retention``; none: all) admits: not the
+    inserts without a time (``missing_time``) nor those older than the watermark the epoch
+    begins with minus the retention (``late``, counted in ``late_count``); the refused updates'
+    sequence numbers go to ``late``."""
+    window = retention.get(relation)
+    if window is None:
+        return updates
     ts = updates.fields.get(TIME_FIELD)
     insert = updates.diff > 0
     if ts is None or ts.dtype != np.float64:
-        missing, late = insert, np.zeros(insert.shape[0], np.bool_)
+        missing, old = insert, np.zeros(insert.shape[0], np.bool_)
     else:
         before = -np.inf if tick is None else tick.before
-        missing, late = insert & np.isnan(ts), insert & (ts + retention < before)
+        missing, old = insert & np.isnan(ts), insert & (ts + window < before)
     ignored["missing_time"] += int(missing.sum())
-    ignored["late"] += int(late.sum())
-    refused = missing | late
+    ignored["late"] += int(old.sum())
+    late_count[relation] += int(old.sum())
+    refused = missing | old
     if not refused.any():
-        return updates, updates.seq[:0], 0
-    return updates.take(~refused), updates.seq[refused], int(late.sum())
+        return updates
+    late[relation] = updates.seq[refused]
+    return updates.take(~refused)
 
 
 def reborn_decide_expiry(store: EventStore, changed: EventChanges, expired: I32) -> None:
