@@ -84,6 +84,13 @@ class ShardedEvents:
             index.arity[selection.pairs] = 2
             index.arity[selection.events] = 3
             index.indexed[selection.events] = (2,)
+        #: Each selection, its number among its relation's (the shards answer per relation a
+        #: mask per selection, in this order), and its time orders.
+        self.numbered: list[tuple[Selection, int, dict[str, str]]] = []
+        nth: Counter[str] = Counter()
+        for selection, ordered in zip(self.selections, self.ordered, strict=True):
+            self.numbered.append((selection, nth[selection.relation], ordered))
+            nth[selection.relation] += 1
         tests: dict[str, list[Any]] = {r: [] for r in self.relations}
         for selection in self.selections:
             tests[selection.relation].append(selection.tests)
@@ -201,10 +208,7 @@ class ShardedEvents:
             self.staged_events += int(part.eids.shape[0]) - int(part.expired.shape[0])
             self.replaced += part.replaced
         chosen: list[tuple[Selection, StagedEvents, dict[str, str]]] = []
-        nth: Counter[str] = Counter()
-        for selection, ordered in zip(self.selections, self.ordered, strict=True):
-            k = nth[selection.relation]
-            nth[selection.relation] += 1
+        for selection, k, ordered in self.numbered:
             found = staged.get(selection.relation)
             if found is not None and found.eids.shape[0]:
                 chosen.append((selection, _selected(found, found.selected[k]), ordered))
@@ -327,10 +331,7 @@ class ShardedEvents:
             return 0
         parts: list[tuple[str, int, Change]] = []
         times: list[tuple[str, I32, I32]] = []
-        nth: Counter[str] = Counter()
-        for selection, ordered in zip(self.selections, self.ordered, strict=True):
-            k = nth[selection.relation]
-            nth[selection.relation] += 1
+        for selection, k, ordered in self.numbered:
             for r in moved.get(selection.relation, []):
                 keep = r.selected[k]
                 src, dst, old, new = r.src[keep], r.dst[keep], r.old[keep], r.new[keep]
@@ -356,10 +357,7 @@ class ShardedEvents:
         for relation, known in kinds.items():
             self.kinds.setdefault(relation, {}).update(known)
         orders: list[tuple[str, tuple[str, int, str]]] = []
-        nth: Counter[str] = Counter()
-        for selection, ordered in zip(self.selections, self.ordered, strict=True):
-            k = nth[selection.relation]
-            nth[selection.relation] += 1
+        for selection, k, ordered in self.numbered:
             orders += [(name, (selection.relation, k, side)) for side, name in ordered.items()]
         if not orders:
             return
