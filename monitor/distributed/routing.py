@@ -19,7 +19,6 @@ import numpy.typing as npt
 from monitor.distributed.shard_calls import Shards
 from monitor.index.hashtable import mix
 from monitor.index.levels import I32, I64
-from monitor.plan.cut import Cut
 
 
 def copies(columns: Sequence[I32], shards: int) -> list[tuple[int, I64, list[I32], I32]]:
@@ -50,24 +49,27 @@ def tuple_owners(columns: Sequence[npt.NDArray[np.integer]], shards: int) -> I64
 
 
 class Split:
-    """A batch's rows grouped by the shard of their keys: ``rows[bounds[s]:bounds[s + 1]]``
-    are shard ``s``'s, in batch order."""
+    """A batch's rows grouped by the shard of their keys: :meth:`part` gives shard ``s``'s, in
+    batch order. One comparison pass per shard (for a few shards, cheaper than a sort)."""
 
     def __init__(self, keys: npt.NDArray[np.integer], shards: int) -> None:
-        owner = keys.astype(np.int64) % shards
-        self.rows = np.argsort(owner, kind="stable")
-        self.bounds = np.searchsorted(owner[self.rows], np.arange(shards + 1))
         self.n = int(keys.shape[0])
+        if shards == 1:
+            self.parts = [np.arange(self.n)]
+        else:
+            owner = keys % shards
+            self.parts = [np.flatnonzero(owner == s) for s in range(shards)]
 
     def part(self, s: int) -> npt.NDArray[np.intp] | None:
         """Shard ``s``'s rows (None when it has none)."""
-        lo, hi = int(self.bounds[s]), int(self.bounds[s + 1])
-        return self.rows[lo:hi] if hi > lo else None
+        rows = self.parts[s]
+        return rows if rows.shape[0] else None
 
 
-#: A request of a round: the view (relation, position, cut), the keys, and arrays beside the
-#: keys (the values to intersect).
-Request = tuple[tuple[str, int, Cut], npt.NDArray[np.integer], tuple[npt.NDArray[Any], ...]]
+#: A request of a round: the view (relation, position, cut, and for an extension the other
+#: extenders' views), the keys, and arrays beside the keys (the values to intersect, or the
+#: other extenders' keys of the same prefixes).
+Request = tuple[tuple[Any, ...], npt.NDArray[np.integer], tuple[npt.NDArray[Any], ...]]
 
 #: Per request, per shard that holds any of its keys: the request's rows there and the answer.
 Answers = list[list[tuple[npt.NDArray[np.intp], Any]]]
@@ -85,8 +87,9 @@ def exchange(shards: Shards, method: str, requests: Sequence[Request]) -> Answer
             rows = split.part(s)
             if rows is not None:
                 mine.append((s, len(parts[s]), rows))
-                part = keys[rows].astype(np.int32)  # (vertex ids: 4 bytes a key cross)
-                parts[s].append((*head, part, *(x[rows] for x in extra)))
+                whole = rows.shape[0] == split.n  # (one shard holds them all: no gather)
+                part = (keys if whole else keys[rows]).astype(np.int32)  # (4 bytes a key cross)
+                parts[s].append((*head, part, *(x if whole else x[rows] for x in extra)))
         where.append(mine)
     answers = shards.call(f"{method}_many", [(p,) if p else None for p in parts])
     return [[(rows, answers[s][j]) for s, j, rows in mine] for mine in where]
@@ -94,6 +97,8 @@ def exchange(shards: Shards, method: str, requests: Sequence[Request]) -> Answer
 
 def scattered(answers: list[tuple[npt.NDArray[np.intp], Any]], n: int, dtype: Any) -> Any:
     """Per-shard answers of one request put back in the batch's order."""
+    if len(answers) == 1 and answers[0][0].shape[0] == n:
+        return np.asarray(answers[0][1]).astype(dtype, copy=False)  # (one shard answered all)
     out = np.zeros(n, dtype)
     for rows, answer in answers:
         out[rows] = answer
@@ -105,6 +110,9 @@ def proposals(answers: list[tuple[npt.NDArray[np.intp], Any]], n: int) -> tuple[
     ``(owner, value)`` with each owner's values together, owners in the batch's order. Each
     shard answers how many values each of its keys has, and the values; they are placed at
     their keys' offsets in one pass (no sort)."""
+    if len(answers) == 1 and answers[0][0].shape[0] == n:  # (one shard answered all)
+        count, values = answers[0][1]
+        return np.repeat(np.arange(n, dtype=np.int64), count), values
     counts = np.zeros(n, np.int64)
     for rows, (count, _) in answers:
         counts[rows] = count

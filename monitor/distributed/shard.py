@@ -105,7 +105,9 @@ class ShardIndex:
         return positions[position]
 
     def _local(self, keys: npt.NDArray[np.integer], adjacency: Adjacency) -> I64:
-        local = keys.astype(np.int64) // self.shards
+        local = keys.astype(np.int64)
+        if self.shards > 1:
+            local //= self.shards
         if local.shape[0]:
             adjacency.ensure_keys(int(local.max()) + 1)
         return local
@@ -277,6 +279,40 @@ class ShardIndex:
         local = self._local(keys, adjacency)
         return adjacency.view(cut).contains(local, values)
 
+    def extend(
+        self,
+        relation: str,
+        position: int,
+        cut: Cut,
+        others: tuple[tuple[str, int, Cut], ...],
+        keys: I32,
+        *other_keys: I32,
+    ) -> tuple[I32, I32]:
+        """:meth:`propose`, then each proposal intersected at every other extender (``others``,
+        their keys of the same prefixes in ``other_keys``) whose key lives on this shard too:
+        the paper's proposals visit the next extender's shard, and here they need not leave
+        this one. The driver sends the rest on (it knows where each key lives)."""
+        adjacency = self._adjacency(relation, position)
+        owner, values = adjacency.view(cut).propose(self._local(keys, adjacency))
+        self.work["proposed"] += int(values.shape[0])
+        for (other, at, other_cut), keys_f in zip(others, other_keys, strict=True):
+            adjacency_f = self._adjacency(other, at)
+            view = adjacency_f.view(other_cut)
+            mine = keys_f[owner]
+            if self.shards == 1:  # (every key is here)
+                self.work["intersected"] += int(mine.shape[0])
+                keep = view.contains(self._local(mine, adjacency_f), values)
+            else:
+                here = np.flatnonzero((keys_f % self.shards == self.shard)[owner])  # (per key)
+                if not here.shape[0]:
+                    continue
+                self.work["intersected"] += int(here.shape[0])
+                found = view.contains(self._local(mine[here], adjacency_f), values[here])
+                keep = np.ones(owner.shape[0], np.bool_)
+                keep[here[~found]] = False
+            owner, values = owner[keep], values[keep]
+        return np.bincount(owner, minlength=keys.shape[0]).astype(np.int32), values
+
     # One call a round for every request of a stage (:func:`~monitor.distributed.sharded.exchange`).
 
     def count_many(self, requests: list[tuple[str, int, Cut, I64]]) -> list[I64]:
@@ -284,6 +320,9 @@ class ShardIndex:
 
     def propose_many(self, requests: list[tuple[str, int, Cut, I64]]) -> list[tuple[I32, I32]]:
         return [self.propose(*request) for request in requests]
+
+    def extend_many(self, requests: list[tuple[Any, ...]]) -> list[tuple[I32, I32]]:
+        return [self.extend(*request) for request in requests]
 
     def contains_many(
         self, requests: list[tuple[str, int, Cut, I64, I32]]

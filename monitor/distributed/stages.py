@@ -1,13 +1,14 @@
-"""A stage over the shards in three rounds: count, propose, intersect.
+"""A stage over the shards in rounds: count, extend, and the intersections left.
 
 The single process's :class:`~monitor.engine.extend.StageRunner` asks each extender in turn, and
 over shards every question is a round of calls (one per shard). Here a stage asks all of its
-extenders at once: one round counts every prefix's key at every extender's shard; one round has
-each prefix's winning extender propose at its shard; one round intersects every proposal at
-every other extender's shard. A stage of ``k`` extenders costs three rounds instead of about
-``k * (k + 1)``. The answers, and so the prefixes, are the single process's; checks and
-comparisons run as there.
-"""
+extenders at once. One round counts every prefix's key at every extender's shard. One round has
+each prefix's winning extender propose at its shard, which intersects the proposals at every
+other extender whose key it holds too (all of them on one shard). The proposals left visit the
+other extenders' shards, one round for each, the survivors of one going on to the next (as the
+paper's dataflow and the single process intersect). A stage of ``k`` extenders costs at most
+``k + 1`` rounds (two on one shard) instead of about ``k * (k + 1)``. The answers, and so the
+prefixes, are the single process's; checks and comparisons run as there."""
 
 from __future__ import annotations
 
@@ -60,11 +61,16 @@ class ShardedStageRunner(StageRunner):
             for e in range(len(self.sources))
         ]
         proposing = [e for e, rows in enumerate(won) if rows.shape[0]]
-        requests: list[Request] = [
-            (self.views[e].head, keys[e].keys[won[e]], ()) for e in proposing
-        ]
+        # Each prefix proposes at its winning extender's shard, which intersects the proposals
+        # at every other extender whose key it holds as well.
+        requests: list[Request] = []
+        for e in proposing:
+            others = [f for f in range(len(self.views)) if f != e]
+            head = (*self.views[e].head, tuple(self.views[f].head for f in others))
+            extra = tuple(keys[f].keys[won[e]].astype(np.int32) for f in others)
+            requests.append((head, keys[e].keys[won[e]], extra))
         candidates: list[tuple[int, npt.NDArray[np.int64], I32]] = []
-        for e, answers in zip(proposing, exchange(self.shards, "propose", requests), strict=True):
+        for e, answers in zip(proposing, exchange(self.shards, "extend", requests), strict=True):
             owner, values = proposals(answers, won[e].shape[0])
             rows = won[e][owner]
             if self.comparisons.comparisons:
@@ -74,23 +80,31 @@ class ShardedStageRunner(StageRunner):
                 candidates.append((e, rows, values))
         if not candidates:
             return Prefixes.empty(prefixes.width + 1)
-        # Every proposal at every other extender's shard, in one round.
-        checks: list[tuple[int, int]] = []
-        intersect: list[Request] = []
-        for i, (e, rows, values) in enumerate(candidates):
-            for f, view in enumerate(self.views):
-                if f != e:
-                    checks.append((i, f))
-                    intersect.append((view.head, keys[f].keys[rows], (values,)))
-        kept = [np.ones(rows.shape[0], np.bool_) for _, rows, _ in candidates]
-        if intersect:
-            for (i, _), answers in zip(
-                checks, exchange(self.shards, "contains", intersect), strict=True
-            ):
-                kept[i] &= scattered(answers, kept[i].shape[0], np.bool_)
-        rows = np.concatenate([c[1][k] for c, k in zip(candidates, kept, strict=True)])
-        values = np.concatenate([c[2][k] for c, k in zip(candidates, kept, strict=True)])
-        found = Candidates(prefixes, rows, values)
+        # The rest visit the other extenders' shards in turn, as the single process intersects:
+        # a round per other extender, each with the survivors of the last.
+        count = self.shards.count
+        shard = [k.keys % count for k in keys] if count > 1 else []  # (each prefix's key's)
+        for step in range(len(self.views) - 1 if count > 1 else 0):
+            asked: list[tuple[int, npt.NDArray[np.intp]]] = []
+            intersect: list[Request] = []
+            for i, (e, rows, values) in enumerate(candidates):
+                f = step + (step >= e)  # (the step-th extender other than e)
+                away = np.flatnonzero((shard[f] != shard[e])[rows])
+                if away.shape[0]:
+                    key = keys[f].keys[rows[away]]
+                    asked.append((i, away))
+                    intersect.append((self.views[f].head, key, (values[away],)))
+            if not intersect:
+                continue
+            replies = exchange(self.shards, "contains", intersect)
+            for (i, away), answer in zip(asked, replies, strict=True):
+                e, rows, values = candidates[i]
+                keep = np.ones(rows.shape[0], np.bool_)
+                keep[away] = scattered(answer, away.shape[0], np.bool_)
+                candidates[i] = (e, rows[keep], values[keep])
+        rows = np.concatenate([rows for _, rows, _ in candidates])
+        values = np.concatenate([values for _, _, values in candidates])
+        extended = Candidates(prefixes, rows, values)
         if self.checks.active:
-            found = found.take(self.checks.passing(found))
-        return found.extended()
+            extended = extended.take(self.checks.passing(extended))
+        return extended.extended()
