@@ -12,8 +12,10 @@ so each event expires where it lives; the driver keeps only the clock and sends 
 The time orders read by vertex live where the vertex is (:mod:`monitor.distributed.time_orders`).
 
 Everything here follows the epoch protocol of the shard: staged, then committed or aborted.
-Event stores are not compacted on shards (their eids would have to be renumbered in the derived
-relations of every shard): an id's slot and a dead event's row stay until a restart.
+A store is compacted after a commit by the single process's rule (:meth:`ShardEvents.compact`);
+the driver renumbers its events in the derived relations of every shard. Global eids are int32,
+as the single process's: a shard numbers at most ``2**31 / S`` events of a relation between two
+compactions, and one more is refused with that said.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from core.columns import Coded, Column
+from core.errors import MonitorError
 from core.fields import FieldTest
 from core.times import TIME_FIELD
 from monitor.index import id_columns
@@ -111,6 +114,14 @@ class Renumbered:
     selected: list[npt.NDArray[np.bool_]]
 
 
+#: The largest global eid (int32, as the single process's).
+EID_MAX = np.iinfo(np.int32).max
+
+
+class EventCapacityError(MonitorError):
+    """A shard would number an event past the int32 global eids."""
+
+
 class ShardEvents:
     """Shard ``shard`` of ``shards``'s event stores and windows."""
 
@@ -151,7 +162,15 @@ class ShardEvents:
         return fresh
 
     def _global(self, eids: I32) -> I32:
-        return (eids.astype(np.int64) * self.shards + self.shard).astype(np.int32)
+        wide = eids.astype(np.int64) * self.shards + self.shard
+        if wide.shape[0] and int(wide.max()) > EID_MAX:
+            raise EventCapacityError(
+                f"shard {self.shard} of {self.shards} has numbered {int(eids.max()) + 1:,} "
+                f"events of one relation since its last compaction: global event ids are "
+                f"int32, so at most {EID_MAX // self.shards:,} a shard; compact more often "
+                f"(SGM_EVENT_COMPACTION_MIN) or keep fewer events (a shorter window)"
+            )
+        return wide.astype(np.int32)
 
     def _local(self, eids: npt.NDArray[np.integer]) -> I32:
         return (eids.astype(np.int64) // self.shards).astype(np.int32)

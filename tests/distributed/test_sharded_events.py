@@ -18,6 +18,7 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -27,6 +28,7 @@ from connectors.sinks import JsonLinesSink
 from core.records import UpdateBatch
 from monitor.distributed.delta import ShardedEpochs
 from monitor.distributed.shard_calls import LocalShards, RayShards, Shards
+from monitor.distributed.shard_events import EID_MAX, EventCapacityError, ShardEvents
 from monitor.distributed.shard_store import ShardStore
 from monitor.query.ast import Query
 from monitor.query.load import load_queries_many
@@ -335,3 +337,16 @@ def test_ray_shards_run_events(ray_cluster: None) -> None:
     run = Settings(retention={"transfer": 30 * MINUTE})
     batches = cut(time_oracle.batch, ops, [20, 50, 80, 100])
     assert same_records(time_oracle.QUERIES, batches, RayShards(3), run) > 0
+
+
+def test_a_shard_refuses_an_event_past_the_int32_global_eids() -> None:
+    """Global eids are ``local * S + shard`` in int32: the last local eid that fits is numbered,
+    the next is refused by name (never wrapped into another event's eid)."""
+    shards = 4
+    events = ShardEvents(3, shards)
+    last = (EID_MAX - 3) // shards  # (3 + 4 * last <= EID_MAX)
+    fits = np.array([0, last], np.int32)
+    assert events._global(fits).tolist() == [3, last * shards + 3]
+    assert events._local(events._global(fits)).tolist() == fits.tolist()
+    with pytest.raises(EventCapacityError, match=r"shard 3 of 4 .* at most"):
+        events._global(np.array([last + 1], np.int32))
