@@ -147,10 +147,12 @@ def profile_text(sections: Sequence[Section]) -> list[str]:
         "*Driver*: outside the calls to the shards (routing, prefixes, the evaluator). *Calls*: "
         "inside them, of which *compute* (the slowest shard of each round, summed over rounds) "
         "and *calls + waits* (the rest). Then the shards' own seconds per method, summed over "
-        "shards (with several shards on two cores, more than the compute on the critical path).",
+        "shards (with several shards on two cores, more than the compute on the critical path): "
+        "*extend* proposes and intersects at the extenders a shard holds too, *contains* "
+        "intersects the proposals sent on from other shards.",
         "",
         "| graph, query | configuration | epoch | driver | calls | compute | calls + waits "
-        "| rounds | MB exchanged | stage | count | propose | contains | commit |",
+        "| rounds | MB exchanged | stage | count | extend | contains | commit |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for section in sections:
@@ -167,7 +169,7 @@ def profile_text(sections: Sequence[Section]) -> list[str]:
             ]
             methods = [
                 o.methods.get(m, 0.0)
-                for m in ("stage_many", "count_many", "propose_many", "contains_many", "commit")
+                for m in ("stage_many", "count_many", "extend_many", "contains_many", "commit")
             ]
             cells = [f"{1e3 * x / n:,.0f}" for x in ms]
             cells += [f"{o.rounds / n:,.0f}", f"{o.exchanged / n / MB:,.0f}"]
