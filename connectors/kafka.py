@@ -23,6 +23,7 @@ from connectors.kafka_records import (
     decode_messages,
     merge_polled,
     message_columns,
+    metadata_epoch,
 )
 from core.records import UpdateBatch
 
@@ -146,10 +147,23 @@ class KafkaSource:
         self, partitions: Sequence[Partition], timeout: float = 30.0
     ) -> dict[Partition, int | None]:
         """The group's committed offset of each partition (None where nothing is committed)."""
+        return {p: offset for p, (offset, _) in self.committed_epochs(partitions, timeout).items()}
+
+    def committed_epochs(
+        self, partitions: Sequence[Partition], timeout: float = 30.0
+    ) -> dict[Partition, tuple[int | None, int | None]]:
+        """The group's committed offset of each partition and the epoch that committed it (its
+        commit metadata, :func:`~connectors.kafka_records.metadata_epoch`); None where absent."""
         found = self.consumer.committed(
             [TopicPartition(t, p) for t, p in partitions], timeout=timeout
         )
-        return {(tp.topic, tp.partition): (tp.offset if tp.offset >= 0 else None) for tp in found}
+        return {
+            (tp.topic, tp.partition): (
+                tp.offset if tp.offset >= 0 else None,
+                metadata_epoch(tp.metadata),
+            )
+            for tp in found
+        }
 
     def seek(self, offsets: Mapping[Partition, int]) -> None:
         """Read on from these offsets (after an aborted epoch, or on assignment)."""

@@ -38,6 +38,23 @@ def partition_key(partition: Partition) -> str:
     return f"{partition[0]}:{partition[1]}"
 
 
+def epoch_metadata(epoch: int | None) -> str:
+    """The commit metadata of a partition's offset committed with ``epoch``: ``epoch=N`` (empty
+    without one)."""
+    return "" if epoch is None else f"epoch={epoch}"
+
+
+def metadata_epoch(metadata: str | None) -> int | None:
+    """The epoch in a committed offset's metadata (None: committed without one, by another
+    version or another client)."""
+    if metadata and metadata.startswith("epoch="):
+        try:
+            return int(metadata[len("epoch=") :])
+        except ValueError:
+            return None
+    return None
+
+
 def parse_partition_key(key: str) -> Partition:
     """The partition a :func:`partition_key` names."""
     topic, _, number = key.rpartition(":")

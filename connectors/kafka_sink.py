@@ -36,6 +36,7 @@ from connectors.delta_json import EdgeColumns, chunks, keys_and_values
 from connectors.kafka_records import (
     KafkaDeadLetter,
     Partition,
+    epoch_metadata,
 )
 from connectors.sinks import CHUNK_ROWS, check_deltas
 from core.columns import Column
@@ -247,11 +248,16 @@ class KafkaSink:
         waited, self.waited = self.waited, 0.0
         return waited
 
-    def commit(self, offsets: Mapping[Partition, int], group_metadata: object) -> None:
-        """Commit the epoch: its records, and the consumer offsets after it."""
+    def commit(
+        self, offsets: Mapping[Partition, int], group_metadata: object, epoch: int | None = None
+    ) -> None:
+        """Commit the epoch: its records, and the consumer offsets after it, each offset with
+        ``epoch=N`` as its commit metadata (:func:`~connectors.kafka_records.epoch_metadata`):
+        Kafka alone then says which epoch last consumed each partition."""
         if offsets:
+            metadata = epoch_metadata(epoch)
             self.producer.send_offsets_to_transaction(
-                [TopicPartition(t, p, o) for (t, p), o in offsets.items()],
+                [TopicPartition(t, p, o, metadata=metadata) for (t, p), o in offsets.items()],
                 group_metadata,
                 self.timeout,
             )

@@ -101,10 +101,10 @@ def assigned(
 ) -> Mapping[Partition, int]:
     """Where each assigned partition starts; partitions to catch up on are noted."""
     metrics.rebalanced()
-    committed = source.committed(partitions)
+    committed = source.committed_epochs(partitions)
     starts: dict[Partition, int] = {}
     for partition in partitions:
-        kafka = committed.get(partition)
+        kafka, kafka_epoch = committed.get(partition, (None, None))
         stored = positions.stored.get(partition)
         if stored is not None and kafka is not None and stored > kafka:
             raise StateError(
@@ -132,6 +132,7 @@ def assigned(
                 "partition": partition_key(partition),
                 "offset": starts.get(partition),
                 "committed": kafka,
+                "committed_epoch": kafka_epoch,  # (the epoch whose transaction committed it)
                 "stored": stored,
             },
         )

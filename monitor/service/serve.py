@@ -260,7 +260,7 @@ def _epoch(
                 if not Stop.requested:
                     ahead = Prefetch(lambda: _poll(settings, source))
                 failpoint("serve_before_kafka_commit")
-                sink.commit(polled.next_offsets, group)
+                sink.commit(polled.next_offsets, group, out.epoch)
                 watchdog.disarm()
                 failpoint("serve_after_kafka_commit")
             except (KafkaException, InjectedFailure) as exc:

@@ -117,6 +117,19 @@ def committed(bootstrap: str, group: str, topic: str, partitions: list[int]) -> 
 COORDINATOR_MOVES = (KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS)
 
 
+def committed_metadata(
+    bootstrap: str, group: str, topic: str, partitions: list[int]
+) -> dict[int, str]:
+    """The commit metadata of the group's committed offsets, read as any Kafka client reads
+    it."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        found = consumer.committed([TopicPartition(topic, p) for p in partitions], timeout=30)
+        return {tp.partition: tp.metadata or "" for tp in found}
+    finally:
+        consumer.close()
+
+
 def wait_consumed(
     bootstrap: str, group: str, topic: str, timeout: float = 120, svc: Service | None = None
 ) -> None:
@@ -444,12 +457,26 @@ def test_killed_between_the_kafka_commit_and_the_store_write_catches_up_silently
     produce(svc.bootstrap, svc.input, records)
     killed = svc.start()
     assert killed.wait(timeout=120) == -signal.SIGKILL, svc.log_text()
+    # Kafka alone says which epoch committed last: the 7th, whose store write never happened.
+    partitions = [0, 1, 2]
+    epochs = committed_metadata(svc.bootstrap, svc.group, svc.input, partitions)
+    assert max(int(m.removeprefix("epoch=")) for m in epochs.values() if m) == 7, epochs
+    assert max(r["epoch"] for r in log_records(svc, "epoch committed")) == 6
     svc.env.pop("SGM_FAILPOINT")
     svc.start()
     wait_consumed(svc.bootstrap, svc.group, svc.input, timeout=120, svc=svc)
     wait_ready(svc)
     assert svc.stop() == 0, svc.log_text()
     assert "caught up without emitting" in svc.log_text()
+    assigned = log_records(svc, "partition assigned")[-len(partitions) :]  # (the restart's)
+    assert max(r["committed_epoch"] or 0 for r in assigned) == 7, assigned
+    # Each partition's offset carries the last epoch that consumed from it.
+    last: dict[int, int] = {}
+    for record in log_records(svc, "epoch committed"):
+        for key in record["offsets"]:
+            last[int(key.rsplit(":", 1)[1])] = record["epoch"]
+    after = committed_metadata(svc.bootstrap, svc.group, svc.input, partitions)
+    assert after == {p: f"epoch={last[p]}" for p in partitions}
     got = check_exactly_once(published(svc, output_format))
     assert got == expected_matches(records, tmp_path)
 

@@ -329,7 +329,9 @@ class Worker:
             )
             self.sink.flush()  # on the broker, in the open transaction (commit would flush too)
             failpoint("worker_before_commit")
-            self.sink.commit({p: spec.ends[p] for p in mine}, self.group.group_metadata())
+            self.sink.commit(
+                {p: spec.ends[p] for p in mine}, self.group.group_metadata(), spec.epoch
+            )
         except KafkaException as exc:
             self.metrics.aborted()
             log.warning(
