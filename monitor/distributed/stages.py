@@ -62,7 +62,10 @@ class ShardedStageRunner(StageRunner):
         ]
         proposing = [e for e, rows in enumerate(won) if rows.shape[0]]
         # Each prefix proposes at its winning extender's shard, which intersects the proposals
-        # at every other extender whose key it holds as well.
+        # at every other extender whose key it holds as well. The stage's comparisons (which
+        # read the prefixes, here) come after, unlike the single process's: comparing first
+        # sent every proposal back and out again, and measured slower (R-MAT 2M, `a < b, b < c`
+        # triangles: 82,560 against 119,090 updates/s on one shard, 7x the bytes).
         requests: list[Request] = []
         for e in proposing:
             others = [f for f in range(len(self.views)) if f != e]
