@@ -298,16 +298,16 @@ class ShardIndex:
         for (other, at, other_cut), keys_f in zip(others, other_keys, strict=True):
             adjacency_f = self._adjacency(other, at)
             view = adjacency_f.view(other_cut)
-            mine = keys_f[owner]
             if self.shards == 1:  # (every key is here)
-                self.work["intersected"] += int(mine.shape[0])
-                keep = view.contains(self._local(mine, adjacency_f), values)
+                self.work["intersected"] += int(owner.shape[0])
+                keep = view.contains(self._local(keys_f[owner], adjacency_f), values)
             else:
                 here = np.flatnonzero((keys_f % self.shards == self.shard)[owner])  # (per key)
                 if not here.shape[0]:
                     continue
                 self.work["intersected"] += int(here.shape[0])
-                found = view.contains(self._local(mine[here], adjacency_f), values[here])
+                mine = keys_f[owner[here]]  # (only the candidates checked here)
+                found = view.contains(self._local(mine, adjacency_f), values[here])
                 keep = np.ones(owner.shape[0], np.bool_)
                 keep[here[~found]] = False
             owner, values = owner[keep], values[keep]
