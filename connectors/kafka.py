@@ -165,6 +165,10 @@ class KafkaSource:
             for tp in found
         }
 
+    def assignment(self) -> list[Partition]:
+        """The partitions assigned to this consumer now."""
+        return [(tp.topic, tp.partition) for tp in self.consumer.assignment()]
+
     def seek(self, offsets: Mapping[Partition, int]) -> None:
         """Read on from these offsets (after an aborted epoch, or on assignment)."""
         for (topic, partition), offset in offsets.items():

@@ -59,3 +59,8 @@ class StateError(MonitorError):
 
 class ConfigError(MonitorError):
     """A setting with a value that is not allowed."""
+
+
+class WorkerLost(MonitorError):
+    """A process holding part of the state died (a shard's actor, its node): what it held since
+    the last committed epoch is gone, and the state is loaded again from there."""

@@ -13,6 +13,7 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import OFFSET_BEGINNING
 
@@ -26,6 +27,9 @@ from monitor.service.epochs import EpochProcessor
 from monitor.service.health import Health
 from monitor.service.metrics import Metrics
 from monitor.service.settings import Settings
+
+if TYPE_CHECKING:
+    from monitor.service.engines import ServiceEngine
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +46,12 @@ class Positions:
 
     @classmethod
     def of(cls, meta: StoredMeta | None) -> Positions:
-        raw = (meta.position.get("kafka") if meta else None) or {}
+        return cls.from_json(meta.position if meta else {})
+
+    @classmethod
+    def from_json(cls, position: Mapping[str, Any]) -> Positions:
+        """The positions of a stored ``position`` (its ``kafka`` part)."""
+        raw = position.get("kafka") or {}
         return cls({parse_partition_key(k): int(v) for k, v in raw.items()})
 
     def to_json(self) -> dict[str, dict[str, int]]:
@@ -101,6 +110,16 @@ def assigned(
 ) -> Mapping[Partition, int]:
     """Where each assigned partition starts; partitions to catch up on are noted."""
     metrics.rebalanced()
+    starts = resume_at(partitions, source, positions, "partition assigned")
+    health.set_assigned(True)
+    return starts
+
+
+def resume_at(
+    partitions: list[Partition], source: KafkaSource, positions: Positions, event: str
+) -> dict[Partition, int]:
+    """Where each partition is read on from, given the stored positions and the group's
+    committed offsets; partitions to catch up on are noted in ``positions``."""
     committed = source.committed_epochs(partitions)
     starts: dict[Partition, int] = {}
     for partition in partitions:
@@ -127,7 +146,7 @@ def assigned(
             # librdkafka look for a committed offset again, :data:`~connectors.kafka.RESET_STARTS`)
             starts[partition] = source.reset_start
         log.info(
-            "partition assigned",
+            event,
             extra={
                 "partition": partition_key(partition),
                 "offset": starts.get(partition),
@@ -136,7 +155,6 @@ def assigned(
                 "stored": stored,
             },
         )
-    health.set_assigned(True)
     return starts
 
 
@@ -147,8 +165,7 @@ def revoked(partitions: list[Partition], metrics: Metrics, health: Health) -> No
 
 def catch_up(
     settings: Settings,
-    processor: EpochProcessor,
-    store: StateStore,
+    engine: ServiceEngine,
     source: KafkaSource,
     positions: Positions,
     health: Health,
@@ -176,15 +193,10 @@ def catch_up(
             "catching up", extra={"reached": {partition_key(p): o for p, o in reached.items()}}
         )
     batch = UpdateBatch.concat(batches)
-    vertices = len(processor.index.dictionary)
-    out = processor.process(batch)
-    processor.commit()
+    out = engine.process(batch)
     positions.stored.update(reached)
     positions.stored.update(positions.catch_up)
-    meta = stored_meta(store, processor, positions, out.epoch)
-    store.commit_epoch(
-        processor.index, meta, out.changes, vertices, event_changes=out.event_changes
-    )
+    engine.commit(out, positions)
     log.info(
         "caught up without emitting: the output of these records was already committed",
         extra={

@@ -26,28 +26,20 @@ from confluent_kafka.admin import AdminClient
 from connectors.kafka import KafkaSource
 from connectors.kafka_records import Partition, Polled, partition_key
 from connectors.kafka_sink import KafkaSink
-from core.errors import ConfigError
+from core.errors import ConfigError, WorkerLost
 from monitor.failpoints import InjectedFailure, failpoint
-from monitor.index.store import StateStore
 from monitor.plan.events import event_relations, rewrite
 from monitor.plan.planner import delta_queries
 from monitor.query.load import load_queries
 from monitor.service.allocator import keep_freed_memory
 from monitor.service.clients import client_config, new_sink
 from monitor.service.cluster import run_cluster
-from monitor.service.epochs import EpochProcessor
+from monitor.service.engines import EmbeddedEngine, OpenEngine, ServiceEngine, embedded
 from monitor.service.health import Health
 from monitor.service.http import HealthServer
 from monitor.service.metrics import Metrics
 from monitor.service.prefetch import Prefetch
-from monitor.service.recovery import (
-    Positions,
-    assigned,
-    catch_up,
-    load_state,
-    revoked,
-    stored_meta,
-)
+from monitor.service.recovery import Positions, assigned, catch_up, resume_at, revoked
 from monitor.service.settings import Settings
 from monitor.service.stop import Stop, stop_on_signals
 from monitor.service.watchdog import WATCHDOG_SECONDS, Watchdog
@@ -60,8 +52,9 @@ log = logging.getLogger(__name__)
 SETTLING = threading.Lock()
 
 
-def serve(settings: Settings) -> int:
-    """Run the service until SIGTERM; returns the exit code."""
+def serve(settings: Settings, open_engine: OpenEngine = embedded) -> int:
+    """Run the service until SIGTERM on the engine ``open_engine`` makes (the embedded one by
+    default); returns the exit code."""
     queries = load_queries(settings.queries)
     events = event_relations(queries)
     for query in queries:
@@ -70,19 +63,15 @@ def serve(settings: Settings) -> int:
     health = Health(settings.liveness_timeout_s)
     http = HealthServer(settings.http_port, metrics, health)
     http.start()
-    store = StateStore.open(
-        settings.state_dir or "state",
-        cache_bytes=settings.rocksdb_cache_bytes,
-        snapshot_ratio=settings.snapshot_ratio,
-        snapshot_min_bytes=settings.snapshot_min_bytes,
-    )
     try:
         with stop_on_signals():
             tune_collector()
             keep_freed_memory(settings.malloc_keep_bytes)
-            return _run(settings, queries, store, metrics, health)
+            with open_engine(settings, tuple(queries), metrics, health) as engine:
+                if settings.control_topic and isinstance(engine, EmbeddedEngine):
+                    return run_cluster(settings, engine.processor, engine.store, metrics, health)
+                return _run(settings, engine, metrics, health)
     finally:
-        store.close()
         http.stop()
 
 
@@ -100,21 +89,11 @@ def tune_collector() -> None:
     gc.set_threshold(*COLLECTOR_THRESHOLDS)
 
 
-def _run(
-    settings: Settings,
-    queries: tuple[object, ...],
-    store: StateStore,
-    metrics: Metrics,
-    health: Health,
-) -> int:
-    processor = EpochProcessor(queries, settings)  # type: ignore[arg-type]
-    if settings.control_topic:
-        return run_cluster(settings, processor, store, metrics, health)
-    meta = load_state(settings, processor, store)
-    metrics.last_committed_epoch.set(meta.epoch)
-    positions = Positions.of(meta)
+def _run(settings: Settings, engine: ServiceEngine, metrics: Metrics, health: Health) -> int:
+    positions = engine.load()
+    metrics.last_committed_epoch.set(engine.epoch)
     health.set_recovered(True)
-    connection = _connect(settings, processor, store, positions, metrics, health)
+    connection = _connect(settings, engine, positions, metrics, health)
     if connection is None:
         return 0
     source, sink = connection
@@ -126,16 +105,19 @@ def _run(
         while not Stop.requested:
             health.beat()
             if positions.catch_up:
-                catch_up(settings, processor, store, source, positions, health)
+                try:
+                    catch_up(settings, engine, source, positions, health)
+                except WorkerLost as error:
+                    _reload(engine, source, positions, {}, error, metrics, health)
                 continue
             polled = ahead.result() if ahead is not None else _poll(settings, source)
             ahead = None
-            if not polled.records and not processor.expiry_due():
+            if not polled.records and not engine.expiry_due():
                 continue
             sink, ahead = _epoch(
-                settings, processor, store, source, sink, polled, positions, metrics, watchdog
+                settings, engine, source, sink, polled, positions, metrics, health, watchdog
             )
-        log.info("stopping after epoch %d as requested", processor.epoch)
+        log.info("stopping after epoch %d as requested", engine.epoch)
         return 0
     finally:
         if ahead is not None:  # read ahead, never committed: read again at the next start
@@ -150,8 +132,7 @@ def _poll(settings: Settings, source: KafkaSource) -> Polled:
 
 def _connect(
     settings: Settings,
-    processor: EpochProcessor,
-    store: StateStore,
+    engine: ServiceEngine,
     positions: Positions,
     metrics: Metrics,
     health: Health,
@@ -162,7 +143,7 @@ def _connect(
         try:
             _refuse_second_instance(settings)
             sink = new_sink(settings)
-            source = _open_source(settings, positions, metrics, health, processor)
+            source = _open_source(settings, positions, metrics, health, engine)
             health.set_broker_reachable(True)
             return source, sink
         except KafkaException as error:
@@ -181,7 +162,7 @@ def _open_source(
     positions: Positions,
     metrics: Metrics,
     health: Health,
-    processor: EpochProcessor,
+    engine: ServiceEngine,
 ) -> KafkaSource:
     holder: list[KafkaSource] = []
 
@@ -203,8 +184,8 @@ def _open_source(
         on_assign=on_assign,
         on_revoke=on_revoke,
         on_stats=metrics.observe_librdkafka_stats,
-        events=processor.field_types,
-        arities=processor.arities,
+        events=engine.field_types,
+        arities=engine.arities,
     )
     holder.append(source)
     return source
@@ -227,20 +208,23 @@ def _refuse_second_instance(settings: Settings) -> None:
 
 def _epoch(
     settings: Settings,
-    processor: EpochProcessor,
-    store: StateStore,
+    engine: ServiceEngine,
     source: KafkaSource,
     sink: KafkaSink,
     polled: Polled,
     positions: Positions,
     metrics: Metrics,
+    health: Health,
     watchdog: Watchdog,
 ) -> tuple[KafkaSink, Prefetch | None]:
     """One epoch, exactly once; returns the sink to use next (recreated after fatal errors)
     and the next epoch's records, read while this one committed."""
     started = time.perf_counter()
-    vertices = len(processor.index.dictionary)
-    out = processor.process(polled.batch)
+    try:
+        out = engine.process(polled.batch)
+    except WorkerLost as error:
+        _reload(engine, source, positions, polled.first_offsets, error, metrics, health)
+        return sink, None
     refused = polled.refused(out.late)
     ahead: Prefetch | None = None
     failed: KafkaException | InjectedFailure | None = None
@@ -265,18 +249,16 @@ def _epoch(
                 failpoint("serve_after_kafka_commit")
             except (KafkaException, InjectedFailure) as exc:
                 watchdog.disarm()
-                processor.abort()
+                engine.abort()
                 failed = exc
             else:
-                processor.commit()
                 positions.stored.update(polled.next_offsets)
-                store.commit_epoch(
-                    processor.index,
-                    stored_meta(store, processor, positions, out.epoch),
-                    out.changes,
-                    vertices,
-                    event_changes=out.event_changes,
-                )
+                engine.commit(out, positions)
+    except WorkerLost as error:
+        read = ahead.result() if ahead is not None else None
+        restart = {**(read.first_offsets if read else {}), **polled.first_offsets}
+        _reload(engine, source, positions, restart, error, metrics, health)
+        return sink, None
     except BaseException:
         if ahead is not None:
             ahead.discard()
@@ -297,12 +279,8 @@ def _epoch(
         plus = int((q.diff > 0).sum())
         metrics.deltas(q.query, plus, len(q) - plus)
     metrics.output_waited(sink.take_waited())
-    metrics.index(
-        {name: len(rel) for name, rel in processor.index.relations.items()},
-        processor.index.nbytes,
-    )
-    metrics.events(processor.events.stored(), processor.events.field_bytes())
-    metrics.time.epoch(out.watermark, processor.clock.partitions(), out.expired_by, out.late_by)
+    engine.observe(metrics)
+    metrics.time.epoch(out.watermark, engine.clock.partitions(), out.expired_by, out.late_by)
     log.info(
         "epoch committed",
         extra={
@@ -314,6 +292,37 @@ def _epoch(
         },
     )
     return sink, ahead
+
+
+def _reload(
+    engine: ServiceEngine,
+    source: KafkaSource,
+    positions: Positions,
+    restart: Mapping[Partition, int],
+    error: WorkerLost,
+    metrics: Metrics,
+    health: Health,
+) -> None:
+    """After a worker of the engine died: not ready while the engine loads its state again at
+    its last stored epoch; then every assigned partition is read on from there (``restart``,
+    the first records read since, for a partition the state and the group hold nothing of),
+    catching up on what Kafka committed past it."""
+    health.set_recovered(False)
+    metrics.reloaded()
+    log.warning(
+        "a worker of the engine was lost; loading the state again", extra={"error": str(error)}
+    )
+    started = time.perf_counter()
+    loaded = engine.reload()
+    positions.stored, positions.catch_up = loaded.stored, {}
+    starts = {**restart, **resume_at(source.assignment(), source, positions, "partition resumed")}
+    source.seek(starts)
+    metrics.last_committed_epoch.set(engine.epoch)
+    health.set_recovered(True)
+    log.info(
+        "state loaded again",
+        extra={"epoch": engine.epoch, "seconds": round(time.perf_counter() - started, 3)},
+    )
 
 
 def _aborted(

@@ -6,7 +6,7 @@ Loops check :attr:`Stop.requested` between epochs; a second signal interrupts at
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
 
@@ -18,13 +18,15 @@ class Stop:
 
 
 _active = 0
+_handler: Callable[[int, FrameType | None], None] | None = None
+SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 @contextmanager
 def stop_on_signals() -> Iterator[None]:
     """Route SIGTERM and SIGINT to :class:`Stop` for the duration of the block (a block inside
     another keeps the outer one's handlers and any stop already requested)."""
-    global _active
+    global _active, _handler
     if _active:
         _active += 1
         try:
@@ -39,11 +41,19 @@ def stop_on_signals() -> Iterator[None]:
             raise KeyboardInterrupt
         Stop.requested = True
 
-    previous = {s: signal.signal(s, request) for s in (signal.SIGTERM, signal.SIGINT)}
-    _active = 1
+    previous = {s: signal.signal(s, request) for s in SIGNALS}
+    _active, _handler = 1, request
     try:
         yield
     finally:
-        _active = 0
+        _active, _handler = 0, None
         for s, handler in previous.items():
             signal.signal(s, handler)
+
+
+def reclaim_signals() -> None:
+    """Route the signals to :class:`Stop` again, inside :func:`stop_on_signals`: after a
+    library installed its own handlers (``ray.init`` installs one that aborts on SIGTERM)."""
+    if _handler is not None:
+        for s in SIGNALS:
+            signal.signal(s, _handler)
