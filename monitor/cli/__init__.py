@@ -395,6 +395,10 @@ def serve(config_file: str | None, print_config: bool) -> None:
         from monitor.service.serve import serve as run_service
 
         configure_logging(settings.log_level)
+        if settings.engine == "distributed":
+            from monitor.distributed.service import distributed
+
+            sys.exit(run_service(settings, distributed))
         sys.exit(run_service(settings))
     except MonitorError as error:
         _fail(error)

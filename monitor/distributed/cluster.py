@@ -16,9 +16,11 @@ SHARDS_PER_WORKER = 2
 
 
 @contextmanager
-def ray_shards(workers: int, shards: int | None, address: str | None) -> Iterator[RayShards]:
+def ray_shards(
+    workers: int, shards: int | None, address: str | None, name: str | None = None
+) -> Iterator[RayShards]:
     """``shards`` (default: :data:`SHARDS_PER_WORKER` per worker) shard actors on Ray, shut
-    down after."""
+    down after; with ``name``, in the namespace ``name`` and named after it."""
     try:
         import ray
     except ImportError as error:
@@ -27,15 +29,17 @@ def ray_shards(workers: int, shards: int | None, address: str | None) -> Iterato
         ) from error
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if address:
-        ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR)
-    else:
+        ray.init(address=address, namespace=name, log_to_driver=False, logging_level=logging.ERROR)
+    else:  # a cluster of our own, even where another runs on the machine (`ray start`)
         ray.init(
+            address="local",
             num_cpus=workers,
+            namespace=name,
             include_dashboard=False,
             log_to_driver=False,
             logging_level=logging.ERROR,
         )
     try:
-        yield RayShards(shards or SHARDS_PER_WORKER * workers)
+        yield RayShards(shards or SHARDS_PER_WORKER * workers, name)
     finally:
         ray.shutdown()

@@ -18,12 +18,15 @@ never leave a stage, so nothing depends on them).
 
 from __future__ import annotations
 
+import os
+import socket
 from collections import Counter
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from connectors.kafka_log import KafkaLog
 from monitor.distributed.shard_events import EventRequest, Renumbered, ShardEvents, StagedEvents
 from monitor.distributed.shard_store import Part, ShardStore, Tuples
 from monitor.distributed.time_orders import ShardTimeOrders
@@ -71,11 +74,17 @@ class ShardIndex:
         self.store: ShardStore | None = None
         self.epoch = 0
 
-    def restore(self, directory: str, committed: int) -> tuple[int, dict[str, int]]:
+    def restore(
+        self, directory: str, committed: int, changelog: tuple[dict[str, Any], str] | None = None
+    ) -> tuple[int, dict[str, int]]:
         """Keep this shard's part in ``directory`` from now on, after loading what it holds at
         the driver's ``committed`` epoch (dropping an epoch prepared after it); its pairs, and
-        the arity of each relation staged here."""
-        self.store = ShardStore.open(directory, self.shard, self.shards, committed)
+        the arity of each relation staged here. With ``changelog`` (a Kafka client's settings
+        and a topic), every write is mirrored to the topic's partition of this shard, and a
+        directory without the committed epoch is rebuilt from it
+        (:mod:`monitor.distributed.shard_changelog`)."""
+        log = None if changelog is None else KafkaLog(changelog[0], changelog[1], self.shard)
+        self.store = ShardStore.open(directory, self.shard, self.shards, committed, changelog=log)
         self.epoch = committed
         self.staged, self.pending = {}, {}
         self.vertices = ShardVertices(self.shard, self.shards)
@@ -412,6 +421,27 @@ class ShardIndex:
             return arity, []
         local, values = unpack(primary.pairs(cut))
         return arity, [*self._key_columns((relation, arity - 1), local), values]
+
+    def report(self) -> dict[str, Any]:
+        """What the service's metrics and logs show of this shard: its :meth:`stats`, the
+        tuples of each relation (its primary copies here), each event relation's live events
+        and their bytes, the epoch it has durably, its earliest expiry deadline, and where it
+        runs."""
+        primary = {
+            relation: positions.get(self.arity.get(relation, 0) - 1)
+            for relation, positions in self.relations.items()
+        }
+        return {
+            "stats": self.stats(),
+            "tuples": {r: len(a) for r, a in primary.items() if a is not None},
+            "events": {r: len(s) for r, s in self.events.stores.items()},
+            "event_bytes": {r: s.nbytes for r, s in self.events.stores.items()},
+            "epoch": self.epoch,
+            "rebuilt": None if self.store is None else self.store.rebuilt,
+            "deadline": self.events.next_deadline(),
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+        }
 
     def stats(self) -> dict[str, int]:
         """Its pairs, index bytes and work (and bytes on disk, with a directory)."""

@@ -9,12 +9,13 @@ made and the bytes each way per shard (:class:`Traffic`).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any, Protocol
 
 import numpy as np
 
-from core.errors import MonitorError
+from core.errors import WorkerLost
 from monitor.distributed.shard import ShardIndex
 
 
@@ -34,6 +35,8 @@ class Traffic:
 
     def __init__(self, shards: int) -> None:
         self.rounds = self.calls = 0
+        #: Seconds spent waiting for the shards' answers (Ray shards only).
+        self.wait_seconds = 0.0
         self.sent = [0] * shards
         self.received = [0] * shards
 
@@ -85,17 +88,54 @@ class LocalShards:
 
 
 class RayShards:
-    """Shards as Ray actors (Ray is imported here only: the embedded default never starts it)."""
+    """Shards as Ray actors (Ray is imported here only: the embedded default never starts it),
+    named ``NAME-shard-SSSS`` in the job's namespace when ``name`` is given (so that an operator
+    finds them with ``ray list actors``, and a test kills one with ``ray.kill``)."""
 
-    def __init__(self, shards: int) -> None:
+    def __init__(self, shards: int, name: str | None = None) -> None:
         import ray
 
-        # Spread over the cluster's nodes (a node's shards share its memory and cores).
-        actor = ray.remote(ShardIndex).options(scheduling_strategy="SPREAD")
         self._ray = ray
-        self.actors: list[Any] = [actor.remote(s, shards) for s in range(shards)]
+        self.name = name
+        self.actors: list[Any] = self._spawn(shards)
         self.traffic = Traffic(shards)
         self.in_process = False
+
+    def _spawn(self, shards: int) -> list[Any]:
+        # Spread over the cluster's nodes (a node's shards share its memory and cores).
+        actor = self._ray.remote(ShardIndex)
+        if self.name is None:
+            spread = actor.options(scheduling_strategy="SPREAD")
+            return [spread.remote(s, shards) for s in range(shards)]
+        return [
+            actor.options(scheduling_strategy="SPREAD", name=f"{self.name}-shard-{s:04d}").remote(
+                s, shards
+            )
+            for s in range(shards)
+        ]
+
+    def respawn(self) -> None:
+        """Every shard a new, empty actor (the old ones killed, dead or not): after one was
+        lost, the shards load their state again (a live shard holds what a dead one's epoch
+        staged)."""
+        for actor in self.actors:
+            self._ray.kill(actor, no_restart=True)
+        self._wait_gone()
+        self.actors = self._spawn(len(self.actors))
+
+    def _wait_gone(self) -> None:
+        """Wait until the names are free again (a killed actor's name is released when Ray
+        has recorded its death)."""
+        if self.name is None:
+            return
+        deadline = time.monotonic() + 30.0
+        for s in range(len(self.actors)):
+            while time.monotonic() < deadline:
+                try:
+                    self._ray.get_actor(f"{self.name}-shard-{s:04d}")
+                except ValueError:
+                    break
+                time.sleep(0.05)
 
     @property
     def count(self) -> int:
@@ -107,6 +147,7 @@ class RayShards:
             for s, (actor, given) in enumerate(zip(self.actors, arguments, strict=True))
             if given is not None
         }
+        waiting = time.perf_counter()
         try:
             answered = dict(zip(pending, self._ray.get(list(pending.values())), strict=True))
         except self._ray.exceptions.RayActorError as error:
@@ -117,10 +158,12 @@ class RayShards:
                 "died); nothing after the last committed epoch was kept: run again with "
                 "the same arguments (with --state-dir, the run continues from that epoch)"
             ) from error
+        finally:
+            self.traffic.wait_seconds += time.perf_counter() - waiting
         answers = [answered.get(s) for s in range(len(self.actors))]
         self.traffic.record(arguments, answers)
         return answers
 
 
-class ShardLost(MonitorError):
+class ShardLost(WorkerLost):
     """A shard's actor died (its process was killed, its node lost)."""

@@ -38,7 +38,9 @@ import numpy as np
 import orjson
 import rocksdict
 
+from connectors.kafka_log import KafkaLog
 from core.errors import StateError
+from monitor.distributed.shard_changelog import MirroredBatch, image, rebuild
 from monitor.distributed.shard_events import EventLog
 from monitor.index.graph import Change
 from monitor.index.levels import I8, I32
@@ -63,39 +65,65 @@ class ShardStore:
     snapshot_ratio = 1.0
     snapshot_min_bytes = 1 << 20
 
-    def __init__(self, path: Path, db: Any, meta: dict[str, Any], committed: int) -> None:
+    def __init__(
+        self,
+        path: Path,
+        db: Any,
+        meta: dict[str, Any],
+        committed: int,
+        changelog: KafkaLog | None = None,
+    ) -> None:
         self.path = path
         self.committed = committed
         self._db = db
         self.meta = meta
-        self._write = rocksdict.WriteOptions()
-        self._write.sync = True
+        self._write = _synced()
+        #: Where every write is mirrored (:mod:`monitor.distributed.shard_changelog`).
+        self.changelog = changelog
+        #: What the rebuild from the changelog replayed, when the directory was rebuilt.
+        self.rebuilt: dict[str, float] | None = None
 
     @classmethod
     def open(
-        cls, path: str | Path, shard: int, shards: int, committed: int, read_only: bool = False
+        cls,
+        path: str | Path,
+        shard: int,
+        shards: int,
+        committed: int,
+        read_only: bool = False,
+        changelog: KafkaLog | None = None,
     ) -> ShardStore:
         """Open (or create) the directory of shard ``shard`` of ``shards``, its epochs after
-        ``committed`` (the driver's last committed epoch) dropped (``read_only``: ignored)."""
+        ``committed`` (the driver's last committed epoch) dropped (``read_only``: ignored).
+        With a ``changelog``, a directory that lacks the committed epoch (a new disk, or an old
+        one) is rebuilt from it first."""
         directory = Path(path)
         db = connect(directory, rocks_options(16 << 20)[0], read_only=read_only)
         raw = db.get(META_KEY)
+        rebuilt = None
+        stale = raw is None or orjson.loads(bytes(raw))["epoch"] < committed
+        if changelog is not None and not read_only and committed >= 0 and stale:
+            rebuilt = rebuild(db, directory, changelog, _synced())
+            raw = db.get(META_KEY)
         meta: dict[str, Any] = (
             {"shard": shard, "shards": shards, "epoch": -1, "snapshot_epoch": -1}
             | {"parts": [], "snapshot_bytes": 0, "log_bytes": 0, "arity": {}}
             if raw is None
             else orjson.loads(bytes(raw))
         )
-        store = cls(directory, db, meta, committed)
+        store = cls(directory, db, meta, committed, changelog)
+        store.rebuilt = rebuilt
         try:
             store._check(shard, shards, committed)
         except StateError:
             db.close()
             raise
         if raw is None and not read_only:  # (a new shard: what it is, from now on)
-            db.put(META_KEY, orjson.dumps(meta), store._write)
+            batch = MirroredBatch()
+            batch.put(META_KEY, orjson.dumps(meta))
+            store._apply(batch)
         if meta["epoch"] > committed and not read_only:  # prepared, never committed: dropped
-            batch = rocksdict.WriteBatch(raw_mode=True)
+            batch = MirroredBatch()
             batch.delete_range(_log_key(max(committed + 1, 0)), b"M")
             for prefix in (b"V", b"E", b"F", b"I"):
                 batch.delete_range(prefix + struct.pack(">Q", max(committed + 1, 0)), _next(prefix))
@@ -104,8 +132,20 @@ class ShardStore:
                 meta.update(snapshot_epoch=-1, snapshot_bytes=0, log_bytes=0)
             store.meta["epoch"] = committed
             batch.put(META_KEY, orjson.dumps(store.meta))
-            db.write(batch, store._write)
+            store._apply(batch)
         return store
+
+    def _apply(self, batch: MirroredBatch, image_after: bool = False) -> None:
+        """Write ``batch`` (synced) and mirror it to the changelog; ``image_after``: mirror
+        an image of the whole database instead, and cut the changelog before it."""
+        self._db.write(batch.batch, self._write)
+        if self.changelog is None:
+            return
+        if image_after:
+            offset = self.changelog.append(image(self._db))
+            self.changelog.cut_before(offset)
+        else:
+            self.changelog.append(bytes(batch.ops))
 
     def _check(self, shard: int, shards: int, committed: int) -> None:
         meta = self.meta
@@ -125,6 +165,8 @@ class ShardStore:
 
     def close(self) -> None:
         self._db.close()
+        if self.changelog is not None:
+            self.changelog.close()
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -224,7 +266,7 @@ class ShardStore:
         commits it."""
         ids = self._ids({p: len(c.columns) for p, c in changes.items()})
         record = write_log({_name(p): c for p, c in changes.items() if len(c)}, ids)
-        batch = rocksdict.WriteBatch(raw_mode=True)
+        batch = MirroredBatch()
         batch.put(_log_key(epoch), record)
         self._put_vertices(batch, epoch, vertices, arity)
         for log in (events or {}).values():
@@ -232,7 +274,7 @@ class ShardStore:
         self.meta["epoch"] = self.committed = epoch
         self.meta["log_bytes"] += len(record)
         batch.put(META_KEY, orjson.dumps(self.meta))
-        self._db.write(batch, self._write)
+        self._apply(batch)
 
     def wants_snapshot(self) -> bool:
         """Whether the log has outgrown the snapshot (and the minimum size)."""
@@ -282,7 +324,7 @@ class ShardStore:
         events' live records, and write the vertices and ids numbered since the last epoch
         written."""
         ids = self._ids({p: len(c) for p, c in parts.items()})
-        batch = rocksdict.WriteBatch(raw_mode=True)
+        batch = MirroredBatch()
         self._put_vertices(batch, epoch, vertices, arity)
         for prefix in (b"L", b"S", b"E", b"F", b"I"):
             batch.delete_range(prefix, _next(prefix))
@@ -298,10 +340,16 @@ class ShardStore:
         self.meta.update(snapshot_epoch=epoch, snapshot_bytes=written, log_bytes=0)
         self.meta["epoch"] = max(self.meta["epoch"], epoch)
         batch.put(META_KEY, orjson.dumps(self.meta))
-        self._db.write(batch, self._write)
+        self._apply(batch, image_after=True)
 
     def disk_bytes(self) -> int:
         return sum(f.stat().st_size for f in self.path.rglob("*") if f.is_file())
+
+
+def _synced() -> Any:
+    write = rocksdict.WriteOptions()
+    write.sync = True
+    return write
 
 
 def _name(part: Part) -> str:

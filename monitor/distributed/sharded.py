@@ -172,12 +172,17 @@ class ShardedIndex:
                 changes[name] = Change(tuples, diff, np.concatenate([a[3] for a in answered]))
         return changes
 
-    def restore(self, state_dir: str, committed: int) -> int:
+    def restore(
+        self, state_dir: str, committed: int, changelog: tuple[dict[str, Any], str] | None = None
+    ) -> int:
         """Have every shard keep its part in its directory of ``state_dir``, loading what it
-        holds at the driver's ``committed`` epoch; the pairs loaded."""
+        holds at the driver's ``committed`` epoch (with ``changelog``, mirrored to it and
+        rebuilt from it: :meth:`ShardIndex.restore`); the pairs loaded."""
         from monitor.distributed.durable import shard_directory
 
-        paths = [(shard_directory(state_dir, s), committed) for s in range(self.shards.count)]
+        paths = [
+            (shard_directory(state_dir, s), committed, changelog) for s in range(self.shards.count)
+        ]
         restored = self.shards.call("restore", paths)
         for _, arity in restored:
             self.arity.update(arity)

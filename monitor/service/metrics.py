@@ -36,6 +36,7 @@ from prometheus_client.metrics_core import HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from connectors.kafka_records import DEAD_LETTER_CATEGORIES
+from monitor.service.shard_metrics import SHARD_METRIC_NAMES, ShardMetrics
 from monitor.service.time_metrics import TIME_METRIC_NAMES, TimeMetrics
 
 NAMESPACE = "subgraph_monitor"
@@ -74,6 +75,7 @@ METRIC_NAMES: tuple[str, ...] = tuple(
         "build_info",
         "ready",
         *TIME_METRIC_NAMES,
+        *SHARD_METRIC_NAMES,
     )
 )
 
@@ -173,6 +175,8 @@ class Metrics:
         ns, reg = NAMESPACE, self.registry
         #: Watermarks, event-time lag, expired and late events (``time_metrics``).
         self.time = TimeMetrics(reg, ns)
+        #: The partitioned engine's shards and exchange (``shard_metrics``).
+        self.shards = ShardMetrics(reg, ns)
 
         self.updates_consumed = Counter(
             "updates_consumed_total",
@@ -350,6 +354,10 @@ class Metrics:
     def aborted(self) -> None:
         """A Kafka transaction was aborted."""
         self.transactions_aborted.inc()
+
+    def reloaded(self) -> None:
+        """The engine loads its state again after losing a worker."""
+        self.shards.reloads.inc()
 
     def output_waited(self, seconds: float) -> None:
         """The sink waited ``seconds`` for room in the producer's queue."""

@@ -155,6 +155,31 @@ class Settings(BaseSettings):
         "that every record is a real transition; false publishes each worker's own sum (a "
         "binding may get +1 and -1 from two workers in one epoch)",
     )
+    engine: Literal["embedded", "distributed"] = Field(
+        "embedded",
+        description="embedded: the index in this process (scale out with control_topic); "
+        "distributed: the index partitioned over shards on Ray, whose capacity grows with "
+        "the workers (README, Scale-out)",
+    )
+    workers: int = Field(
+        2, ge=1, description="distributed: CPUs of the local Ray cluster (without ray_address)"
+    )
+    shards: int | None = Field(
+        None, ge=1, description="distributed: shards of the index (default: 2 per worker)"
+    )
+    ray_address: str | None = Field(
+        None,
+        description="distributed: the Ray cluster to run the shards on (ray://host:10001, "
+        "host:6379, auto); empty: a local cluster of `workers` CPUs in this process",
+    )
+    shard_changelog: bool = Field(
+        True,
+        description="distributed: mirror every shard's state into a Kafka topic, from which a "
+        "shard whose disk was lost with its node is rebuilt",
+    )
+    shard_changelog_topic: str | None = Field(
+        None, description="distributed: the shard changelog's topic (default: GROUP-shards)"
+    )
     queries: str = Field("triangle", description="a built-in name, a query file, or query text")
     topic_relations: Annotated[dict[str, str], NoDecode] = Field(
         default_factory=dict, description="topic=relation pairs: records of a topic name none"
@@ -171,6 +196,11 @@ class Settings(BaseSettings):
         description="directory of librdkafka settings, one file each (a mounted Secret); "
         "they win over SGM_KAFKA and are always treated as secret",
     )
+
+    @field_validator("ray_address", "control_topic", mode="before")
+    @classmethod
+    def _empty_is_none(cls, value: Any) -> Any:
+        return None if value == "" else value
 
     @field_validator("input_topics", "output_fields", mode="before")
     @classmethod
@@ -229,6 +259,15 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _secrets_dir_readable(self) -> Settings:
         self.kafka_secrets()  # a missing or unreadable directory is a settings error at start
+        return self
+
+    @model_validator(mode="after")
+    def _one_scale_out(self) -> Settings:
+        if self.engine == "distributed" and self.control_topic:
+            raise ValueError(
+                "engine=distributed partitions the index over shards; control_topic replicates "
+                "it over workers: set one of them"
+            )
         return self
 
     @classmethod

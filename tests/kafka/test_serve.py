@@ -138,6 +138,10 @@ def wait_consumed(
     while time.monotonic() < deadline:
         if committed(bootstrap, group, topic, list(ends)) == ends:
             return
+        if svc is not None and svc.proc is not None:
+            exited = svc.proc.poll()
+            if exited is not None and exited != 75:  # (75: the watchdog's, restarted)
+                raise AssertionError(f"the service exited with {exited}:\n{svc.log_text()[-5000:]}")
         time.sleep(0.5)
     logs = svc.logs[-1].read_text(errors="replace")[-3000:] if svc is not None else ""
     raise AssertionError(

@@ -1,0 +1,171 @@
+"""A log of byte batches in one partition of a Kafka topic: appended synchronously, read back
+whole, cut at the front.
+
+The partitioned engine's shards mirror their RocksDB writes into it (the *shard changelog*,
+:mod:`monitor.distributed.shard_changelog`), as Kafka Streams backs a state store with a
+changelog topic: a shard whose disk is lost is rebuilt by replaying its partition. A batch may be
+larger than a Kafka record may be, so it is cut into chunks of :data:`CHUNK_BYTES`, each record
+``nonce:u64 index:u32 count:u32 chunk``; a batch is read back only when all its chunks are (a
+writer that died half-way left a batch nobody waits for: it is skipped). Appends are acknowledged
+by every in-sync replica (``acks=all``) and idempotent, so a batch is never reordered or written
+twice by a retry.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import TopicPartition as KafkaTopicPartition
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
+
+from core.errors import StateError
+
+#: Bytes of a batch per Kafka record (under the brokers' default ``message.max.bytes``).
+CHUNK_BYTES = 900 * 1024
+HEADER = struct.Struct(">QII")
+
+
+class KafkaLog:
+    """Partition ``partition`` of ``topic`` as a log of byte batches."""
+
+    def __init__(self, config: Mapping[str, Any], topic: str, partition: int) -> None:
+        self.config = dict(config)
+        self.topic = topic
+        self.partition = partition
+        self._producer: Producer | None = None
+
+    def append(self, batch: bytes, timeout: float = 60.0) -> int:
+        """Write ``batch`` and wait until every chunk is acknowledged; the offset of its first
+        record."""
+        if self._producer is None:
+            self._producer = Producer(
+                {**self.config, "enable.idempotence": True, "acks": "all", "linger.ms": 0}
+            )
+        nonce = int.from_bytes(os.urandom(8), "big")
+        count = max(1, -(-len(batch) // CHUNK_BYTES))
+        offsets: list[int] = []
+        errors: list[KafkaError] = []
+
+        def delivered(error: KafkaError | None, message: Any) -> None:
+            if error is not None:
+                errors.append(error)
+            else:
+                offsets.append(int(message.offset() or 0))
+
+        for i in range(count):
+            chunk = batch[i * CHUNK_BYTES : (i + 1) * CHUNK_BYTES]
+            value = HEADER.pack(nonce, i, count) + chunk
+            while True:
+                try:
+                    self._producer.produce(
+                        self.topic, value, partition=self.partition, on_delivery=delivered
+                    )
+                    break
+                except BufferError:  # the queue is full: let it drain
+                    self._producer.poll(0.1)
+        left = self._producer.flush(timeout)
+        if errors or left:
+            why = errors[0] if errors else f"{left} records not acknowledged in {timeout:.0f} s"
+            raise StateError(
+                f"could not write to the shard changelog {self.topic}[{self.partition}] ({why})"
+            )
+        return min(offsets)
+
+    def read(self, timeout: float = 300.0) -> Iterator[bytes]:
+        """Every complete batch, in order, from the start of the partition to its end now."""
+        consumer = Consumer(
+            {
+                **self.config,
+                "group.id": f"shard-changelog-reader-{os.getpid()}",
+                "enable.auto.commit": False,
+                "isolation.level": "read_uncommitted",
+                "fetch.max.bytes": 64 << 20,
+            }
+        )
+        try:
+            low, high = consumer.get_watermark_offsets(
+                KafkaTopicPartition(self.topic, self.partition), timeout=30
+            )
+            if high <= low:
+                return
+            consumer.assign([KafkaTopicPartition(self.topic, self.partition, OFFSET_BEGINNING)])
+            pending: tuple[int, list[bytes]] | None = None
+            deadline = time.monotonic() + timeout
+            at = low
+            while at < high:
+                if time.monotonic() > deadline:
+                    raise StateError(
+                        f"reading the shard changelog {self.topic}[{self.partition}] took "
+                        f"over {timeout:.0f} s (at offset {at} of {high})"
+                    )
+                for message in consumer.consume(1000, timeout=1.0):
+                    if message.error() is not None:
+                        raise KafkaException(message.error())
+                    at = int(message.offset() or 0) + 1
+                    value = message.value() or b""
+                    nonce, index, count = HEADER.unpack_from(value)
+                    if index == 0:
+                        pending = (nonce, [])
+                    if pending is None or pending[0] != nonce or len(pending[1]) != index:
+                        pending = None  # (the rest of a batch whose start was cut or lost)
+                        continue
+                    pending[1].append(value[HEADER.size :])
+                    if index + 1 == count:
+                        yield b"".join(pending[1])
+                        pending = None
+                    if at >= high:
+                        break
+        finally:
+            consumer.close()
+
+    def cut_before(self, offset: int) -> None:
+        """Delete the records before ``offset`` (the first of a batch that holds everything)."""
+        admin = AdminClient(self.config)
+        futures = admin.delete_records([KafkaTopicPartition(self.topic, self.partition, offset)])
+        for future in futures.values():
+            future.result(timeout=60)
+
+    def close(self) -> None:
+        if self._producer is not None:
+            self._producer.flush(30)
+            self._producer = None
+
+
+def ensure_log_topic(config: Mapping[str, Any], topic: str, partitions: int) -> None:
+    """Create ``topic`` with ``partitions`` partitions, kept until cut (no retention by time
+    or size), when it does not exist; refuse one with fewer partitions."""
+    admin = AdminClient(dict(config))
+    existing = admin.list_topics(timeout=10).topics
+    if topic not in existing:
+        new = NewTopic(
+            topic,
+            num_partitions=partitions,
+            replication_factor=-1,
+            config={"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1"},
+        )
+        for future in admin.create_topics([new], operation_timeout=30).values():
+            try:
+                future.result(timeout=60)
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                    raise
+    deadline = time.monotonic() + 60
+    while True:
+        found = admin.list_topics(topic, timeout=10).topics.get(topic)
+        if found is not None and found.error is None and found.partitions:
+            if len(found.partitions) < partitions:
+                raise StateError(
+                    f"the shard changelog topic {topic} has {len(found.partitions)} partitions, "
+                    f"the engine has {partitions} shards: give another topic, or the same shards"
+                )
+            if all(p.leader >= 0 for p in found.partitions.values()):
+                return
+        if time.monotonic() > deadline:
+            raise StateError(f"the shard changelog topic {topic} has no leader after 60 s")
+        time.sleep(0.2)
