@@ -86,7 +86,7 @@ bench-distributed: $(DEV)
 ## lock: regenerate the image's pinned requirements (docker/*.lock) from pyproject.toml
 lock: $(DEV)
 	$(BIN)/pip install --quiet pip-tools
-	$(BIN)/pip-compile --quiet --generate-hashes --strip-extras --extra arrow --no-emit-index-url \
+	$(BIN)/pip-compile --quiet --generate-hashes --strip-extras --extra arrow --extra distributed --no-emit-index-url \
 		--no-emit-find-links --output-file docker/requirements.lock pyproject.toml
 	$(BIN)/pip-compile --quiet --generate-hashes --strip-extras --allow-unsafe --no-emit-index-url \
 		--no-emit-find-links --output-file docker/build-requirements.lock docker/build-requirements.in

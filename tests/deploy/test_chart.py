@@ -631,3 +631,70 @@ def test_replicas_above_one_work_out_of_the_box(render: Render, tmp_path: Path) 
     )
     assert custom.control_topic == "fraud-control"
     assert custom.changelog_topic == "fraud-graph"
+
+
+#: ``helm template`` as on a cluster where KubeRay's operator is installed.
+WITH_KUBERAY = ("--api-versions", "ray.io/v1/RayCluster")
+
+
+def test_distributed_is_refused_where_kuberay_is_not_installed(helm_bin: Path) -> None:
+    err = helm(
+        helm_bin, "template", "sgm", str(CHART), "--set", "config.engine=distributed", ok=False
+    )
+    assert "no RayCluster resource" in err and "kuberay-operator" in err, err
+    err = helm(
+        helm_bin,
+        "template",
+        "sgm",
+        str(CHART),
+        *WITH_KUBERAY,
+        "--set",
+        "config.engine=distributed",
+        "--set",
+        "replicas=2",
+        ok=False,
+    )
+    assert "keep replicas: 1" in err, err
+
+
+def test_distributed_renders_a_raycluster_that_the_driver_joins(
+    render: Render, k8s_validate_bin: Path, tmp_path: Path
+) -> None:
+    docs = render(
+        *WITH_KUBERAY,
+        "--set",
+        "config.engine=distributed",
+        "--set",
+        "ray.workers.replicas=3",
+        "--set",
+        "ray.workers.storage.storageClass=fast",
+    )
+    manifest = tmp_path / "manifest.yaml"
+    manifest.write_text(yaml.safe_dump_all(docs))
+    proc = subprocess.run(
+        [str(k8s_validate_bin), str(manifest)], capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "ok RayCluster/sgm-subgraph-monitor-ray" in proc.stdout
+    ray = one(docs, "RayCluster")
+    head = ray["spec"]["headGroupSpec"]
+    assert head["rayStartParams"]["num-cpus"] == "0", "no shards on the head"
+    (group,) = ray["spec"]["workerGroupSpecs"]
+    assert group["replicas"] == group["minReplicas"] == group["maxReplicas"] == 3
+    (worker,) = group["template"]["spec"]["containers"]
+    assert worker["image"] == container(docs)["image"], "the shards run the service's image"
+    (mount,) = worker["volumeMounts"]
+    assert mount["mountPath"] == "/var/lib/subgraph-monitor"
+    (volume,) = group["template"]["spec"]["volumes"]
+    claim = volume["ephemeral"]["volumeClaimTemplate"]["spec"]
+    assert claim["storageClassName"] == "fast" and claim["resources"]["requests"]["storage"]
+    assert one(docs, "StatefulSet")["spec"]["replicas"] == 1
+    settings = rendered_settings(docs, tmp_path)
+    assert settings.engine == "distributed" and settings.control_topic is None
+    assert settings.ray_address == "ray://sgm-subgraph-monitor-ray-head-svc.streams.svc:10001"
+    assert settings.state_dir == "/var/lib/subgraph-monitor/state"
+    assert settings.shard_changelog
+    # The embedded default renders no RayCluster, and keeps its control topic.
+    embedded = render(*WITH_KUBERAY)
+    assert not [d for d in embedded if d["kind"] == "RayCluster"]
+    assert rendered_settings(embedded, tmp_path).control_topic == "subgraph-monitor-control"

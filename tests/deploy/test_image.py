@@ -216,8 +216,10 @@ def lock_pins(path: Path) -> dict[str, str]:
 def test_lock_pins_every_dependency_with_hashes() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     pins = lock_pins(LOCK)
-    # The image has the columnar batch encoding too (SGM_BATCH_ENCODING=arrow).
-    for spec in [*project["dependencies"], *project["optional-dependencies"]["arrow"]]:
+    # The image has the columnar batch encoding too (SGM_BATCH_ENCODING=arrow), and Ray for
+    # the partitioned engine (SGM_ENGINE=distributed: the driver and the RayCluster pods).
+    extras = project["optional-dependencies"]
+    for spec in [*project["dependencies"], *extras["arrow"], *extras["distributed"]]:
         req = Requirement(spec)
         name = req.name.lower().replace("_", "-")
         assert name in pins, f"{name} is not in docker/requirements.lock"

@@ -15,7 +15,8 @@
 //   - apiVersion+kind is a known type: core/v1, apps/v1, policy/v1, networking.k8s.io/v1,
 //     rbac.authorization.k8s.io/v1, autoscaling/v2, batch/v1 (from k8s.io/api) and
 //     monitoring.coreos.com/v1 (prometheus-operator: ServiceMonitor, PodMonitor, PrometheusRule,
-//     ...). Anything else is an error.
+//     ...) and ray.io/v1 (KubeRay: RayCluster, its head's and worker groups' pod templates checked
+//     as pods'). Anything else is an error.
 //   - strict decoding into the typed Go struct: unknown fields (at any depth, case-sensitive, like
 //     the API server's strict field validation), duplicate keys and wrong value types are errors.
 //   - semantic rules that the API server enforces and that decoding cannot see:
@@ -56,6 +57,7 @@ import (
 	"strings"
 
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
+	rayv1 "github.com/ray-project/kuberay/ray-operator/apis/ray/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	batchv1 "k8s.io/api/batch/v1"
@@ -86,6 +88,7 @@ func newScheme() *runtime.Scheme {
 		autoscalingv2.AddToScheme,
 		batchv1.AddToScheme,
 		monitoringv1.AddToScheme,
+		rayv1.AddToScheme,
 	} {
 		if err := add(scheme); err != nil {
 			panic(err)
@@ -316,6 +319,15 @@ func (c *checker) checkObject(obj runtime.Object) {
 		c.checkPodSpec("spec.jobTemplate.spec.template.spec", &o.Spec.JobTemplate.Spec.Template.Spec, nil)
 	case *corev1.Pod:
 		c.checkPodSpec("spec", &o.Spec, nil)
+	case *rayv1.RayCluster:
+		c.checkPodSpec("spec.headGroupSpec.template.spec", &o.Spec.HeadGroupSpec.Template.Spec, nil)
+		for i, group := range o.Spec.WorkerGroupSpecs {
+			path := fmt.Sprintf("spec.workerGroupSpecs[%d]", i)
+			if group.GroupName == "" {
+				c.addf(path+".groupName", "required")
+			}
+			c.checkPodSpec(path+".template.spec", &group.Template.Spec, nil)
+		}
 	case *corev1.Service:
 		c.checkService(o)
 	case *policyv1.PodDisruptionBudget:

@@ -90,7 +90,14 @@ service parses durations from that string, not from a map's values. */ -}}
 {{- $_ := set $config "retention" (join "," $pairs) -}}
 {{- end -}}
 {{- $group := default "subgraph-monitor" .Values.config.group_id -}}
+{{- if eq (include "sgm.engine" .) "distributed" -}}
+{{- /* The driver joins the chart's RayCluster through Ray Client; the shards replace the
+replicated scale-out, so there is no control topic. */ -}}
+{{- $_ := set $config "ray_address" (default (printf "ray://%s-head-svc.%s.svc:10001" (include "sgm.rayCluster" .) .Release.Namespace) .Values.config.ray_address) -}}
+{{- $_ := unset $config "control_topic" -}}
+{{- else -}}
 {{- $_ := set $config "control_topic" (default (printf "%s-control" $group) .Values.config.control_topic) -}}
+{{- end -}}
 {{- $_ := set $config "state_dir" (printf "%s/state" (include "sgm.stateMount" .)) -}}
 {{- $_ := set $config "http_port" (int .Values.http.port) -}}
 {{- $_ := set $config "queries" (include "sgm.queries" .) -}}
@@ -98,6 +105,16 @@ service parses durations from that string, not from a map's values. */ -}}
 {{- $_ := set $config "kafka_secrets_dir" (include "sgm.secretsMount" .) -}}
 {{- end -}}
 {{- toYaml $config -}}
+{{- end -}}
+
+{{/* The engine: embedded or distributed. */}}
+{{- define "sgm.engine" -}}
+{{- default "embedded" .Values.config.engine -}}
+{{- end -}}
+
+{{/* The RayCluster's name (KubeRay names its head Service NAME-head-svc). */}}
+{{- define "sgm.rayCluster" -}}
+{{- printf "%s-ray" (include "sgm.fullname" .) | trunc 40 | trimSuffix "-" -}}
 {{- end -}}
 
 {{/* PromQL label matchers of this release's series, for the alert rules. */}}
