@@ -287,6 +287,8 @@ def distributed(
         name = _namespace(settings)
         with ray_shards(settings.workers, settings.shards, settings.ray_address, name) as shards:
             reclaim_signals()  # (from Ray's, which aborts the process on SIGTERM)
+            shards.watched = True
+            metrics.shards.watch(shards.waiting)
             changelog = _changelog(settings, shards.count)
             engine = PartitionedEngine(settings, queries, shards, store, changelog)
             log.info("ray cluster", extra=_cluster(shards))

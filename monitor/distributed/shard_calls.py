@@ -100,6 +100,9 @@ class RayShards:
         self.actors: list[Any] = self._spawn(shards)
         self.traffic = Traffic(shards)
         self.in_process = False
+        #: Whether each shard's answer is noted as it comes (:meth:`waiting`; the service).
+        self.watched = False
+        self._asked: dict[int, float] = {}
 
     def _spawn(self, shards: int) -> list[Any]:
         # Spread over the cluster's nodes (a node's shards share its memory and cores).
@@ -141,6 +144,25 @@ class RayShards:
     def count(self) -> int:
         return len(self.actors)
 
+    def waiting(self) -> list[float]:
+        """Per shard, the seconds its answer to the call in flight has been awaited (0: none
+        awaited), with :attr:`watched` (for the service's metrics, read from another thread)."""
+        now, asked = time.monotonic(), dict(self._asked)
+        return [now - asked[s] if s in asked else 0.0 for s in range(len(self.actors))]
+
+    def _wait_watched(self, pending: dict[int, Any]) -> None:
+        """Wait for ``pending``'s answers, noting each shard's when it comes: a shard that does
+        not answer stands out in :meth:`waiting` (one ``ray.wait`` when all answer within a
+        second, as they do)."""
+        asked = time.monotonic()
+        self._asked.update(dict.fromkeys(pending, asked))
+        which = {ref: s for s, ref in pending.items()}
+        left = list(pending.values())
+        while left:
+            ready, left = self._ray.wait(left, num_returns=len(left), timeout=1.0)
+            for ref in ready:
+                self._asked.pop(which[ref], None)
+
     def call(self, method: str, arguments: Sequence[tuple[Any, ...] | None]) -> list[Any]:
         pending = {
             s: getattr(actor, method).remote(*given)
@@ -149,6 +171,8 @@ class RayShards:
         }
         waiting = time.perf_counter()
         try:
+            if self.watched:
+                self._wait_watched(pending)
             answered = dict(zip(pending, self._ray.get(list(pending.values())), strict=True))
         except self._ray.exceptions.RayActorError as error:
             ids = [a._actor_id.hex() for a in self.actors]
@@ -160,6 +184,7 @@ class RayShards:
             ) from error
         finally:
             self.traffic.wait_seconds += time.perf_counter() - waiting
+            self._asked.clear()
         answers = [answered.get(s) for s in range(len(self.actors))]
         self.traffic.record(arguments, answers)
         return answers

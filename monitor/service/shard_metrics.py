@@ -10,7 +10,7 @@ service's epoch.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
@@ -25,6 +25,7 @@ SHARD_METRIC_NAMES = (
     "shard_sent_bytes_total",
     "shard_received_bytes_total",
     "shard_committed_epoch",
+    "shard_waiting_seconds",
     "exchange_rounds_total",
     "exchange_wait_seconds_total",
 )
@@ -98,6 +99,14 @@ class ShardMetrics:
             namespace=ns,
             registry=registry,
         )
+        self._waiting_gauge = Gauge(
+            "shard_waiting_seconds",
+            "Seconds the driver has been waiting for the shard's answer to the call in flight "
+            "(0: none awaited); a shard that stops answering grows here.",
+            shard,
+            namespace=ns,
+            registry=registry,
+        )
         #: What the counters were set from last (a shard's work restarts at 0 on a reload).
         self._seen: dict[tuple[str, int], float] = {}
 
@@ -126,9 +135,18 @@ class ShardMetrics:
         self._advance(self.rounds, ("rounds", -1), rounds)
         self._advance(self.wait, ("wait", -1), wait_seconds)
 
+    def watch(self, waiting: Callable[[], Sequence[float]]) -> None:
+        """Read each shard's waiting time from ``waiting`` at every scrape."""
+        for s in range(len(waiting())):
+            self._waiting_gauge.labels(str(s)).set_function(_nth(waiting, s))
+
     def _advance(self, counter: Counter, key: tuple[str, int], total: float) -> None:
         """Move ``counter`` by what ``total`` grew since the last call (all of it after a
         restart from 0)."""
         before = self._seen.get(key, 0.0)
         counter.inc(total - before if total >= before else total)
         self._seen[key] = total
+
+
+def _nth(values: Callable[[], Sequence[float]], n: int) -> Callable[[], float]:
+    return lambda: values()[n]

@@ -462,6 +462,8 @@ def test_alerts_fire_on_their_condition_and_stay_quiet_otherwise(
         f"subgraph_monitor_transactions_aborted_total{{{sel}}}": "0+0x60",
         f"process_start_time_seconds{{{sel}}}": "0+0x60",
         f"subgraph_monitor_ready{{{sel}}}": "1+0x60",
+        f"subgraph_monitor_shard_waiting_seconds{{{sel}, shard='0'}}": "0+0x60",
+        f"subgraph_monitor_engine_reloads_total{{{sel}}}": "0+0x60",
     }
 
     def case(overrides: dict[str, str], fire: str | None, at: str = "59m") -> dict[str, Any]:
@@ -488,6 +490,8 @@ def test_alerts_fire_on_their_condition_and_stay_quiet_otherwise(
                 "SubgraphMonitorNotReady",
                 "SubgraphMonitorWatermarkStalled",
                 "SubgraphMonitorLateEvents",
+                "SubgraphMonitorShardStalled",
+                "SubgraphMonitorShardsReloading",
             )
         ]
         return {
@@ -546,6 +550,18 @@ def test_alerts_fire_on_their_condition_and_stay_quiet_otherwise(
             case({late: "0+0x40 100+100x19"}, "SubgraphMonitorLateEvents"),
             # ... but 10 of 600 is within the share.
             case({late: "0+10x60"}, None),
+            # Shard 0 answers nothing from minute 45 on: past 300 s, and for 2 minutes.
+            case(
+                {"subgraph_monitor_shard_waiting_seconds": "0+0x45 0+60x14"},
+                "SubgraphMonitorShardStalled",
+            ),
+            # ... a shard busy for a minute within every round is not stalled.
+            case({"subgraph_monitor_shard_waiting_seconds": "0 60 0 60 0 60 0+0x53"}, None),
+            case(
+                {"subgraph_monitor_engine_reloads_total": "0+0x50 1 2 2+0x7"},
+                "SubgraphMonitorShardsReloading",
+            ),
+            case({"subgraph_monitor_engine_reloads_total": "0+0x30 1+0x29"}, None),
         ],
     }
     # promtool compares labels exactly: fill each expected alert's labels from the rule.
@@ -553,6 +569,7 @@ def test_alerts_fire_on_their_condition_and_stay_quiet_otherwise(
     by = {
         "SubgraphMonitorDeadLetters": {"reason": "json"},
         "SubgraphMonitorRestarting": {"job": "sgm-subgraph-monitor"},
+        "SubgraphMonitorShardStalled": {"shard": "0"},
     }
     for t in tests["tests"]:
         for a in t["alert_rule_test"]:
