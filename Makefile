@@ -77,11 +77,13 @@ bench-reference: $(DEV)
 	$(BIN)/python -m bench.reference
 
 ## bench-distributed: the partitioned engine against the single process and dataflow-join
-## (bench/distributed.md, about 35 minutes), then events on shards (bench/distributed_events.md,
-## about a minute)
+## (bench/distributed.md, about 35 minutes), events on shards (bench/distributed_events.md,
+## about a minute), and the Kafka service on it beside the file job, the embedded service and
+## the replicated workers, with its recovery times (bench/kafka_distributed.md)
 bench-distributed: $(DEV)
 	$(BIN)/python -m bench.distributed
 	$(BIN)/python -m bench.distributed_events
+	$(BIN)/python -m bench.kafka_distributed
 
 ## lock: regenerate the image's pinned requirements (docker/*.lock) from pyproject.toml
 lock: $(DEV)

@@ -22,6 +22,10 @@ ceiling. Then a latency run per workload and format, and per worker count of the
 with epochs closing after 200 ms; p50 and p99 of record timestamp to committed output from the
 service's ``end_to_end_latency_seconds`` histogram (the workers' summed).
 
+The same workloads through the service on the partitioned engine (``SGM_ENGINE=distributed``,
+1-4 workers, beside its file job and the replicated workers, with recovery times) are
+:mod:`bench.kafka_distributed`'s (``bench/kafka_distributed.md``).
+
 Workloads: *triangle*, ego-Facebook's edges (:func:`bench.kafka_serve.stream`) with symmetry-broken
 triangles on the scale-out's 6-partition topic; *events*, the payments stream of
 :mod:`bench.kafka_input` (``big_ring``, a selective fraud query: few match deltas per update) on

@@ -12,10 +12,13 @@ The loop sets these from its thread; the HTTP server reads them from its own.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+
+log = logging.getLogger(__name__)
 
 #: Readiness conditions, in the order ``/readyz`` lists what is missing.
 CONDITIONS = ("partitions_assigned", "state_recovered", "broker_reachable")
@@ -103,4 +106,11 @@ class Health:
 
     def _set(self, condition: str, value: bool) -> None:
         with self._lock:
+            changed = self._conditions[condition] != bool(value)
             self._conditions[condition] = bool(value)
+            ready = all(self._conditions.values())
+        if changed:
+            log.info(
+                "readiness condition changed",
+                extra={"condition": condition, "value": bool(value), "ready": ready},
+            )

@@ -111,6 +111,8 @@ def assigned(
     """Where each assigned partition starts; partitions to catch up on are noted."""
     metrics.rebalanced()
     starts = resume_at(partitions, source, positions, "partition assigned")
+    if positions.catch_up:  # (not ready until the state holds what Kafka committed)
+        health.set_recovered(False)
     health.set_assigned(True)
     return starts
 

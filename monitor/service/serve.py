@@ -107,6 +107,7 @@ def _run(settings: Settings, engine: ServiceEngine, metrics: Metrics, health: He
             if positions.catch_up:
                 try:
                     catch_up(settings, engine, source, positions, health)
+                    health.set_recovered(True)
                 except WorkerLost as error:
                     _reload(engine, source, positions, {}, error, metrics, health)
                 continue
@@ -318,7 +319,7 @@ def _reload(
     starts = {**restart, **resume_at(source.assignment(), source, positions, "partition resumed")}
     source.seek(starts)
     metrics.last_committed_epoch.set(engine.epoch)
-    health.set_recovered(True)
+    health.set_recovered(not positions.catch_up)  # (ready once caught up)
     log.info(
         "state loaded again",
         extra={"epoch": engine.epoch, "seconds": round(time.perf_counter() - started, 3)},

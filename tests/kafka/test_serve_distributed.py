@@ -155,6 +155,22 @@ def test_the_driver_killed_at_each_step_of_the_commit(
     assert_single_process_output(svc, records, tmp_path)
     caught_up = "caught up without emitting" in svc.log_text()
     assert caught_up == (failpoint in ("serve_after_kafka_commit", "driver_after_shards_prepare"))
+    # Not ready until the shards are loaded and hold what Kafka committed.
+    restart = [json.loads(x) for x in svc.logs[-1].read_text().splitlines() if x.startswith("{")]
+    messages = [r["message"] for r in restart]
+    ready_at = next(
+        i
+        for i, r in enumerate(restart)
+        if r["message"] == "readiness condition changed" and r["ready"]
+    )
+    assert messages.index("state loaded") < ready_at
+    if caught_up:
+        assert (
+            messages.index(
+                "caught up without emitting: the output of these records was already committed"
+            )
+            < ready_at
+        )
 
 
 @pytest.mark.parametrize("failpoint", ["shard_before_prepare", "shard_before_fold"])
