@@ -182,6 +182,7 @@ class ShardIndex:
         """:meth:`stage` each request; the changes of the primary copies (the last position:
         forward for a binary relation) only: the other copies' are the same changes, and would
         only cross the wire again."""
+        failpoint("shard_stage")  # (an epoch in evaluation, before its output is committed)
         staged = [self.stage(*request) for request in requests]
         return [s if r[2] == r[1] - 1 else None for s, r in zip(staged, requests, strict=True)]
 
