@@ -18,8 +18,6 @@ never leave a stage, so nothing depends on them).
 
 from __future__ import annotations
 
-import os
-import socket
 from collections import Counter
 from typing import Any
 
@@ -28,6 +26,7 @@ import numpy.typing as npt
 
 from connectors.kafka_log import KafkaLog
 from monitor.distributed.shard_events import EventRequest, Renumbered, ShardEvents, StagedEvents
+from monitor.distributed.shard_report import report, stats
 from monitor.distributed.shard_store import Part, ShardStore, Tuples
 from monitor.distributed.time_orders import ShardTimeOrders
 from monitor.distributed.vertices import External, ShardVertices
@@ -424,41 +423,13 @@ class ShardIndex:
         return arity, [*self._key_columns((relation, arity - 1), local), values]
 
     def report(self) -> dict[str, Any]:
-        """What the service's metrics and logs show of this shard: its :meth:`stats`, the
-        tuples of each relation (its primary copies here), each event relation's live events
-        and their bytes, the epoch it has durably, its earliest expiry deadline, and where it
-        runs."""
-        primary = {
-            relation: positions.get(self.arity.get(relation, 0) - 1)
-            for relation, positions in self.relations.items()
-        }
-        return {
-            "stats": self.stats(),
-            "tuples": {r: len(a) for r, a in primary.items() if a is not None},
-            "events": {r: len(s) for r, s in self.events.stores.items()},
-            "event_bytes": {r: s.nbytes for r, s in self.events.stores.items()},
-            "epoch": self.epoch,
-            "rebuilt": None if self.store is None else self.store.rebuilt,
-            "deadline": self.events.next_deadline(),
-            "pid": os.getpid(),
-            "host": socket.gethostname(),
-        }
+        """What the service's metrics and logs show of this shard
+        (:func:`~monitor.distributed.shard_report.report`)."""
+        return report(self)
 
     def stats(self) -> dict[str, int]:
         """Its pairs, index bytes and work (and bytes on disk, with a directory)."""
-        adjacencies = [a for positions in self.relations.values() for a in positions.values()]
-        disk = {} if self.store is None else {"disk": self.store.disk_bytes()}
-        return {
-            "pairs": sum(len(a) for a in adjacencies),
-            "bytes": sum(a.nbytes for a in adjacencies)
-            + sum(k.nbytes for k in self.tuple_keys.values())
-            + self.vertices.dictionary.nbytes
-            + self.time_orders.nbytes,
-            "vertices": len(self.vertices),
-            **(self.events.stats() if self.events.stores else {}),
-            **self.work,
-            **disk,
-        }
+        return stats(self)
 
 
 def _concatenated(

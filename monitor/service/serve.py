@@ -316,7 +316,10 @@ def _reload(
     started = time.perf_counter()
     loaded = engine.reload()
     positions.stored, positions.catch_up = loaded.stored, {}
-    starts = {**restart, **resume_at(source.assignment(), source, positions, "partition resumed")}
+    starts = resume_at(source.assignment(), source, positions, "partition resumed")
+    for partition, offset in restart.items():  # (neither stored nor committed: where it began)
+        if partition not in positions.stored and partition not in positions.catch_up:
+            starts[partition] = offset
     source.seek(starts)
     metrics.last_committed_epoch.set(engine.epoch)
     health.set_recovered(not positions.catch_up)  # (ready once caught up)

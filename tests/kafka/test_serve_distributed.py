@@ -203,20 +203,7 @@ def test_a_shard_actor_killed_with_ray_kill(
     svc.start()
     wait_ready(svc)
     cluster = wait_for(lambda: log_records(svc, "ray cluster"), svc)[-1]
-    # Another driver on the service's cluster (a new local cluster enables Ray's token
-    # authentication: its token is in ~/.ray, which this client reads in token mode).
-    kill = (
-        "import ray, sys; ray.init(address=sys.argv[1], namespace=sys.argv[2]); "
-        "ray.kill(ray.get_actor(sys.argv[3]), no_restart=True)"
-    )
-    actor = f"{cluster['actors']}-shard-0001"
-    subprocess.run(
-        [sys.executable, "-c", kill, str(cluster["address"]), str(cluster["namespace"]), actor],
-        env={**os.environ, "RAY_AUTH_MODE": "token"},
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
+    ray_kill(cluster, 1)
     produce(svc.bootstrap, svc.input, records[1500:])
     run_to_the_end(svc)
     assert log_records(svc, "state loaded again"), svc.log_text()
@@ -246,6 +233,24 @@ def final_tuples(records: list[dict[str, object]]) -> dict[str, int]:
         else:
             alive[relation] -= pair
     return {relation: len(pairs) for relation, pairs in alive.items()}
+
+
+def ray_kill(cluster: dict[str, object], shard: int) -> None:
+    """``ray.kill`` of the service's shard actor from another driver on its cluster (a new
+    local cluster enables Ray's token authentication: its token is in ~/.ray, which this client
+    reads in token mode)."""
+    kill = (
+        "import ray, sys; ray.init(address=sys.argv[1], namespace=sys.argv[2]); "
+        "ray.kill(ray.get_actor(sys.argv[3]), no_restart=True)"
+    )
+    actor = f"{cluster['actors']}-shard-{shard:04d}"
+    subprocess.run(
+        [sys.executable, "-c", kill, str(cluster["address"]), str(cluster["namespace"]), actor],
+        env={**os.environ, "RAY_AUTH_MODE": "token"},
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
 
 
 def wait_for(found: Callable[[], list[dict[str, object]]], svc: Service) -> list[dict[str, object]]:
@@ -391,4 +396,24 @@ def test_the_whole_ray_cluster_restarted_continues_from_the_durable_state(
     assigned = [r for r in restart if r["message"] == "partition assigned"]
     assert assigned and all(r["offset"] == 1600 for r in assigned), assigned
     assert not any(r["message"].startswith("caught up") for r in restart)
+    assert_single_process_output(svc, records, tmp_path)
+
+
+def test_a_shard_lost_in_the_first_epoch_of_a_new_group_reading_from_latest(
+    service: Callable[..., Service], tmp_path: Path
+) -> None:
+    """A new group that starts at the end of the topic (``auto.offset.reset=latest``) loses a
+    shard in its first epoch: neither the state nor the group has an offset for the partition,
+    so the epoch is read again from its first record, not from the end again."""
+    svc = service(
+        partitions=1, **DISTRIBUTED, SGM_KAFKA=json.dumps({"auto.offset.reset": "latest"})
+    )
+    svc.start()
+    wait_ready(svc)
+    cluster = wait_for(lambda: log_records(svc, "ray cluster"), svc)[-1]
+    ray_kill(cluster, 0)
+    records = stream_records(2000, seed=48)
+    produce(svc.bootstrap, svc.input, records)
+    run_to_the_end(svc)
+    assert log_records(svc, "state loaded again"), svc.log_text()
     assert_single_process_output(svc, records, tmp_path)
