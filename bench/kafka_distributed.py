@@ -46,16 +46,16 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench import cluster
-from bench.kafka import Input, inputs
+from bench.kafka import Input, inputs, start
 from bench.kafka_distributed_report import report
 from bench.kafka_input import file_job
+from bench.kafka_report import format_env
 from bench.kafka_serve import (
     drop_topics,
     log_lines,
     metrics,
     produce_records,
     quantiles,
-    serve,
     stamp,
     throughput,
     topics,
@@ -65,7 +65,9 @@ from bench.machine import machine_info
 from scripts.kafka_local import KafkaBroker
 
 OUT = Path(__file__).resolve().parent / "kafka_distributed.md"
-FORMAT = {"SGM_OUTPUT_FORMAT": "batches"}
+#: The output format of every run (its settings: :func:`bench.kafka_report.format_env`).
+OUTPUT = "batches"
+FORMAT = format_env(OUTPUT)
 
 
 def distributed(workers: int) -> dict[str, str]:
@@ -166,15 +168,14 @@ def serve_run(
     families at the end, and its log."""
     out = f"{topic}-out-{uuid.uuid4().hex[:6]}"
     topics(bootstrap, (out, 1), (f"{out}-dlq", 1))
-    proc, log, group = serve(
+    proc, log, group = start(
         bootstrap,
         tmp,
         topic,
-        query=source.workload.query,
-        undirected=source.workload.undirected,
+        source,
+        OUTPUT,
         SGM_OUTPUT_TOPIC=out,
         SGM_DEAD_LETTER_TOPIC=f"{out}-dlq",
-        **FORMAT,
         **env,
     )
     try:
@@ -201,16 +202,7 @@ def steady_latency(
     ``seconds`` into a new topic once the service holds its partitions."""
     topic = f"{source.name}-steady-{uuid.uuid4().hex[:6]}"
     topics(bootstrap, (topic, source.partitions), (f"{topic}-out", 1), (f"{topic}-dlq", 1))
-    proc, log, group = serve(
-        bootstrap,
-        tmp,
-        topic,
-        query=source.workload.query,
-        undirected=source.workload.undirected,
-        delay_ms=200,
-        **FORMAT,
-        **env,
-    )
+    proc, log, group = start(bootstrap, tmp, topic, source, OUTPUT, delay_ms=200, **env)
     try:
         wait_for(log, "partition assigned", proc)
         produce_records(bootstrap, topic, source.records[: int(rate * seconds)], rate)
