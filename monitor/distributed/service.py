@@ -266,8 +266,10 @@ class PartitionedEngine:
         return reports
 
     def where(self) -> list[dict[str, Any]]:
-        """Each shard's process and host."""
-        return [{"pid": r["pid"], "host": r["host"]} for r in self._observed_shards()]
+        """Each shard's process, host and Ray node."""
+        return [
+            {"pid": r["pid"], "host": r["host"], "node": r["node"]} for r in self._observed_shards()
+        ]
 
     def close(self) -> None:
         """Every shard closes its directory (a dead one has nothing to close)."""
@@ -285,7 +287,14 @@ def distributed(
     store = DriverStore.open(state_dir)
     try:
         name = _namespace(settings)
-        with ray_shards(settings.workers, settings.shards, settings.ray_address, name) as shards:
+        with ray_shards(
+            settings.workers,
+            settings.shards,
+            settings.ray_address,
+            name,
+            settings.ray_join,
+            settings.ray_object_store_memory,
+        ) as shards:
             reclaim_signals()  # (from Ray's, which aborts the process on SIGTERM)
             shards.watched = True
             metrics.shards.watch(shards.waiting)
@@ -314,15 +323,16 @@ def _changelog(settings: Settings, shards: int) -> tuple[dict[str, Any], str] | 
 
 
 def _cluster(shards: RayShards) -> dict[str, Any]:
-    """Where the shards run: the Ray cluster's address, the namespace and the actors' names."""
+    """Where the shards run: the Ray cluster's address, the namespace, the actors' names, and
+    the driver's own node."""
     import ray
 
     context = ray.get_runtime_context()
     try:
-        address = context.gcs_address
-    except Exception:  # (a Ray Client driver, ray://, has no address of its own to give)
-        address = None
-    return {"address": address, "namespace": context.namespace, "actors": shards.name}
+        address, node = context.gcs_address, context.get_node_id()
+    except Exception:  # (a Ray Client driver, ray://, has no address or node of its own)
+        address, node = None, None
+    return {"address": address, "namespace": context.namespace, "actors": shards.name, "node": node}
 
 
 def _namespace(settings: Settings) -> str:

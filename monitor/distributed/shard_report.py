@@ -32,7 +32,8 @@ def stats(shard: ShardIndex) -> dict[str, int]:
 def report(shard: ShardIndex) -> dict[str, Any]:
     """Its :func:`stats`, the tuples of each relation (its primary copies here), each event
     relation's live events and their bytes, the epoch it has durably, what a rebuild from the
-    changelog replayed, its earliest expiry deadline, and where it runs."""
+    changelog replayed, its earliest expiry deadline, and where it runs (process, host, Ray
+    node)."""
     primary = {
         relation: positions.get(shard.arity.get(relation, 0) - 1)
         for relation, positions in shard.relations.items()
@@ -47,4 +48,16 @@ def report(shard: ShardIndex) -> dict[str, Any]:
         "deadline": shard.events.next_deadline(),
         "pid": os.getpid(),
         "host": socket.gethostname(),
+        "node": ray_node(),
     }
+
+
+def ray_node() -> str | None:
+    """The id of the Ray node this process runs on (None outside Ray)."""
+    import sys
+
+    ray = sys.modules.get("ray")  # (imported by a Ray worker; never imported here for a test)
+    if ray is None or not ray.is_initialized():
+        return None
+    node: str = ray.get_runtime_context().get_node_id()
+    return node

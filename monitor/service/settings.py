@@ -172,6 +172,18 @@ class Settings(BaseSettings):
         description="distributed: the Ray cluster to run the shards on (ray://host:10001, "
         "host:6379, auto); empty: a local cluster of `workers` CPUs in this process",
     )
+    ray_join: bool = Field(
+        False,
+        description="distributed: first start a Ray node in this container that joins "
+        "ray_address (host:6379) with no CPUs, for the driver's objects (a driver must run on "
+        "a node of the cluster; the chart's service pod does this)",
+    )
+    ray_object_store_memory: int | None = Field(
+        None,
+        ge=75 * 1024 * 1024,
+        description="distributed, with ray_join: the joining node's object store in bytes "
+        "(Ray's --object-store-memory; default: Ray's, 30 percent of the memory)",
+    )
     shard_changelog: bool = Field(
         True,
         description="distributed: mirror every shard's state into a Kafka topic, from which a "
@@ -267,6 +279,11 @@ class Settings(BaseSettings):
             raise ValueError(
                 "engine=distributed partitions the index over shards; control_topic replicates "
                 "it over workers: set one of them"
+            )
+        if self.ray_join and (not self.ray_address or self.ray_address.startswith("ray://")):
+            raise ValueError(
+                "ray_join starts a Ray node that joins the cluster at ray_address: give the "
+                "head's GCS address (host:6379)"
             )
         return self
 

@@ -708,10 +708,25 @@ def test_distributed_renders_a_raycluster_that_the_driver_joins(
     assert one(docs, "StatefulSet")["spec"]["replicas"] == 1
     settings = rendered_settings(docs, tmp_path)
     assert settings.engine == "distributed" and settings.control_topic is None
-    assert settings.ray_address == "ray://sgm-subgraph-monitor-ray-head-svc.streams.svc:10001"
+    # The driver joins as a Ray node of its own, at the head's GCS port, with its object store
+    # in a memory volume at /dev/shm of that size and Ray's session in a larger /tmp.
+    assert settings.ray_address == "sgm-subgraph-monitor-ray-head-svc.streams.svc:6379"
+    assert settings.ray_join and settings.ray_object_store_memory == 1024 * 2**20
+    assert {
+        p["name"]: p["containerPort"] for p in head["template"]["spec"]["containers"][0]["ports"]
+    }["gcs"] == 6379
+    pod = one(docs, "StatefulSet")["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["dshm"]["emptyDir"] == {"medium": "Memory", "sizeLimit": "1088Mi"}
+    assert volumes["tmp"]["emptyDir"]["sizeLimit"] == "1Gi"
+    mounts = {m["name"]: m["mountPath"] for m in container(docs)["volumeMounts"]}
+    assert mounts["dshm"] == "/dev/shm" and mounts["tmp"] == "/tmp"
     assert settings.state_dir == "/var/lib/subgraph-monitor/state"
     assert settings.shard_changelog
     # The embedded default renders no RayCluster, and keeps its control topic.
     embedded = render(*WITH_KUBERAY)
     assert not [d for d in embedded if d["kind"] == "RayCluster"]
     assert rendered_settings(embedded, tmp_path).control_topic == "subgraph-monitor-control"
+    assert not rendered_settings(embedded, tmp_path).ray_join
+    embedded_pod = one(embedded, "StatefulSet")["spec"]["template"]["spec"]
+    assert "dshm" not in {v["name"] for v in embedded_pod["volumes"]}

@@ -36,6 +36,7 @@ from confluent_kafka import (
 )
 
 from connectors.batches import batch_info, read_deltas
+from tests.kafka import pods
 from tests.kafka_broker import KafkaCluster
 
 pytestmark = pytest.mark.kafka
@@ -217,6 +218,8 @@ class Service:
         self.logs: list[Path] = []
         self.restarts = 0
         self._stopping = False
+        #: Run in a pod of its own (tests.kafka.pods), as in the chart's container.
+        self.pod = False
 
     def start(self) -> subprocess.Popen[bytes]:
         """Start the service, and restart it whenever it exits with the watchdog's code 75,
@@ -230,8 +233,9 @@ class Service:
     def _spawn(self) -> None:
         log = self.tmp / f"serve-{len(self.logs)}.log"
         self.logs.append(log)
+        command = [sys.executable, "-m", "monitor", "serve"]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "monitor", "serve"],
+            pods.in_pod(command) if self.pod else command,
             cwd=ROOT,
             env=self.env,
             stdout=subprocess.DEVNULL,
@@ -251,7 +255,10 @@ class Service:
     def stop(self, sig: int = signal.SIGTERM) -> int:
         assert self.proc is not None
         self._stopping = True
-        self.proc.send_signal(sig)
+        if self.pod:  # (its first process; unshare forwards no signal)
+            os.kill(pods.first_process(self.proc), sig)
+        else:
+            self.proc.send_signal(sig)
         return self.proc.wait(timeout=60)
 
     def log_text(self) -> str:

@@ -26,7 +26,13 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.kafka import test_serve, test_serve_arities, test_serve_events, test_serve_windows
+from tests.kafka import (
+    pods,
+    test_serve,
+    test_serve_arities,
+    test_serve_events,
+    test_serve_windows,
+)
 from tests.kafka.test_serve import (
     QUERIES,
     ROOT,
@@ -299,6 +305,45 @@ def test_a_node_lost_with_its_disk_is_rebuilt_from_the_shard_changelog(
         assert_single_process_output(svc, records, tmp_path)
     finally:
         cluster.shutdown()  # type: ignore[no-untyped-call]
+
+
+def test_the_charts_driver_joins_its_ray_cluster_as_a_node(
+    service: Callable[..., Service], tmp_path: Path
+) -> None:
+    """The chart's topology, each pod a PID and mount namespace of its own (tests.kafka.pods):
+    a Ray head with no CPUs and a worker node started by ``ray start``, as KubeRay starts them,
+    and the service with the chart's settings (``SGM_RAY_ADDRESS=HEAD:6379``,
+    ``SGM_RAY_JOIN=true``). The service starts first, before the head answers: it waits for
+    the head, then starts a Ray node of its own, with no CPUs, and connects through it. The
+    shards run on the worker node, none in the driver's pod; the output is the single
+    process's; SIGTERM ends the service and its node with it."""
+    if (reason := pods.unavailable()) is not None:
+        pytest.skip(reason)
+    port = pods.free_port()
+    address = f"127.0.0.1:{port}"
+    svc = service(partitions=1, **DISTRIBUTED, SGM_RAY_ADDRESS=address, SGM_RAY_JOIN="true")
+    svc.pod = True
+    records = stream_records(2000, seed=47)
+    produce(svc.bootstrap, svc.input, records)
+    made: list[pods.RayPod] = []
+    try:
+        svc.start()
+        time.sleep(2)  # (the service's first attempt finds no head)
+        made.append(pods.RayPod(tmp_path / "head.log", "--head", f"--port={port}", "--num-cpus=0"))
+        made.append(pods.RayPod(tmp_path / "worker.log", f"--address={address}", "--num-cpus=2"))
+        run_to_the_end(svc)
+        assert not made[0].proc.poll() and not made[1].proc.poll()
+    finally:
+        for pod in made:
+            pod.delete()
+    assert_single_process_output(svc, records, tmp_path)
+    joined = log_records(svc, "joined the ray cluster as a node")
+    assert [r["address"] for r in joined] == [address], svc.log_text()
+    (cluster,) = log_records(svc, "ray cluster")
+    nodes = {r["shard"]: r["node"] for r in log_records(svc, "shard started")}
+    assert sorted(nodes) == [0, 1, 2] and None not in nodes.values(), nodes
+    assert cluster["node"] not in nodes.values(), (cluster, nodes)  # no shard in the driver's pod
+    assert len(set(nodes.values())) == 1  # the worker node, the only one with CPUs
 
 
 def alive(pid: int) -> bool:

@@ -70,6 +70,18 @@ def test_bad_values_are_refused_with_the_setting_named(tmp_path: Path) -> None:
     assert b"'records' or 'batches'" in done.stderr
 
 
+def test_the_engines_scale_out_settings_are_checked_together() -> None:
+    """One scale-out at a time, and a joining node needs the head's own address."""
+    with pytest.raises(ValueError, match="set one of them"):
+        Settings(engine="distributed", control_topic="c")
+    with pytest.raises(ValueError, match=r"ray_join.*host:6379"):
+        Settings(engine="distributed", ray_join=True)
+    with pytest.raises(ValueError, match=r"ray_join.*host:6379"):
+        Settings(engine="distributed", ray_join=True, ray_address="ray://head:10001")
+    joined = Settings(engine="distributed", ray_join=True, ray_address="head:6379")
+    assert joined.ray_join and joined.ray_address == "head:6379"
+
+
 def test_the_output_format_defaults_to_records(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SGM_OUTPUT_FORMAT", raising=False)
     assert load_settings().output_format == "records"

@@ -91,9 +91,15 @@ service parses durations from that string, not from a map's values. */ -}}
 {{- end -}}
 {{- $group := default "subgraph-monitor" .Values.config.group_id -}}
 {{- if eq (include "sgm.engine" .) "distributed" -}}
-{{- /* The driver joins the chart's RayCluster through Ray Client; the shards replace the
-replicated scale-out, so there is no control topic. */ -}}
-{{- $_ := set $config "ray_address" (default (printf "ray://%s-head-svc.%s.svc:10001" (include "sgm.rayCluster" .) .Release.Namespace) .Values.config.ray_address) -}}
+{{- /* The driver joins the chart's RayCluster as a Ray node of its own (no CPUs), at the
+head's GCS port; the shards replace the replicated scale-out, so there is no control topic. */ -}}
+{{- $_ := set $config "ray_address" (default (printf "%s-head-svc.%s.svc:6379" (include "sgm.rayCluster" .) .Release.Namespace) .Values.config.ray_address) -}}
+{{- if not .Values.config.ray_address -}}
+{{- $_ := set $config "ray_join" true -}}
+{{- end -}}
+{{- if kindIs "invalid" .Values.config.ray_object_store_memory -}}
+{{- $_ := set $config "ray_object_store_memory" (mul (int .Values.ray.driver.objectStoreMiB) 1048576) -}}
+{{- end -}}
 {{- $_ := unset $config "control_topic" -}}
 {{- else -}}
 {{- $_ := set $config "control_topic" (default (printf "%s-control" $group) .Values.config.control_topic) -}}

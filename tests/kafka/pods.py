@@ -1,0 +1,82 @@
+"""Pods on one machine, for the chart's topologies: a command in PID and mount namespaces of its
+own (``unshare``), so that, as in a container, it sees only its own processes and its own
+``/tmp/ray``, and every process it starts ends with it (the kernel kills a namespace's processes
+when its first one exits). The network and the rest of the file system are the machine's."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+#: Make the pod's /tmp/ray private, then run the command as the namespace's first process.
+_SETUP = 'mkdir -p /tmp/ray && mount -t tmpfs tmpfs /tmp/ray && exec "$@"'
+
+
+def unavailable() -> str | None:
+    """Why pods cannot be made here (None: they can)."""
+    if shutil.which("unshare") is None:
+        return "no unshare (util-linux)"
+    done = subprocess.run(in_pod(["true"]), capture_output=True, check=False)
+    if done.returncode != 0:
+        return f"unshare cannot make PID and mount namespaces here: {done.stderr.decode()[-200:]}"
+    return None
+
+
+def in_pod(command: list[str]) -> list[str]:
+    """``command`` run as the first process of a pod of its own."""
+    namespaces = ["unshare", "--pid", "--fork", "--mount-proc", "--mount"]
+    return [*namespaces, "sh", "-c", _SETUP, "pod", *command]
+
+
+def first_process(unshare: subprocess.Popen[bytes]) -> int:
+    """The pod's first process (the command; ``unshare`` waits for it and forwards no signal)."""
+    children = Path(f"/proc/{unshare.pid}/task/{unshare.pid}/children")
+    for _ in range(200):
+        found = children.read_text().split() if children.exists() else []
+        if found:
+            return int(found[0])
+        if unshare.poll() is not None:
+            break
+        os.sched_yield()
+    raise RuntimeError("the pod's process did not start")
+
+
+def ray_command(*args: str) -> list[str]:
+    """Ray's command line from this Python."""
+    return [sys.executable, "-c", "from ray.scripts.scripts import main; main()", *args]
+
+
+#: A RayCluster without ``authOptions`` (the chart's): no token (Ray's default for ``ray start``
+#: where no ~/.ray/auth_token exists, as in a new pod; this machine may have one).
+RAY_ENV = {"RAY_AUTH_MODE": "disabled"}
+
+
+class RayPod:
+    """A Ray node in a pod, started as KubeRay starts one (``ray start --block``)."""
+
+    def __init__(self, log: Path, *args: str) -> None:
+        self.log = log
+        self.proc = subprocess.Popen(
+            in_pod(ray_command("start", "--block", "--disable-usage-stats", *args)),
+            env={**os.environ, **RAY_ENV},
+            stdout=subprocess.DEVNULL,
+            stderr=log.open("wb"),
+        )
+
+    def delete(self) -> None:
+        """The pod deleted: its first process killed, and with it the node's processes."""
+        if self.proc.poll() is None:
+            os.kill(first_process(self.proc), signal.SIGKILL)
+            self.proc.wait(timeout=30)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
