@@ -5,8 +5,10 @@ The partitioned engine's shards mirror their RocksDB writes into it (the *shard 
 :mod:`monitor.distributed.shard_changelog`), as Kafka Streams backs a state store with a
 changelog topic: a shard whose disk is lost is rebuilt by replaying its partition. A batch may be
 larger than a Kafka record may be, so it is cut into chunks of :data:`CHUNK_BYTES`, each record
-``nonce:u64 index:u32 count:u32 chunk``; a batch is read back only when all its chunks are (a
-writer that died half-way left a batch nobody waits for: it is skipped). Appends are acknowledged
+``nonce:u64 index:u32 count:u32 chunk``, where ``count`` is the batch's number of chunks on its
+last chunk and 0 on the others (so that a batch can be streamed, its size unknown until it
+ends); a batch is read back only when all its chunks are (a writer that died half-way left a
+batch nobody waits for: it is skipped). Appends are acknowledged
 by every in-sync replica (``acks=all``) and idempotent, so a batch is never reordered or written
 twice by a retry.
 """
@@ -16,7 +18,7 @@ from __future__ import annotations
 import os
 import struct
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer
@@ -29,6 +31,8 @@ from core.errors import StateError
 #: Bytes of a batch per Kafka record (under the brokers' default ``message.max.bytes``).
 CHUNK_BYTES = 900 * 1024
 HEADER = struct.Struct(">QII")
+#: Chunks of a streamed batch waiting for the broker at most (what it holds in memory).
+IN_FLIGHT = 16
 
 
 class KafkaLog:
@@ -40,15 +44,16 @@ class KafkaLog:
         self.partition = partition
         self._producer: Producer | None = None
 
-    def append(self, batch: bytes, timeout: float = 60.0) -> int:
-        """Write ``batch`` and wait until every chunk is acknowledged; the offset of its first
-        record."""
+    def append(self, batch: bytes | Iterable[bytes], timeout: float = 60.0) -> int:
+        """Write ``batch``, given whole or as pieces (streamed: at most :data:`IN_FLIGHT`
+        chunks held at a time), and wait until every chunk is acknowledged; the offset of its
+        first record."""
         if self._producer is None:
             self._producer = Producer(
                 {**self.config, "enable.idempotence": True, "acks": "all", "linger.ms": 0}
             )
+        producer = self._producer
         nonce = int.from_bytes(os.urandom(8), "big")
-        count = max(1, -(-len(batch) // CHUNK_BYTES))
         offsets: list[int] = []
         errors: list[KafkaError] = []
 
@@ -58,18 +63,28 @@ class KafkaLog:
             else:
                 offsets.append(int(message.offset() or 0))
 
-        for i in range(count):
-            chunk = batch[i * CHUNK_BYTES : (i + 1) * CHUNK_BYTES]
-            value = HEADER.pack(nonce, i, count) + chunk
+        def send(index: int, chunk: bytes, last: bool) -> None:
+            value = HEADER.pack(nonce, index, index + 1 if last else 0) + chunk
             while True:
                 try:
-                    self._producer.produce(
+                    producer.produce(
                         self.topic, value, partition=self.partition, on_delivery=delivered
                     )
                     break
                 except BufferError:  # the queue is full: let it drain
-                    self._producer.poll(0.1)
-        left = self._producer.flush(timeout)
+                    producer.poll(0.1)
+            while len(producer) > IN_FLIGHT and not errors:
+                producer.poll(0.1)
+
+        index, buffer = 0, bytearray()
+        for piece in [batch] if isinstance(batch, bytes) else batch:
+            buffer += piece
+            while len(buffer) > CHUNK_BYTES:  # (the last chunk is never empty but for b"")
+                send(index, bytes(buffer[:CHUNK_BYTES]), last=False)
+                del buffer[:CHUNK_BYTES]
+                index += 1
+        send(index, bytes(buffer), last=True)
+        left = producer.flush(timeout)
         if errors or left:
             why = errors[0] if errors else f"{left} records not acknowledged in {timeout:.0f} s"
             raise StateError(

@@ -35,19 +35,23 @@ _LENGTH = struct.Struct(">BII")
 
 
 class MirroredBatch:
-    """A RocksDB write batch that keeps its operations as bytes for the changelog."""
+    """A RocksDB write batch that keeps its operations as bytes for the changelog (``mirrored``
+    false: a batch the changelog gets as an image after it, whose operations are not kept)."""
 
-    def __init__(self) -> None:
+    def __init__(self, mirrored: bool = True) -> None:
         self.batch = rocksdict.WriteBatch(raw_mode=True)
         self.ops = bytearray()
+        self.mirrored = mirrored
 
     def put(self, key: bytes, value: bytes) -> None:
         self.batch.put(key, value)
-        self.ops += _LENGTH.pack(PUT, len(key), len(value)) + key + value
+        if self.mirrored:
+            self.ops += _LENGTH.pack(PUT, len(key), len(value)) + key + value
 
     def delete_range(self, begin: bytes, end: bytes) -> None:
         self.batch.delete_range(begin, end)
-        self.ops += _LENGTH.pack(DELETE_RANGE, len(begin), len(end)) + begin + end
+        if self.mirrored:
+            self.ops += _LENGTH.pack(DELETE_RANGE, len(begin), len(end)) + begin + end
 
 
 def operations(blob: bytes) -> Iterator[tuple[int, bytes, bytes]]:
@@ -74,13 +78,13 @@ def replay(db: Any, blob: bytes, write: Any) -> None:
     db.write(batch, write)
 
 
-def image(db: Any) -> bytes:
-    """A batch that makes any database hold exactly what ``db`` holds (as bytes)."""
-    ops = bytearray(_LENGTH.pack(DELETE_RANGE, 1, 1) + FIRST_KEY + LAST_KEY)
+def image(db: Any) -> Iterator[bytes]:
+    """A batch that makes any database hold exactly what ``db`` holds, in pieces (one per
+    key, as :meth:`KafkaLog.append` streams them: never the whole database in memory)."""
+    yield _LENGTH.pack(DELETE_RANGE, 1, 1) + FIRST_KEY + LAST_KEY
     for raw_key, raw_value in db.items():
         key, value = bytes(raw_key), bytes(raw_value)
-        ops += _LENGTH.pack(PUT, len(key), len(value)) + key + value
-    return bytes(ops)
+        yield _LENGTH.pack(PUT, len(key), len(value)) + key + value
 
 
 def rebuild(db: Any, path: Path, changelog: KafkaLog, write: Any) -> dict[str, float]:

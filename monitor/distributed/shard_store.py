@@ -145,6 +145,7 @@ class ShardStore:
             offset = self.changelog.append(image(self._db))
             self.changelog.cut_before(offset)
         else:
+            assert batch.mirrored, "a batch without its operations is mirrored by an image"
             self.changelog.append(bytes(batch.ops))
 
     def _check(self, shard: int, shards: int, committed: int) -> None:
@@ -324,7 +325,7 @@ class ShardStore:
         events' live records, and write the vertices and ids numbered since the last epoch
         written."""
         ids = self._ids({p: len(c) for p, c in parts.items()})
-        batch = MirroredBatch()
+        batch = MirroredBatch(mirrored=False)  # (the changelog gets an image after it)
         self._put_vertices(batch, epoch, vertices, arity)
         for prefix in (b"L", b"S", b"E", b"F", b"I"):
             batch.delete_range(prefix, _next(prefix))
