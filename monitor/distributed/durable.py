@@ -23,6 +23,7 @@ the epoch, which the restart loads.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,8 @@ META_KEY = b"\x00meta"
 #: The driver's directory inside the state directory.
 DRIVER = "driver"
 
+log = logging.getLogger(__name__)
+
 
 def shard_directory(state_dir: str | Path, shard: int) -> str:
     """Shard ``shard``'s directory inside the state directory."""
@@ -46,6 +49,11 @@ def shard_directory(state_dir: str | Path, shard: int) -> str:
 def is_partitioned(state_dir: str | Path) -> bool:
     """Whether ``state_dir`` holds the partitioned engine's state."""
     return (Path(state_dir) / DRIVER).is_dir()
+
+
+def _only_shards(directory: Path) -> bool:
+    """Whether ``directory`` holds shards' directories and nothing else (no driver's)."""
+    return all(p.is_dir() and p.name.startswith("shard-") for p in directory.iterdir())
 
 
 @dataclass(frozen=True)
@@ -82,6 +90,16 @@ class DriverStore:
         if directory.exists() and not directory.is_dir():
             raise StateError(f"state directory {directory} is a file; give a directory")
         fresh = not directory.exists() or not any(directory.iterdir())
+        if not fresh and not read_only and _only_shards(directory):
+            # The driver's directory is lost, the shards' are not: they hold epochs nobody
+            # records. The driver starts anew; the shards drop every epoch it does not record,
+            # and the service rebuilds the state from its input (Kafka's committed offsets).
+            log.warning(
+                "the driver's record is missing: the shards' epochs are dropped and the state is "
+                "rebuilt from the input",
+                extra={"state_dir": str(directory)},
+            )
+            fresh = True
         if not fresh and not is_partitioned(directory):
             raise StateError(
                 f"{directory} does not hold the partitioned engine's state (a single-process "

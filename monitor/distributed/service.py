@@ -103,6 +103,9 @@ class PartitionedEngine:
     def epoch(self) -> int:
         return self.epochs.epochs
 
+    def number_from(self, epoch: int) -> None:
+        self.epochs.epochs = max(self.epochs.epochs, epoch - 1)
+
     def _wanted(self) -> DriverMeta:
         settings = self.settings
         return DriverMeta(

@@ -52,6 +52,11 @@ class ServiceEngine(Protocol):
         """Load the stored state (a new one: empty); the input positions it includes."""
         ...
 
+    def number_from(self, epoch: int) -> None:
+        """Number the next epoch ``epoch`` (a catch-up of epochs that Kafka committed and the
+        state lost: the output goes on with Kafka's numbers)."""
+        ...
+
     def reload(self) -> Positions:
         """After a :class:`~core.errors.WorkerLost`: load the stored state again, dropping
         what is staged; the input positions it includes."""
@@ -96,6 +101,9 @@ class EmbeddedEngine:
     @property
     def epoch(self) -> int:
         return self.processor.epoch
+
+    def number_from(self, epoch: int) -> None:
+        self.processor.epoch = max(self.processor.epoch, epoch - 1)
 
     def load(self) -> Positions:
         return Positions.of(load_state(self.settings, self.processor, self.store))

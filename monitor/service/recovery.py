@@ -43,6 +43,8 @@ class Positions:
 
     stored: dict[Partition, int] = field(default_factory=dict)
     catch_up: dict[Partition, int] = field(default_factory=dict)
+    #: The last epoch Kafka committed of the partitions to catch up on (-1: none known).
+    catch_up_epoch: int = -1
 
     @classmethod
     def of(cls, meta: StoredMeta | None) -> Positions:
@@ -147,6 +149,8 @@ def resume_at(
             # New to the group: where auto.offset.reset says, given now (faster than letting
             # librdkafka look for a committed offset again, :data:`~connectors.kafka.RESET_STARTS`)
             starts[partition] = source.reset_start
+        if partition in positions.catch_up and kafka_epoch is not None:
+            positions.catch_up_epoch = max(positions.catch_up_epoch, kafka_epoch)
         log.info(
             event,
             extra={
@@ -195,6 +199,9 @@ def catch_up(
             "catching up", extra={"reached": {partition_key(p): o for p, o in reached.items()}}
         )
     batch = UpdateBatch.concat(batches)
+    # (numbered as Kafka numbered the last of them: where the state lost several epochs, the
+    # output's epochs go on from Kafka's, never back)
+    engine.number_from(positions.catch_up_epoch)
     out = engine.process(batch)
     positions.stored.update(reached)
     positions.stored.update(positions.catch_up)
@@ -208,6 +215,7 @@ def catch_up(
         },
     )
     positions.catch_up = {}
+    positions.catch_up_epoch = -1
 
 
 def stored_meta(

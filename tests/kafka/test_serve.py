@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -422,6 +423,35 @@ def published(svc: Service, output_format: str) -> list[dict[str, object]]:
             assert dict(pairs)["format"] == expected, headers
         deltas_read.extend(read_deltas(value, pairs))
     return deltas_read
+
+
+def test_a_lost_state_directory_is_rebuilt_from_the_input_and_numbered_on(
+    service: Callable[..., Service], tmp_path: Path
+) -> None:
+    """The state directory lost between runs (a new volume): the service rebuilds the state
+    from the start of its input, emitting nothing up to what the group committed, and numbers
+    its epochs on from the epoch Kafka recorded with the offsets, never back."""
+    svc = service(partitions=2, SGM_BATCH_SIZE="200", SGM_MAX_BATCH_DELAY_MS="10000")
+    records = stream_records(3000, seed=49)
+    produce(svc.bootstrap, svc.input, records[:1600])
+    svc.start()
+    wait_consumed(svc.bootstrap, svc.group, svc.input, svc=svc)
+    assert svc.stop() == 0, svc.log_text()
+    shutil.rmtree(svc.tmp / "state")
+    produce(svc.bootstrap, svc.input, records[1600:])
+    svc.start()
+    wait_consumed(svc.bootstrap, svc.group, svc.input, svc=svc)
+    assert svc.stop() == 0, svc.log_text()
+    assert "caught up without emitting" in svc.logs[-1].read_text(), svc.log_text()
+    rows = deltas(read_topic(svc.bootstrap, svc.output))
+    assert check_exactly_once(rows) == expected_matches(records, tmp_path)
+    first_run = max(int(r["epoch"]) for r in log_records_of(svc.logs[0], "epoch committed"))
+    assert min(int(r["epoch"]) for r in log_records_of(svc.logs[1], "epoch committed")) > first_run
+
+
+def log_records_of(path: Path, message: str) -> list[dict[str, Any]]:
+    lines = [json.loads(x) for x in path.read_text().splitlines() if x.startswith("{")]
+    return [r for r in lines if r["message"] == message]
 
 
 @pytest.mark.parametrize("output_format", ["records", "batches", "arrow"])

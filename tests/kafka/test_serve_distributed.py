@@ -40,6 +40,7 @@ from tests.kafka.test_serve import (
     _port_from_log,
     check_exactly_once,
     committed_metadata,
+    expected_matches,
     log_records,
     produce,
     read_topic,
@@ -178,6 +179,27 @@ def test_the_driver_killed_at_each_step_of_the_commit(
             )
             < ready_at
         )
+
+
+def test_the_drivers_directory_lost_is_rebuilt_from_the_input(
+    service: Callable[..., Service], tmp_path: Path
+) -> None:
+    """The driver's volume lost between runs, the shards' directories kept (they hold epochs the
+    driver no longer records): the driver starts anew, the shards drop what it does not record,
+    and what Kafka committed is caught up from the input without emitting; the output holds
+    every match once and nothing twice."""
+    svc = service(partitions=1, **DISTRIBUTED)
+    records = stream_records(3000, seed=48)
+    produce(svc.bootstrap, svc.input, records[:1600])
+    svc.start()
+    run_to_the_end(svc)
+    shutil.rmtree(svc.tmp / "state" / "driver")
+    produce(svc.bootstrap, svc.input, records[1600:])
+    svc.start()
+    run_to_the_end(svc)
+    assert "caught up without emitting" in svc.logs[-1].read_text(), svc.log_text()
+    rows = [json.loads(v) for _, v, _ in read_topic(svc.bootstrap, svc.output)]
+    assert check_exactly_once(rows) == expected_matches(records, tmp_path)
 
 
 @pytest.mark.parametrize("failpoint", ["shard_stage", "shard_before_prepare", "shard_before_fold"])
