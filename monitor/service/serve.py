@@ -268,9 +268,6 @@ def _epoch(
         return _aborted(settings, source, sink, polled, ahead, out.epoch, failed, metrics), None
     now = time.time()
     metrics.epoch(time.perf_counter() - started, polled.records)
-    metrics.committed(
-        out.epoch, time.perf_counter() - commit_started, [now - t for t in polled.timestamps], now
-    )
     for topic, n in polled.per_topic.items():
         metrics.consumed(topic, n)
     metrics.ignored(out.ignored)
@@ -282,6 +279,10 @@ def _epoch(
     metrics.output_waited(sink.take_waited())
     engine.observe(metrics)
     metrics.time.epoch(out.watermark, engine.clock.partitions(), out.expired_by, out.late_by)
+    # (last: a scrape that sees this epoch as the last committed one sees all its figures)
+    metrics.committed(
+        out.epoch, time.perf_counter() - commit_started, [now - t for t in polled.timestamps], now
+    )
     log.info(
         "epoch committed",
         extra={

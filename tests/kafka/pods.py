@@ -13,22 +13,31 @@ import subprocess
 import sys
 from pathlib import Path
 
-#: Make the pod's /tmp/ray private, then run the command as the namespace's first process.
-_SETUP = 'mkdir -p /tmp/ray && mount -t tmpfs tmpfs /tmp/ray && exec "$@"'
+#: Make the pod's /tmp/ray private (its own directory, kept for the test's output), then run the
+#: command as the namespace's first process.
+_SETUP = 'mkdir -p /tmp/ray "$POD_RAY_DIR" && mount --bind "$POD_RAY_DIR" /tmp/ray && exec "$@"'
 
 
-def unavailable() -> str | None:
+def unavailable(tmp: Path) -> str | None:
     """Why pods cannot be made here (None: they can)."""
     if shutil.which("unshare") is None:
         return "no unshare (util-linux)"
-    done = subprocess.run(in_pod(["true"]), capture_output=True, check=False)
+    done = subprocess.run(
+        in_pod(["true"]), env=pod_env(tmp / "probe"), capture_output=True, check=False
+    )
     if done.returncode != 0:
         return f"unshare cannot make PID and mount namespaces here: {done.stderr.decode()[-200:]}"
     return None
 
 
+def pod_env(ray_dir: Path, env: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a pod whose /tmp/ray is ``ray_dir``."""
+    return {**(env if env is not None else os.environ), "POD_RAY_DIR": str(ray_dir)}
+
+
 def in_pod(command: list[str]) -> list[str]:
-    """``command`` run as the first process of a pod of its own."""
+    """``command`` run as the first process of a pod of its own (its environment from
+    :func:`pod_env`)."""
     namespaces = ["unshare", "--pid", "--fork", "--mount-proc", "--mount"]
     return [*namespaces, "sh", "-c", _SETUP, "pod", *command]
 
@@ -59,13 +68,14 @@ RAY_ENV = {"RAY_AUTH_MODE": "disabled"}
 class RayPod:
     """A Ray node in a pod, started as KubeRay starts one (``ray start --block``)."""
 
-    def __init__(self, log: Path, *args: str) -> None:
-        self.log = log
+    def __init__(self, directory: Path, *args: str) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self.directory = directory
         self.proc = subprocess.Popen(
             in_pod(ray_command("start", "--block", "--disable-usage-stats", *args)),
-            env={**os.environ, **RAY_ENV},
+            env=pod_env(directory / "ray", {**os.environ, **RAY_ENV}),
             stdout=subprocess.DEVNULL,
-            stderr=log.open("wb"),
+            stderr=(directory / "ray-start.log").open("wb"),
         )
 
     def delete(self) -> None:
@@ -73,6 +83,13 @@ class RayPod:
         if self.proc.poll() is None:
             os.kill(first_process(self.proc), signal.SIGKILL)
             self.proc.wait(timeout=30)
+
+
+def worker_ports(seed: int) -> list[str]:
+    """Ray's flags for a range of 200 worker ports of its own, outside Ray's default range
+    (10002-19999), picked by ``seed``: pods here share the machine's network."""
+    low = 40000 + (seed % 100) * 200
+    return [f"--min-worker-port={low}", f"--max-worker-port={low + 199}"]
 
 
 def free_port() -> int:

@@ -119,6 +119,27 @@ def committed(bootstrap: str, group: str, topic: str, partitions: list[int]) -> 
 COORDINATOR_MOVES = (KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS)
 
 
+def settled_metrics(svc: Service, timeout: float = 30) -> str:
+    """The service's /metrics text once it shows the epoch whose offsets the group committed
+    last (the service sets an epoch's figures after its Kafka transaction, the epoch's number
+    last)."""
+    port = _port_from_log(svc)
+    marks = committed_metadata(svc.bootstrap, svc.group, svc.input, list(range(svc.partitions)))
+    epoch = max((int(m.removeprefix("epoch=")) for m in marks.values() if m), default=0)
+    deadline = time.monotonic() + timeout
+    while True:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read()
+        shown = [
+            float(line.rsplit(b" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith(b"subgraph_monitor_last_committed_epoch ")
+        ]
+        if shown and shown[0] >= epoch:
+            return str(text.decode())
+        assert time.monotonic() < deadline, f"the metrics never showed epoch {epoch}: {shown}"
+        time.sleep(0.1)
+
+
 def committed_metadata(
     bootstrap: str, group: str, topic: str, partitions: list[int]
 ) -> dict[int, str]:
@@ -192,6 +213,7 @@ class Service:
     ) -> None:
         self.bootstrap = kafka.bootstrap
         self.input = make_topic(partitions)
+        self.partitions = partitions
         self.output = make_topic(1, prefix="sgm-out")
         self.dead = make_topic(1, prefix="sgm-dlq")
         self.group = f"sgm-{uuid.uuid4().hex[:8]}"
@@ -238,7 +260,7 @@ class Service:
         self.proc = subprocess.Popen(
             pods.in_pod(command) if self.pod else command,
             cwd=ROOT,
-            env=self.env,
+            env=pods.pod_env(self.tmp / "ray", self.env) if self.pod else self.env,
             stdout=subprocess.DEVNULL,
             stderr=log.open("wb"),
         )

@@ -18,7 +18,6 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
@@ -37,13 +36,13 @@ from tests.kafka.test_serve import (
     QUERIES,
     ROOT,
     Service,
-    _port_from_log,
     check_exactly_once,
     committed_metadata,
     expected_matches,
     log_records,
     produce,
     read_topic,
+    settled_metrics,
     stream_records,
     wait_consumed,
     wait_ready,
@@ -240,8 +239,7 @@ def test_a_shard_actor_killed_with_ray_kill(
 
 def scrape(svc: Service) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
     """The service's /metrics: per sample name, per label set, the value."""
-    port = _port_from_log(svc)
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    text = settled_metrics(svc)
     found: dict[str, dict[tuple[tuple[str, str], ...], float]] = defaultdict(dict)
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
@@ -339,7 +337,7 @@ def test_the_charts_driver_joins_its_ray_cluster_as_a_node(
     the head, then starts a Ray node of its own, with no CPUs, and connects through it. The
     shards run on the worker node, none in the driver's pod; the output is the single
     process's; SIGTERM ends the service and its node with it."""
-    if (reason := pods.unavailable()) is not None:
+    if (reason := pods.unavailable(tmp_path)) is not None:
         pytest.skip(reason)
     port = pods.free_port()
     address = f"127.0.0.1:{port}"
@@ -351,8 +349,17 @@ def test_the_charts_driver_joins_its_ray_cluster_as_a_node(
     try:
         svc.start()
         time.sleep(2)  # (the service's first attempt finds no head)
-        made.append(pods.RayPod(tmp_path / "head.log", "--head", f"--port={port}", "--num-cpus=0"))
-        made.append(pods.RayPod(tmp_path / "worker.log", f"--address={address}", "--num-cpus=2"))
+        # (pods share the machine's network here: the worker's processes get ports of their
+        # own, away from the range every Ray node takes by default)
+        made.append(pods.RayPod(tmp_path / "head", "--head", f"--port={port}", "--num-cpus=0"))
+        made.append(
+            pods.RayPod(
+                tmp_path / "worker",
+                f"--address={address}",
+                "--num-cpus=2",
+                *pods.worker_ports(port),
+            )
+        )
         run_to_the_end(svc)
         assert not made[0].proc.poll() and not made[1].proc.poll()
     finally:

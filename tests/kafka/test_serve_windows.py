@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import json
 import time
-import urllib.request
 from collections.abc import Callable
 
 import pytest
 from confluent_kafka import Producer
 
-from tests.kafka.test_serve import Service, _port_from_log, read_topic, wait_consumed
+from tests.kafka.test_serve import Service, read_topic, settled_metrics, wait_consumed
 
 pytestmark = pytest.mark.kafka
 
@@ -43,11 +42,9 @@ def wait_rows(svc: Service, n: int, timeout: float = 60) -> list[dict[str, objec
 
 
 def scrape(svc: Service) -> dict[str, float]:
-    port = _port_from_log(svc)
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
     return {
         line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
+        for line in settled_metrics(svc).splitlines()
         if line.startswith("subgraph_monitor_") and not line.startswith("#")
     }
 
