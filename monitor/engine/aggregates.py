@@ -1,0 +1,271 @@
+"""Aggregates over a query's bindings, kept per group from the body's deltas (issue #35).
+
+A query that ends with aggregate conditions (``count(distinct a) >= 10``, ``sum(t.amount) >
+50000``) groups its body's bindings by its head's variables and reports a group when it starts
+to satisfy every condition (+1) and when it stops (-1). The body's bindings are maintained as
+for any query; what arrives here is each epoch's change of them, rows with a diff of +1 or -1.
+The state is kept incrementally from those rows, never by enumerating a group's bindings:
+
+- per group, the count of its live bindings and each ``sum``'s running total;
+- for ``count(distinct v)``, ``min`` and ``max``, a :class:`Multiset` of (group, value) pairs
+  with multiplicities, sorted, so that a group's distinct values are counted as pairs appear and
+  vanish, and its least and greatest values are the first and last of its run.
+
+Everything is whole-array work per epoch: a batch of rows is reduced to its net change per group
+and per pair (``np.unique``), looked up in the sorted tables (``np.searchsorted``) and merged.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+I64 = npt.NDArray[np.int64]
+F64 = npt.NDArray[np.float64]
+Kind = Literal["count", "count_distinct", "sum", "min", "max"]
+
+#: The comparison of an aggregate condition, by its operator.
+COMPARE: Mapping[str, Callable[[Any, Any], Any]] = {
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
+    "=": operator.eq,
+    "!=": operator.ne,
+}
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """One condition, ``kind(argument) op threshold``: ``count`` is ``count(*)``, the others
+    read one value per binding (a vertex or an event for ``count_distinct``, a number for
+    ``sum``, ``min`` and ``max``). ``name`` is what the output calls its value."""
+
+    kind: Kind
+    op: str
+    threshold: float
+    name: str
+
+    def holds(self, values: F64) -> npt.NDArray[np.bool_]:
+        held: npt.NDArray[np.bool_] = COMPARE[self.op](values, self.threshold)
+        return held
+
+
+class KeyIds:
+    """Dense ids for int64 keys, in the order keys are first seen; sorted for lookups."""
+
+    def __init__(self) -> None:
+        self.keys: I64 = np.empty(0, np.int64)
+        self.ids: I64 = np.empty(0, np.int64)
+
+    def __len__(self) -> int:
+        return int(self.keys.shape[0])
+
+    def of(self, keys: I64) -> I64:
+        """The id of each key; a key never seen gets the next id."""
+        unique, inverse = np.unique(keys, return_inverse=True)
+        at = np.searchsorted(self.keys, unique)
+        found = at < len(self)
+        found[found] = self.keys[at[found]] == unique[found]
+        ids = np.empty(unique.shape[0], np.int64)
+        ids[found] = self.ids[at[found]]
+        fresh = np.arange(len(self), len(self) + int((~found).sum()), dtype=np.int64)
+        ids[~found] = fresh
+        self.keys = np.insert(self.keys, at[~found], unique[~found])
+        self.ids = np.insert(self.ids, at[~found], fresh)
+        out: I64 = ids[inverse.reshape(-1)]
+        return out
+
+
+class GroupIds:
+    """Dense ids for groups, rows of the head's vertex ids (one column each): one column is its
+    own id space; two or more are paired left to right, each pair ``(id << 32) | vertex`` a key
+    of a :class:`KeyIds`."""
+
+    def __init__(self, width: int) -> None:
+        self.width = width
+        self.pairs = [KeyIds() for _ in range(max(0, width - 1))]
+
+    def of(self, columns: Sequence[I64]) -> I64:
+        ids = np.asarray(columns[0], np.int64)
+        for pairs, column in zip(self.pairs, columns[1:], strict=True):
+            if len(column) and (int(ids.max()) >= 1 << 31 or int(column.max()) >= 1 << 32):
+                raise OverflowError("a group key past 2**31 groups or 2**32 vertices")
+            ids = pairs.of((ids << 32) | np.asarray(column, np.int64))
+        return ids
+
+
+@dataclass
+class PairChange:
+    """What a batch changed in a :class:`Multiset`: per pair touched, its group and whether it
+    was present before and is after."""
+
+    groups: I64
+    before: npt.NDArray[np.bool_]
+    after: npt.NDArray[np.bool_]
+
+
+class Multiset:
+    """(group, value) pairs with positive multiplicities, sorted by group then value."""
+
+    def __init__(self, value_type: type[np.generic]) -> None:
+        self.dtype = np.dtype([("g", np.int64), ("v", value_type)])
+        self.keys = np.empty(0, self.dtype)
+        self.counts: I64 = np.empty(0, np.int64)
+
+    def __len__(self) -> int:
+        return int(self.keys.shape[0])
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.keys.nbytes + self.counts.nbytes)
+
+    def apply(self, groups: I64, values: npt.NDArray[Any], diffs: I64) -> PairChange:
+        """Add ``diffs`` to the multiplicities of the pairs; a pair that reaches 0 is removed.
+        A multiplicity below 0 means a binding retracted that was never there: an error."""
+        rows = np.empty(groups.shape[0], self.dtype)
+        rows["g"], rows["v"] = groups, values
+        unique, inverse = np.unique(rows, return_inverse=True)
+        net = np.bincount(inverse.reshape(-1), weights=diffs, minlength=unique.shape[0])
+        keep = net != 0
+        unique, net = unique[keep], net[keep].astype(np.int64)
+        at = np.searchsorted(self.keys, unique)
+        found = at < len(self)
+        found[found] = self.keys[at[found]] == unique[found]
+        before = np.zeros(unique.shape[0], np.int64)
+        before[found] = self.counts[at[found]]
+        after = before + net
+        if (after < 0).any():
+            raise ValueError("a binding was retracted from a group that did not hold it")
+        self.counts[at[found]] = after[found]
+        self.keys = np.insert(self.keys, at[~found], unique[~found])
+        self.counts = np.insert(self.counts, at[~found], after[~found])
+        if (after == 0).any():
+            live = self.counts > 0
+            self.keys, self.counts = self.keys[live], self.counts[live]
+        return PairChange(unique["g"].astype(np.int64), before > 0, after > 0)
+
+    def ends(self, groups: I64) -> tuple[npt.NDArray[Any], npt.NDArray[Any], npt.NDArray[np.bool_]]:
+        """Each group's least and greatest value, and whether it has any."""
+        held = self.keys["g"]
+        lo = np.searchsorted(held, groups, "left")
+        hi = np.searchsorted(held, groups, "right")
+        some = hi > lo
+        values = self.keys["v"]
+        least = np.zeros(groups.shape[0], values.dtype)
+        greatest = np.zeros(groups.shape[0], values.dtype)
+        least[some], greatest[some] = values[lo[some]], values[hi[some] - 1]
+        return least, greatest, some
+
+
+@dataclass
+class GroupChanges:
+    """The groups that started (+1) or stopped (-1) satisfying the conditions in a batch, and
+    each condition's value for them after it."""
+
+    groups: I64
+    diffs: I64
+    values: dict[str, F64]
+
+    def __len__(self) -> int:
+        return int(self.groups.shape[0])
+
+
+class AggregateState:
+    """Per group: its live bindings' count, and what each condition needs."""
+
+    def __init__(self, aggregates: Sequence[Aggregate]) -> None:
+        self.aggregates = tuple(aggregates)
+        names = [a.name for a in self.aggregates]
+        if len(set(names)) != len(names):
+            raise ValueError(f"aggregates need names of their own, got {names}")
+        self.bindings: I64 = np.zeros(0, np.int64)
+        self.sums: dict[str, F64] = {
+            a.name: np.zeros(0, np.float64) for a in self.aggregates if a.kind == "sum"
+        }
+        self.distinct: dict[str, I64] = {
+            a.name: np.zeros(0, np.int64) for a in self.aggregates if a.kind == "count_distinct"
+        }
+        self.multisets = {
+            a.name: Multiset(np.int64 if a.kind == "count_distinct" else np.float64)
+            for a in self.aggregates
+            if a.kind in ("count_distinct", "min", "max")
+        }
+
+    @property
+    def nbytes(self) -> int:
+        arrays = [self.bindings, *self.sums.values(), *self.distinct.values()]
+        return sum(a.nbytes for a in arrays) + sum(m.nbytes for m in self.multisets.values())
+
+    def apply(
+        self, groups: I64, arguments: Mapping[str, npt.NDArray[Any]], diffs: I64
+    ) -> GroupChanges:
+        """Apply one batch of binding changes: ``groups`` (ids from :class:`GroupIds`), each
+        condition's argument per row (by the condition's name; none for ``count``), ``diffs``
+        of +1 and -1. The groups whose satisfaction changed, with their values."""
+        touched = np.unique(groups)
+        self._grow(int(touched[-1]) + 1 if touched.shape[0] else 0)
+        held_before = self._holds(touched)
+        self.bindings += np.bincount(groups, weights=diffs, minlength=len(self.bindings)).astype(
+            np.int64
+        )
+        for name, sums in self.sums.items():
+            sums += np.bincount(groups, weights=diffs * arguments[name], minlength=len(sums))
+        for name, multiset in self.multisets.items():
+            change = multiset.apply(groups, arguments[name], diffs)
+            if name in self.distinct:
+                step = change.after.astype(np.int64) - change.before.astype(np.int64)
+                self.distinct[name] += np.bincount(
+                    change.groups, weights=step, minlength=len(self.bindings)
+                ).astype(np.int64)
+        held_after = self._holds(touched)
+        changed = held_before != held_after
+        groups_changed = touched[changed]
+        return GroupChanges(
+            groups_changed,
+            np.where(held_after[changed], 1, -1).astype(np.int64),
+            self.values(groups_changed),
+        )
+
+    def values(self, groups: I64) -> dict[str, F64]:
+        """Each condition's value for ``groups`` (NaN for a min or max of a group without
+        bindings)."""
+        out: dict[str, F64] = {}
+        for a in self.aggregates:
+            if a.kind == "count":
+                out[a.name] = self.bindings[groups].astype(np.float64)
+            elif a.kind == "sum":
+                out[a.name] = self.sums[a.name][groups]
+            elif a.kind == "count_distinct":
+                out[a.name] = self.distinct[a.name][groups].astype(np.float64)
+            else:
+                least, greatest, some = self.multisets[a.name].ends(groups)
+                value = (least if a.kind == "min" else greatest).astype(np.float64)
+                out[a.name] = np.where(some, value, np.nan)
+        return out
+
+    def _holds(self, groups: I64) -> npt.NDArray[np.bool_]:
+        holds = self.bindings[groups] > 0
+        for a, values in zip(self.aggregates, self.values(groups).values(), strict=True):
+            holds &= a.holds(values)
+        return holds
+
+    def _grow(self, groups: int) -> None:
+        """Room for group ids below ``groups``."""
+        if groups <= len(self.bindings):
+            return
+        size = max(groups, 2 * len(self.bindings))
+        self.bindings = _grown(self.bindings, size)
+        self.sums = {k: _grown(v, size) for k, v in self.sums.items()}
+        self.distinct = {k: _grown(v, size) for k, v in self.distinct.items()}
+
+
+def _grown(array: npt.NDArray[Any], size: int) -> npt.NDArray[Any]:
+    grown = np.zeros(size, array.dtype)
+    grown[: array.shape[0]] = array
+    return grown

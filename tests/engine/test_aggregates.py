@@ -1,0 +1,151 @@
+"""Aggregates kept per group from binding changes, against a brute force that recounts every
+group from its live bindings after each epoch (random streams with retractions and random epoch
+boundaries)."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from monitor.engine.aggregates import Aggregate, AggregateState, GroupIds, KeyIds, Multiset
+
+#: (group vertex a, group vertex b, distinct value, amount): one binding.
+Binding = tuple[int, int, int, float]
+
+CONDITIONS = [
+    Aggregate("count", ">=", 3, "count"),
+    Aggregate("count_distinct", ">=", 2, "count_distinct_v"),
+    Aggregate("sum", ">", 10.0, "sum_amount"),
+    Aggregate("min", ">=", 1.0, "min_amount"),
+    Aggregate("max", "<", 9.0, "max_amount"),
+    # (these two hold for a group without bindings, which is no group)
+    Aggregate("count", "<=", 4, "count_small"),
+    Aggregate("sum", "<", 25.0, "sum_small"),
+]
+
+
+def brute_force(
+    live: Counter[Binding], conditions: list[Aggregate]
+) -> dict[tuple[int, int], dict[str, float]]:
+    """Per group of the live bindings, each condition's value, for the groups where all hold."""
+    groups: dict[tuple[int, int], list[Binding]] = {}
+    for binding, n in live.items():
+        groups.setdefault(binding[:2], []).extend([binding] * n)
+    held = {}
+    for group, rows in groups.items():
+        values = {
+            "count": float(len(rows)),
+            "count_distinct": float(len({r[2] for r in rows})),
+            "sum": math.fsum(r[3] for r in rows),
+            "min": min(r[3] for r in rows),
+            "max": max(r[3] for r in rows),
+        }
+        named = {c.name: values[c.kind] for c in conditions}
+        ops = {"<": float.__lt__, "<=": float.__le__, ">": float.__gt__, ">=": float.__ge__}
+        if all(ops[c.op](named[c.name], float(c.threshold)) for c in conditions):
+            held[group] = named
+    return held
+
+
+@st.composite
+def streams(draw: st.DrawFn) -> list[list[tuple[Binding, int]]]:
+    """Epochs of binding changes: inserts of new bindings (a binding may occur several times,
+    as a binding of several events may), retractions of live ones only."""
+    live: Counter[Binding] = Counter()
+    epochs = []
+    for _ in range(draw(st.integers(1, 8))):
+        epoch = []
+        for _ in range(draw(st.integers(0, 25))):
+            if live and draw(st.booleans()):
+                binding = draw(st.sampled_from(sorted(live)))
+                live[binding] -= 1
+                live += Counter()
+                epoch.append((binding, -1))
+            else:
+                binding = (
+                    draw(st.integers(0, 3)),
+                    draw(st.integers(0, 2)),
+                    draw(st.integers(0, 4)),
+                    float(draw(st.integers(0, 10))),
+                )
+                live[binding] += 1
+                epoch.append((binding, 1))
+        epochs.append(epoch)
+    return epochs
+
+
+@settings(max_examples=300)
+@given(streams(), st.lists(st.sampled_from(CONDITIONS), min_size=1, max_size=4, unique=True))
+def test_the_groups_that_hold_are_the_brute_forces_after_every_epoch(
+    epochs: list[list[tuple[Binding, int]]], chosen: list[Aggregate]
+) -> None:
+    state = AggregateState(chosen)
+    ids = GroupIds(2)
+    live: Counter[Binding] = Counter()
+    reported: Counter[tuple[int, int]] = Counter()
+    names: dict[int, tuple[int, int]] = {}
+    for epoch in epochs:
+        for binding, diff in epoch:
+            live[binding] += diff
+        live += Counter()
+        if not epoch:
+            continue
+        rows = np.array([b for b, _ in epoch], dtype=np.float64).reshape(-1, 4)
+        a, b = rows[:, 0].astype(np.int64), rows[:, 1].astype(np.int64)
+        groups = ids.of([a, b])
+        names.update(zip(groups.tolist(), zip(a.tolist(), b.tolist(), strict=True), strict=True))
+        arguments = {
+            "count_distinct_v": rows[:, 2].astype(np.int64),
+            "sum_amount": rows[:, 3],
+            "sum_small": rows[:, 3],
+            "min_amount": rows[:, 3],
+            "max_amount": rows[:, 3],
+        }
+        diffs = np.array([d for _, d in epoch], dtype=np.int64)
+        changes = state.apply(groups, arguments, diffs)
+        expected = brute_force(live, chosen)
+        for g, d in zip(changes.groups.tolist(), changes.diffs.tolist(), strict=True):
+            reported[names[g]] += d
+            assert reported[names[g]] in (0, 1), "a group reported twice in a row"
+            if d > 0:  # a group that starts to hold carries its values
+                i = changes.groups.tolist().index(g)
+                got = {k: float(v[i]) for k, v in changes.values.items()}
+                assert got == pytest.approx(expected[names[g]])
+        assert {g for g, n in reported.items() if n} == set(expected)
+
+
+def test_group_ids_are_dense_and_stable_over_batches() -> None:
+    ids = GroupIds(3)
+    first = ids.of([np.array([5, 5, 7]), np.array([1, 1, 1]), np.array([2, 3, 2])])
+    assert first.tolist() == [0, 1, 2]
+    again = ids.of([np.array([7, 9, 5]), np.array([1, 1, 1]), np.array([2, 2, 2])])
+    assert again.tolist() == [2, 3, 0]
+    assert GroupIds(1).of([np.array([4, 2])]).tolist() == [4, 2]  # one column: its own ids
+
+
+def test_key_ids_number_keys_in_the_order_first_seen() -> None:
+    keys = KeyIds()
+    assert keys.of(np.array([30, 10, 30], np.int64)).tolist() == [1, 0, 1]
+    assert keys.of(np.array([20, 10], np.int64)).tolist() == [2, 0]
+
+
+def test_a_retraction_of_a_binding_never_counted_is_an_error() -> None:
+    multiset = Multiset(np.int64)
+    multiset.apply(np.array([0]), np.array([1]), np.array([1]))
+    with pytest.raises(ValueError, match="retracted"):
+        multiset.apply(np.array([0, 0]), np.array([1, 2]), np.array([-1, -1]))
+
+
+def test_state_is_a_few_dozen_bytes_per_pair_and_group() -> None:
+    state = AggregateState([Aggregate("count_distinct", ">=", 2, "d")])
+    n = 10_000
+    groups = np.arange(n, dtype=np.int64) % 100
+    state.apply(groups, {"d": np.arange(n, dtype=np.int64)}, np.ones(n, np.int64))
+    assert state.nbytes <= 24 * n + 64 * 100, state.nbytes
+    state.apply(groups, {"d": np.arange(n, dtype=np.int64)}, -np.ones(n, np.int64))
+    assert len(state.multisets["d"]) == 0, "pairs at multiplicity 0 are kept"
