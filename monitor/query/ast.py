@@ -23,6 +23,9 @@ PREDICATE_OPERATORS = ("<", "<=", ">", ">=", "=", "!=")
 #: A literal in a predicate: a number, a double-quoted string, ``true`` or ``false``.
 LiteralValue = int | float | str | bool
 
+#: The aggregate functions of an aggregate condition.
+AGGREGATE_FUNCTIONS = ("count", "sum", "min", "max")
+
 
 @dataclass(frozen=True)
 class Atom:
@@ -131,6 +134,42 @@ class Filter:
 
 
 @dataclass(frozen=True)
+class AggregateCondition:
+    """``count(*) >= 10``, ``count(distinct a) >= 10``, ``sum(t.amount) > 50000``,
+    ``min(t.amount) < 10``, ``max(t.amount) >= 1000``: a condition on the bindings of one group
+    (the query's head). ``kind`` is ``count``, ``count_distinct``, ``sum``, ``min`` or ``max``;
+    ``argument`` the variable counted (``count_distinct``) or the field (the others)."""
+
+    kind: str
+    argument: str | FieldRef | None
+    op: str
+    threshold: float
+    line: int = field(default=0, compare=False)
+    column: int = field(default=0, compare=False)
+
+    @property
+    def name(self) -> str:
+        """What the output calls its value: ``count``, ``count_distinct_a``,
+        ``sum_t_amount``."""
+        if self.argument is None:
+            return self.kind
+        if isinstance(self.argument, FieldRef):
+            return f"{self.kind}_{self.argument.edge}_{self.argument.name}"
+        return f"{self.kind}_{self.argument}"
+
+    def __str__(self) -> str:
+        if self.kind == "count":
+            call = "count(*)"
+        elif self.kind == "count_distinct":
+            call = f"count(distinct {self.argument})"
+        else:
+            call = f"{self.kind}({self.argument})"
+        threshold = self.threshold
+        number = str(int(threshold)) if threshold.is_integer() else repr(threshold)
+        return f"{call} {self.op} {number}"
+
+
+@dataclass(frozen=True)
 class Query:
     """``name(head) := atoms, filters[, distinct].``
 
@@ -150,6 +189,12 @@ class Query:
     #: ``within D``: the latest minus the earliest ``ts`` of the edge variables is at most
     #: this many milliseconds (None: no bound).
     within: float | None = None
+    #: Aggregate conditions: the head is then the group, and every condition holds over the
+    #: group's bindings of the body.
+    aggregates: tuple[AggregateCondition, ...] = ()
+    #: ``over D``: the aggregates count the bindings whose events all lie within this many
+    #: milliseconds of the watermark (None: every live binding).
+    over: float | None = None
 
     @property
     def edges(self) -> tuple[str, ...]:
@@ -167,6 +212,13 @@ class Query:
         return self.head
 
     @property
+    def body_variables(self) -> tuple[str, ...]:
+        """The variables the body binds: the head's, then (an aggregate query's group is its
+        head) the others in the order the atoms first use them."""
+        rest = [v for a in self.atoms for v in a.variables if v not in self.head]
+        return self.head + tuple(dict.fromkeys(rest))
+
+    @property
     def relations(self) -> dict[str, int]:
         """Relation name -> arity, for every relation the query uses."""
         return {atom.relation: len(atom.variables) for atom in self.atoms}
@@ -178,4 +230,7 @@ class Query:
             body.append(f"within {format_duration(self.within)}")
         if self.distinct:
             body.append("distinct")
+        body += [str(a) for a in self.aggregates]
+        if self.over is not None:
+            body[-1] += f" over {format_duration(self.over)}"
         return f"{self.name}({', '.join(self.head)}) := {', '.join(body)}."

@@ -46,7 +46,9 @@ from __future__ import annotations
 
 from core.errors import QueryError
 from core.times import parse_duration
+from monitor.query.aggregates import AggregateParsing
 from monitor.query.ast import (
+    AGGREGATE_FUNCTIONS,
     FILTER_OPERATORS,
     Atom,
     Filter,
@@ -111,7 +113,7 @@ def _is_query_name(word: str) -> bool:
     return word[0] in LETTERS or (word[0] in DIGITS and any(c.isalpha() for c in word))
 
 
-class _Parser(Validation, PredicateParsing):
+class _Parser(Validation, PredicateParsing, AggregateParsing):
     """Recursive-descent parser over a token list; also checks what spans queries of one text."""
 
     def __init__(self, tokens: list[_Token], source: str) -> None:
@@ -225,7 +227,16 @@ class _Parser(Validation, PredicateParsing):
             f"in the body of query '{query}'",
         )
         follower = self._peek()
-        if word.text in _KEYWORDS and follower.kind not in ("(", "op"):
+        aggregate = self._starts_aggregate(word)
+        if parsed.aggregates and not aggregate:
+            raise self._fail(
+                f"{word.describe()} follows an aggregate condition in query '{query}'; "
+                "aggregate conditions like count(*) >= 10 end the body",
+                word,
+            )
+        if aggregate:
+            self._aggregate(parsed, word)
+        elif word.text in _KEYWORDS and follower.kind not in ("(", "op"):
             self._keyword(parsed, word)
         elif follower.kind == "(":
             self._atom(parsed, word)
@@ -315,6 +326,13 @@ class _Parser(Validation, PredicateParsing):
                 atom.relation,
             )
         parsed.atoms.append((atom, uses))
+        if atom.relation in AGGREGATE_FUNCTIONS and self._peek().kind == "op":
+            call = "count(distinct v) or count(*)" if atom.relation == "count" else "sum(t.f)"
+            raise self._fail_on(
+                relation,
+                f"'{atom}' is an atom of relation '{atom.relation}' in query '{query}', and "
+                f"atoms compare with nothing; an aggregate condition reads like {call}",
+            )
         if self._peek().kind == "word" and self._peek().text == _AS:
             self._next()
             self._edge(parsed, atom, uses)

@@ -89,6 +89,11 @@ class FieldTypes:
                 self._fix(other, "number", _describe(left) + using, predicate)
             else:
                 self._link(left, other, predicate)
+        for condition in query.aggregates:  # (sum, min and max read numbers)
+            argument = condition.argument
+            if isinstance(argument, FieldRef) and (key := _field(argument, relations)):
+                use = Predicate(argument, ">=", Literal(0), condition.line, condition.column)
+                self._fix(key, "number", f"a number, by '{condition}'", use)
 
     def _fix(self, key: _Field, kind: str, compared_with: str, predicate: Predicate) -> None:
         """Give ``key`` type ``kind`` (and so every field linked to it), or fail if it has

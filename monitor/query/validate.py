@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from core.errors import QueryError
-from monitor.query.ast import Atom, FieldRef, Filter, Predicate, Query
+from monitor.query.ast import AggregateCondition, Atom, FieldRef, Filter, Predicate, Query
 from monitor.query.tokens import Token as _Token
 
 
@@ -30,6 +30,10 @@ class ParsedQuery:
     bindings: list[tuple[Atom, _Token]] = field(default_factory=list)
     #: Each predicate, with the token of each field reference it reads (left first).
     predicates: list[tuple[Predicate, list[_Token]]] = field(default_factory=list)
+    #: Each aggregate condition, with the token of its argument (None for count(*)).
+    aggregates: list[tuple[AggregateCondition, _Token | None]] = field(default_factory=list)
+    #: ``over D``: its keyword token and D in milliseconds.
+    over: tuple[_Token, float] | None = None
 
 
 class Validation:
@@ -82,7 +86,7 @@ class Validation:
                     f"head variable '{token.text}' of query '{name}' is not used by any atom; "
                     "every head variable must appear in an atom of the body",
                 )
-        for token in uses:
+        for token in uses if not parsed.aggregates else ():  # (an aggregate's head: its group)
             if token.text not in seen_in_head:
                 raise self._fail_on(
                     token,
@@ -113,6 +117,7 @@ class Validation:
                 "none; bind them with 'as', like transfer(a, b) as t",
             )
         self._check_connected(name, parsed.atoms)
+        self._check_aggregates(parsed, bound, edges)
         return Query(
             name=name,
             head=tuple(token.text for token in parsed.head),
@@ -123,7 +128,48 @@ class Validation:
             column=parsed.name.column,
             predicates=tuple(predicate for predicate, _ in parsed.predicates),
             within=parsed.within[1] if parsed.within else None,
+            aggregates=tuple(condition for condition, _ in parsed.aggregates),
+            over=parsed.over[1] if parsed.over else None,
         )
+
+    def _check_aggregates(self, parsed: ParsedQuery, vertices: set[str], edges: set[str]) -> None:
+        """An aggregate counts a variable of the body, or reads a number field of an edge
+        variable; ``over`` needs events."""
+        name = parsed.name.text
+        for condition, token in parsed.aggregates:
+            argument = condition.argument
+            if token is None:
+                continue
+            if isinstance(argument, str) and argument not in vertices | edges:
+                raise self._fail_on(
+                    token,
+                    f"aggregate '{condition}' of query '{name}' counts '{argument}', which is not "
+                    "a variable of its body; count a vertex variable of an atom, or an edge "
+                    "variable bound with 'as'",
+                )
+            if isinstance(argument, FieldRef):
+                if argument.edge not in edges:
+                    raise self._fail(
+                        f"aggregate '{condition}' of query '{name}' reads edge variable "
+                        f"'{argument.edge}', which no atom binds; bind it with 'as', like "
+                        f"transfer(a, b) as {argument.edge}",
+                        token,
+                        argument.edge,
+                    )
+                if argument.name in ("id", "src", "dst"):
+                    raise self._fail_on(
+                        token,
+                        f"aggregate '{condition}' of query '{name}' reads '{argument.name}', an "
+                        f"id; {condition.kind} reads a number field, like "
+                        f"{condition.kind}({argument.edge}.amount)",
+                    )
+        if parsed.over is not None and not parsed.bindings:
+            raise self._fail_on(
+                parsed.over[0],
+                f"'over' in query '{name}' counts the bindings whose events lie within a window "
+                "of event time, and the query binds none; bind them with 'as', like "
+                "transfer(a, b) as t",
+            )
 
     def _check_edges(self, parsed: ParsedQuery) -> None:
         """Fail if an edge variable is bound twice, is in the head or is also a vertex variable."""
