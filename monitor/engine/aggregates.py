@@ -269,3 +269,98 @@ def _grown(array: npt.NDArray[Any], size: int) -> npt.NDArray[Any]:
     grown = np.zeros(size, array.dtype)
     grown[: array.shape[0]] = array
     return grown
+
+
+@dataclass
+class Rows:
+    """Binding changes for :meth:`AggregateState.apply`: their groups, arguments and diffs."""
+
+    groups: I64
+    arguments: dict[str, npt.NDArray[Any]]
+    diffs: I64
+
+    def __len__(self) -> int:
+        return int(self.groups.shape[0])
+
+
+class Window:
+    """The bindings an aggregate ``over D`` counts: those whose earliest event lies within
+    ``span`` of the watermark (``time > watermark - span``). Each live one is kept as its key
+    (the binding's hash), group, earliest time and arguments, sorted by key, so that the body's
+    retraction of a binding finds it, and a binding whose time leaves the window is retracted
+    from the aggregates here."""
+
+    def __init__(self, span: float, names: Sequence[str]) -> None:
+        self.span = span
+        self.keys: I64 = np.empty(0, np.int64)
+        self.groups: I64 = np.empty(0, np.int64)
+        self.times: F64 = np.empty(0, np.float64)
+        self.arguments: dict[str, npt.NDArray[Any]] = {n: np.empty(0) for n in names}
+
+    def __len__(self) -> int:
+        return int(self.keys.shape[0])
+
+    @property
+    def nbytes(self) -> int:
+        arrays = [self.keys, self.groups, self.times, *self.arguments.values()]
+        return sum(a.nbytes for a in arrays)
+
+    def admit(self, keys: I64, times: F64, rows: Rows, watermark: float) -> Rows:
+        """The body's binding changes, as the aggregates count them: an insert already outside
+        the window is not counted, a retraction of a binding that left it is not either."""
+        inserted = rows.diffs > 0
+        counted = inserted & (times > watermark - self.span)
+        new = np.flatnonzero(counted)
+        self._add(keys[new], rows.groups[new], times[new], _at(rows.arguments, new))
+        gone = np.flatnonzero(~inserted)  # (after the inserts: one may be retracted at once)
+        at = np.searchsorted(self.keys, keys[gone])
+        held = at < len(self)
+        held[held] = self.keys[at[held]] == keys[gone][held]
+        counted[gone[held]] = True
+        self._drop(at[held])
+        return _rows_at(rows, counted)
+
+    def expire(self, watermark: float) -> Rows:
+        """Retract the bindings whose earliest event left the window at ``watermark``."""
+        out = np.flatnonzero(self.times <= watermark - self.span)
+        rows = Rows(
+            self.groups[out],
+            {n: a[out] for n, a in self.arguments.items()},
+            np.full(out.shape[0], -1, np.int64),
+        )
+        self._drop(out)
+        return rows
+
+    def _add(
+        self, keys: I64, groups: I64, times: F64, arguments: dict[str, npt.NDArray[Any]]
+    ) -> None:
+        order = np.argsort(keys, kind="stable")
+        keys = keys[order]
+        at = np.searchsorted(self.keys, keys)
+        if (at < len(self)).any() and (self.keys[at[at < len(self)]] == keys[at < len(self)]).any():
+            raise ValueError("a binding inserted twice into a window")
+        self.keys = np.insert(self.keys, at, keys)
+        self.groups = np.insert(self.groups, at, groups[order])
+        self.times = np.insert(self.times, at, times[order])
+        self.arguments = {
+            n: np.insert(a, at, arguments[n][order]) if a.shape[0] else arguments[n][order]
+            for n, a in self.arguments.items()
+        }
+
+    def _drop(self, rows: I64) -> None:
+        if rows.shape[0] == 0:
+            return
+        self.keys = np.delete(self.keys, rows)
+        self.groups = np.delete(self.groups, rows)
+        self.times = np.delete(self.times, rows)
+        self.arguments = {n: np.delete(a, rows) for n, a in self.arguments.items()}
+
+
+def _at(arrays: Mapping[str, npt.NDArray[Any]], rows: I64) -> dict[str, npt.NDArray[Any]]:
+    return {n: a[rows] for n, a in arrays.items()}
+
+
+def _rows_at(rows: Rows, keep: npt.NDArray[np.bool_]) -> Rows:
+    return Rows(
+        rows.groups[keep], {n: a[keep] for n, a in rows.arguments.items()}, rows.diffs[keep]
+    )

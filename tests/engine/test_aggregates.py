@@ -12,7 +12,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from monitor.engine.aggregates import Aggregate, AggregateState, GroupIds, KeyIds, Multiset
+from monitor.engine.aggregates import (
+    Aggregate,
+    AggregateState,
+    GroupIds,
+    KeyIds,
+    Multiset,
+    Rows,
+    Window,
+)
 
 #: (group vertex a, group vertex b, distinct value, amount): one binding.
 Binding = tuple[int, int, int, float]
@@ -149,3 +157,81 @@ def test_state_is_a_few_dozen_bytes_per_pair_and_group() -> None:
     assert state.nbytes <= 24 * n + 64 * 100, state.nbytes
     state.apply(groups, {"d": np.arange(n, dtype=np.int64)}, -np.ones(n, np.int64))
     assert len(state.multisets["d"]) == 0, "pairs at multiplicity 0 are kept"
+
+
+#: (key, group, value, amount, time): one binding of a windowed aggregate.
+Timed = tuple[int, int, int, float, float]
+
+
+@st.composite
+def timed_streams(draw: st.DrawFn) -> list[tuple[float, list[tuple[Timed, int]]]]:
+    """Epochs, each with its watermark (never going back) and its binding changes: new bindings
+    at any time (some already behind the window), retractions of bindings inserted before."""
+    inserted: list[Timed] = []
+    retracted: set[int] = set()
+    epochs = []
+    watermark = 0.0
+    for _ in range(draw(st.integers(1, 8))):
+        watermark += draw(st.integers(0, 4))
+        changes = []
+        for _ in range(draw(st.integers(0, 12))):
+            live = [b for b in inserted if b[0] not in retracted]
+            if live and draw(st.booleans()):
+                binding = draw(st.sampled_from(live))
+                retracted.add(binding[0])
+                changes.append((binding, -1))
+            else:
+                binding = (
+                    len(inserted),
+                    draw(st.integers(0, 2)),
+                    draw(st.integers(0, 3)),
+                    float(draw(st.integers(0, 6))),
+                    watermark + draw(st.integers(-6, 2)),
+                )
+                inserted.append(binding)
+                changes.append((binding, 1))
+        epochs.append((watermark, changes))
+    return epochs
+
+
+@settings(max_examples=300)
+@given(timed_streams(), st.lists(st.sampled_from(CONDITIONS), min_size=1, max_size=3, unique=True))
+def test_a_window_counts_the_bindings_within_its_span_of_the_watermark(
+    epochs: list[tuple[float, list[tuple[Timed, int]]]], chosen: list[Aggregate]
+) -> None:
+    span = 5.0
+    names = [c.name for c in chosen if c.kind != "count"]
+    state, window = AggregateState(chosen), Window(span, names)
+    live: dict[int, Timed] = {}
+    reported: Counter[int] = Counter()
+    for watermark, changes in epochs:
+        for binding, diff in changes:
+            if diff > 0:
+                live[binding[0]] = binding
+            else:
+                del live[binding[0]]
+        expired = window.expire(watermark)
+        steps = [expired]
+        if changes:
+            rows = np.array([b for b, _ in changes], dtype=np.float64).reshape(-1, 5)
+            arguments = {
+                "count_distinct_v": rows[:, 2].astype(np.int64),
+                **{n: rows[:, 3] for n in names if n != "count_distinct_v"},
+            }
+            body = Rows(
+                rows[:, 1].astype(np.int64),
+                {n: arguments[n] for n in names},
+                np.array([d for _, d in changes], dtype=np.int64),
+            )
+            steps.append(window.admit(rows[:, 0].astype(np.int64), rows[:, 4], body, watermark))
+        for step in steps:
+            done = state.apply(step.groups, step.arguments, step.diffs)
+            for g, d in zip(done.groups.tolist(), done.diffs.tolist(), strict=True):
+                reported[g] += d
+                assert reported[g] in (0, 1)
+        counted: Counter[Binding] = Counter(
+            (b[1], 0, b[2], b[3]) for b in live.values() if b[4] > watermark - span
+        )
+        expected = brute_force(counted, chosen)
+        assert {(g, 0) for g, n in reported.items() if n} == set(expected)
+        assert len(window) == sum(counted.values())
