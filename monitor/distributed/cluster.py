@@ -66,7 +66,10 @@ def ray_shards(
 
 
 def join_as_node(
-    address: str, object_store_memory: int | None = None, seconds: float = JOIN_SECONDS
+    address: str,
+    object_store_memory: int | None = None,
+    seconds: float = JOIN_SECONDS,
+    attempt_seconds: float = JOIN_ATTEMPT_SECONDS,
 ) -> None:
     """Start a Ray node on this host that joins the cluster whose head (GCS) is at ``address``,
     with no CPUs, so that no shard is placed on it: a driver connects through a node on its own
@@ -90,10 +93,10 @@ def join_as_node(
         started = time.monotonic()
         try:  # (`ray start` waits long for a head that does not answer: bounded per attempt)
             done = subprocess.run(
-                command, capture_output=True, text=True, check=False, timeout=JOIN_ATTEMPT_SECONDS
+                command, capture_output=True, text=True, check=False, timeout=attempt_seconds
             )
         except subprocess.TimeoutExpired:
-            reason = f"no answer from the head in {JOIN_ATTEMPT_SECONDS:.0f} s"
+            reason = f"no answer from the head in {attempt_seconds:.0f} s"
         else:
             if done.returncode == 0:
                 log.info(
@@ -112,4 +115,4 @@ def join_as_node(
             "could not join the ray cluster; retrying",
             extra={"address": address, "attempt": attempt, "reason": reason},
         )
-        time.sleep(JOIN_RETRY_SECONDS)
+        time.sleep(min(JOIN_RETRY_SECONDS, max(0.0, deadline - time.monotonic())))
