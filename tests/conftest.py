@@ -1,4 +1,5 @@
-"""Shared test configuration: deterministic hypothesis runs in CI, the datasets folder."""
+"""Shared test configuration: deterministic hypothesis runs in CI, the datasets folder, and the
+tests that start Ray clusters kept on one xdist worker."""
 
 from __future__ import annotations
 
@@ -29,3 +30,22 @@ def datasets() -> Path:
     if not DATASETS.is_dir():
         pytest.skip(f"datasets not found at {DATASETS}")
     return DATASETS
+
+
+#: The tests that start Ray clusters. Under xdist (``make test``: ``--dist loadgroup``) they run
+#: on one worker, one after another: Ray clusters started at once on one machine share its
+#: network, and Ray picks some of its ports by finding one free and handing it over, so two
+#: starting together can take the same port (a run saw a driver's node answered by another
+#: cluster's raylet). In production each Ray pod has its own network.
+RAY_TESTS = (
+    "tests/distributed/",
+    "tests/kafka/test_serve_distributed.py",
+    "tests/kafka/test_dashboard.py",
+    "tests/bench/test_distributed",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.nodeid.startswith(RAY_TESTS):
+            item.add_marker(pytest.mark.xdist_group("ray"))
