@@ -45,7 +45,7 @@ RAY_TESTS = (
 )
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        if item.nodeid.startswith(RAY_TESTS):
-            item.add_marker(pytest.mark.xdist_group("ray"))
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """(as each test is collected: xdist reads the groups before other hooks see the items)"""
+    if item.nodeid.startswith(RAY_TESTS):
+        item.add_marker(pytest.mark.xdist_group("ray"))
