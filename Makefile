@@ -34,10 +34,9 @@ lint: $(DEV)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-# (-n auto: a worker per core, each with its own broker; loadgroup keeps the tests that start
-# Ray clusters on one worker, tests/conftest.py)
+# (-n auto: a worker per core, each with its own broker; worksteal balances the long tests)
 unit: $(DEV)
-	$(BIN)/pytest -n auto --dist loadgroup
+	$(BIN)/pytest -n auto --dist worksteal
 
 ## tools: helm, k8s-validate, promtool and prometheus for the chart tests (built or installed
 ## once, cached; the test fixtures do the same on demand)

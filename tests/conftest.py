@@ -1,5 +1,4 @@
-"""Shared test configuration: deterministic hypothesis runs in CI, the datasets folder, and the
-tests that start Ray clusters kept on one xdist worker."""
+"""Shared test configuration: deterministic hypothesis runs in CI, the datasets folder."""
 
 from __future__ import annotations
 
@@ -31,21 +30,3 @@ def datasets() -> Path:
         pytest.skip(f"datasets not found at {DATASETS}")
     return DATASETS
 
-
-#: The tests that start Ray clusters. Under xdist (``make test``: ``--dist loadgroup``) they run
-#: on one worker, one after another: Ray clusters started at once on one machine share its
-#: network, and Ray picks some of its ports by finding one free and handing it over, so two
-#: starting together can take the same port (a run saw a driver's node answered by another
-#: cluster's raylet). In production each Ray pod has its own network.
-RAY_TESTS = (
-    "tests/distributed/",
-    "tests/kafka/test_serve_distributed.py",
-    "tests/kafka/test_dashboard.py",
-    "tests/bench/test_distributed",
-)
-
-
-def pytest_itemcollected(item: pytest.Item) -> None:
-    """(as each test is collected: xdist reads the groups before other hooks see the items)"""
-    if item.nodeid.startswith(RAY_TESTS):
-        item.add_marker(pytest.mark.xdist_group("ray"))

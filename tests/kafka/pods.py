@@ -61,7 +61,9 @@ def ray_command(*args: str) -> list[str]:
 
 
 #: A RayCluster without ``authOptions`` (the chart's): no token (Ray's default for ``ray start``
-#: where no ~/.ray/auth_token exists, as in a new pod; this machine may have one).
+#: where no ~/.ray/auth_token exists, as in a new pod; this machine may have one). Every pod's
+#: environment sets it, the service's too: a test that started Ray in the pytest process left
+#: ``RAY_AUTH_MODE=token`` in its environment, which subprocesses would inherit.
 RAY_ENV = {"RAY_AUTH_MODE": "disabled"}
 
 

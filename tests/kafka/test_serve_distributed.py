@@ -341,7 +341,9 @@ def test_the_charts_driver_joins_its_ray_cluster_as_a_node(
         pytest.skip(reason)
     port = pods.free_port()
     address = f"127.0.0.1:{port}"
-    svc = service(partitions=1, **DISTRIBUTED, SGM_RAY_ADDRESS=address, SGM_RAY_JOIN="true")
+    svc = service(
+        partitions=1, **DISTRIBUTED, **pods.RAY_ENV, SGM_RAY_ADDRESS=address, SGM_RAY_JOIN="true"
+    )
     svc.pod = True
     records = stream_records(2000, seed=47)
     produce(svc.bootstrap, svc.input, records)
