@@ -29,4 +29,3 @@ def datasets() -> Path:
     if not DATASETS.is_dir():
         pytest.skip(f"datasets not found at {DATASETS}")
     return DATASETS
-
