@@ -21,7 +21,6 @@ from __future__ import annotations
 import math
 
 from core.errors import QueryError
-from core.times import parse_duration
 from monitor.query.ast import AGGREGATE_FUNCTIONS, PREDICATE_OPERATORS, AggregateCondition, FieldRef
 from monitor.query.tokens import Token as _Token
 from monitor.query.tokens import number_value
@@ -47,6 +46,9 @@ class AggregateParsing:
         raise NotImplementedError
 
     def _field(self, token: _Token, query: str) -> FieldRef:
+        raise NotImplementedError
+
+    def _duration_after(self, keyword: str, query: str, examples: str) -> tuple[_Token, float]:
         raise NotImplementedError
 
     def _starts_aggregate(self, word: _Token) -> bool:
@@ -130,14 +132,7 @@ class AggregateParsing:
     def _over(self, parsed: _ParsedQuery, word: _Token) -> None:
         """``over D`` after a condition: the same D wherever it is written."""
         query = parsed.name.text
-        token = self._next()
-        if token.kind != "duration":
-            raise self._fail_on(
-                token,
-                f"expected a duration like 1h or 24h after '{_OVER}' in query '{query}', "
-                f"found {token.describe()}; units are ms, s, m, h and d",
-            )
-        window = parse_duration(token.text)
+        token, window = self._duration_after(_OVER, query, "1h or 24h")
         if parsed.over is not None and parsed.over[1] != window:
             first = parsed.over[0]
             raise self._fail_on(

@@ -294,14 +294,18 @@ class _Parser(Validation, PredicateParsing, AggregateParsing):
                 f"'{_WITHIN}' appears twice in query '{query}' (first at line {first.line}, "
                 f"column {first.column}); write it once",
             )
+        parsed.within = (word, self._duration_after(_WITHIN, query, "10m, 24h or 7d")[1])
+
+    def _duration_after(self, keyword: str, query: str, examples: str) -> tuple[_Token, float]:
+        """The duration after ``keyword`` (``within``, ``over``): its token, its milliseconds."""
         token = self._next()
         if token.kind != "duration":
             raise self._fail_on(
                 token,
-                f"expected a duration like 10m, 24h or 7d after '{_WITHIN}' in query '{query}', "
+                f"expected a duration like {examples} after '{keyword}' in query '{query}', "
                 f"found {token.describe()}; units are ms, s, m, h and d",
             )
-        parsed.within = (word, parse_duration(token.text))
+        return token, parse_duration(token.text)
 
     def _atom(self, parsed: _ParsedQuery, relation: _Token) -> None:
         """Parse ``RELATION(VAR, ...) [as EDGE]`` and check the relation's arity against earlier

@@ -89,6 +89,11 @@ def test_count_sum_min_and_max_stay_relation_names() -> None:
             (1, 71),
         ),
         ("q(b) := transfer(a, b), count(*) >= 2 over 1h.", "binds none", (1, 39)),
+        (
+            "q(b) := transfer(a, b) as t, count(*) >= 2 over soon.",
+            "expected a duration like 1h or 24h after 'over'",
+            (1, 49),
+        ),
         ('q(b) := transfer(a, b), count(*) >= "ten".', "compares with a number", (1, 37)),
         (
             "q(b) := transfer(a, b), count(a) >= 2.",
