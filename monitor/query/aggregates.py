@@ -48,6 +48,9 @@ class AggregateParsing:
     def _field(self, token: _Token, query: str) -> FieldRef:
         raise NotImplementedError
 
+    def _expect(self, kinds: tuple[str, ...], expected: str, context: str) -> _Token:
+        raise NotImplementedError
+
     def _duration_after(self, keyword: str, query: str, examples: str) -> tuple[_Token, float]:
         raise NotImplementedError
 
@@ -69,13 +72,9 @@ class AggregateParsing:
             if inside.text == "*":
                 kind, argument, token = "count", None, None
             elif inside.text == "distinct":
-                token = self._next()
-                if token.kind != "word":
-                    raise self._fail(
-                        f"expected a variable after 'count(distinct' in query '{query}', found "
-                        f"{token.describe()}",
-                        token,
-                    )
+                token = self._expect(
+                    ("word",), "a variable", f"after 'count(distinct' in query '{query}'"
+                )
                 kind, argument = "count_distinct", token.text
             else:
                 raise self._fail_on(
@@ -92,20 +91,10 @@ class AggregateParsing:
                 )
             kind, token = word.text, inside
             argument = self._field(inside, query)
-        close = self._next()
-        if close.kind != ")":
-            raise self._fail(
-                f"expected ')' to close '{word.text}(' in query '{query}', found "
-                f"{close.describe()}",
-                close,
-            )
-        op = self._next()
-        if op.kind != "op":
-            raise self._fail(
-                f"expected one of {_OPERATORS_TEXT} after '{word.text}(...)' in query '{query}', "
-                f"found {op.describe()}",
-                op,
-            )
+        self._expect((")",), "')'", f"to close '{word.text}(' in query '{query}'")
+        op = self._expect(
+            ("op",), f"one of {_OPERATORS_TEXT}", f"after '{word.text}(...)' in query '{query}'"
+        )
         threshold = self._threshold(self._next(), query)
         condition = AggregateCondition(kind, argument, op.text, threshold, word.line, word.column)
         parsed.aggregates.append((condition, token))
