@@ -45,7 +45,7 @@ from bench.kafka_serve import BATCH, QUERY, drop_topics, stream, topics
 from connectors.delta_json import EdgeColumns, chunks, keys_and_values
 from connectors.kafka_sink import PRODUCER_DEFAULTS, KafkaSink
 from connectors.sinks import CHUNK_ROWS
-from core.columns import Column
+from core.columns import Member
 from core.records import RelationUpdates, UpdateBatch
 from monitor.query.parser import parse_queries
 from monitor.service.epochs import EpochProcessor
@@ -66,7 +66,7 @@ class Deltas:
     columns: list[npt.NDArray[np.generic]]
     diffs: npt.NDArray[np.integer]
     edges: EdgeColumns | None
-    extra: dict[str, Column] | None
+    extra: dict[str, Member] | None
 
 
 def epochs(rows: list[tuple[int, int, int]]) -> list[list[Deltas]]:

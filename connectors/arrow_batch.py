@@ -33,7 +33,7 @@ import orjson
 
 from connectors.delta_json import EdgeColumns
 from connectors.json_rows import encode_rows, present, values
-from core.columns import EXACT, Coded, Column
+from core.columns import EXACT, Coded, Column, Member, Members
 
 #: The ``format`` header of a batch whose value is an Arrow IPC stream.
 ARROW = b"arrow"
@@ -83,7 +83,7 @@ def record_batch(
     columns: Sequence[npt.NDArray[np.generic]],
     diffs: npt.NDArray[np.integer],
     edges: EdgeColumns | None,
-    extra: Mapping[str, Column] | None,
+    extra: Mapping[str, Member] | None,
 ) -> Any:
     """The deltas as one ``pyarrow.RecordBatch`` (the module docstring's columns)."""
     match = struct(pa, variables, columns)
@@ -94,7 +94,10 @@ def record_batch(
         arrays.append(pa.StructArray.from_arrays(events, names=list(edges)))
         fields.append(pa.field("edges", arrays[-1].type))
     for name, column in (extra or {}).items():
-        if present(column).any():
+        if isinstance(column, Members):
+            arrays.append(struct(pa, list(column.columns), list(column.columns.values())))
+            fields.append(pa.field(name, arrays[-1].type))
+        elif present(column).any():
             array, json = column_array(pa, column)
             arrays.append(array)
             fields.append(pa.field(name, array.type, metadata=JSON_TEXT if json else None))

@@ -40,7 +40,7 @@ from connectors.arrow_batch import ARROW, arrow, arrow_batches, read_arrow, reco
 from connectors.delta_json import NEWLINE, EdgeColumns, chunks, value_pieces
 from connectors.json_rows import encode_rows
 from connectors.sinks import CHUNK_ROWS
-from core.columns import Column
+from core.columns import Member
 
 #: The ``format`` header of a batch whose value is JSON Lines.
 JSONL = b"jsonl"
@@ -86,7 +86,7 @@ def batches(
     columns: Sequence[npt.NDArray[np.generic]],
     diffs: npt.NDArray[np.integer],
     edges: EdgeColumns | None,
-    extra: Mapping[str, Column] | None,
+    extra: Mapping[str, Member] | None,
     max_bytes: int,
     encoding: BatchEncoding = "jsonl",
 ) -> Iterator[Batch]:

@@ -27,7 +27,7 @@ import numpy.typing as npt
 import orjson
 
 from connectors.json_rows import Piece, constant, encode_rows, present, values, where
-from core.columns import Column
+from core.columns import Column, Member, Members
 
 EdgeColumns = Mapping[str, Mapping[str, Column]]
 """Per edge variable, per field (``id``, ``src``, ``dst``, then the others), a column."""
@@ -67,7 +67,7 @@ class DeltaRows:
     columns: list[npt.NDArray[np.generic]]
     diffs: npt.NDArray[np.integer]
     edges: dict[str, dict[str, Column]]
-    extra: dict[str, Column]
+    extra: dict[str, Member]
 
     @property
     def rows(self) -> int:
@@ -78,7 +78,7 @@ def chunks(
     columns: Sequence[npt.NDArray[np.generic]],
     diffs: npt.NDArray[np.integer],
     edges: EdgeColumns | None,
-    extra: Mapping[str, Column] | None,
+    extra: Mapping[str, Member] | None,
     size: int,
 ) -> Iterator[DeltaRows]:
     """The deltas ``size`` rows at a time (bounding the memory their text needs on its way
@@ -101,7 +101,7 @@ def value_pieces(
     columns: Sequence[npt.NDArray[np.generic]],
     diffs: npt.NDArray[np.integer],
     edges: EdgeColumns | None = None,
-    extra: Mapping[str, Column] | None = None,
+    extra: Mapping[str, Member] | None = None,
     *,
     memo: Memo | None = None,
 ) -> list[Piece]:
@@ -116,6 +116,10 @@ def value_pieces(
             pieces += object_pieces(list(fields.items()), memo=memo)
         pieces.append(constant(b"}"))
     for name, column in (extra or {}).items():
+        if isinstance(column, Members):
+            pieces.append(constant(b"," + orjson.dumps(name) + b":"))
+            pieces += object_pieces(list(column.columns.items()), memo=memo)
+            continue
         has = present(column)
         if has.any():
             member = constant(b"," + orjson.dumps(name) + b":")

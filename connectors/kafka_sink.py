@@ -39,7 +39,7 @@ from connectors.kafka_records import (
     epoch_metadata,
 )
 from connectors.sinks import CHUNK_ROWS, check_deltas
-from core.columns import Column
+from core.columns import Column, Member
 
 OutputFormat = Literal["records", "batches"]
 """``records``: one Kafka record per match delta; ``batches``: one per query and epoch."""
@@ -112,7 +112,7 @@ class KafkaSink:
         columns: Sequence[npt.NDArray[np.generic]],
         diffs: npt.NDArray[np.integer],
         edges: EdgeColumns | None = None,
-        extra: Mapping[str, Column] | None = None,
+        extra: Mapping[str, Member] | None = None,
     ) -> int:
         """Produce the deltas (inside the open transaction): one record per delta, or with
         ``output_format="batches"`` one per query and epoch (:mod:`connectors.batches`).

@@ -24,7 +24,7 @@ import numpy.typing as npt
 from connectors import json_place
 from connectors.delta_json import EdgeColumns, chunks, value_pieces, vertex_ids
 from connectors.json_rows import constant, encode_rows
-from core.columns import Column, python_values
+from core.columns import Column, Member, python_values
 from core.records import VertexId
 
 CHUNK_ROWS = 1 << 16
@@ -42,7 +42,7 @@ class DeltaSink(Protocol):
         columns: Sequence[npt.NDArray[np.generic]],
         diffs: npt.NDArray[np.integer],
         edges: EdgeColumns | None = None,
-        extra: Mapping[str, Column] | None = None,
+        extra: Mapping[str, Member] | None = None,
     ) -> int:
         """Emit the deltas of ``query`` in ``epoch``; return how many rows were written.
 
@@ -78,7 +78,7 @@ class JsonLinesSink:
         columns: Sequence[npt.NDArray[np.generic]],
         diffs: npt.NDArray[np.integer],
         edges: EdgeColumns | None = None,
-        extra: Mapping[str, Column] | None = None,
+        extra: Mapping[str, Member] | None = None,
     ) -> int:
         """Write one line per row; see :meth:`DeltaSink.write_deltas`.
 
@@ -152,7 +152,7 @@ class ListSink:
         columns: Sequence[npt.NDArray[np.generic]],
         diffs: npt.NDArray[np.integer],
         edges: EdgeColumns | None = None,
-        extra: Mapping[str, Column] | None = None,
+        extra: Mapping[str, Member] | None = None,
     ) -> int:
         """Append one row per delta; see :meth:`DeltaSink.write_deltas`."""
         rows = check_deltas(variables, columns, diffs)

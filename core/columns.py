@@ -51,6 +51,35 @@ Column = npt.NDArray[np.generic] | Coded
 """A column of JSON values, as the module docstring lists them."""
 
 
+@dataclass(frozen=True)
+class Members:
+    """A JSON object per row, its members named columns (an aggregate query's ``values``:
+    ``{"count_distinct_a": 12}``); a member absent in a row is left out of that row's object."""
+
+    columns: dict[str, Column]
+    rows: int
+
+    @property
+    def shape(self) -> tuple[int]:
+        return (self.rows,)
+
+    def __getitem__(self, rows: npt.NDArray[np.integer] | npt.NDArray[np.bool_] | slice) -> Members:
+        columns = {name: column[rows] for name, column in self.columns.items()}
+        return Members(columns, int(np.arange(self.rows)[rows].shape[0]))
+
+    def tolist(self) -> list[dict[str, object]]:
+        """Each row's object, absent members left out (slow paths and tests)."""
+        named = {name: python_values(column) for name, column in self.columns.items()}
+        return [
+            {name: values[i] for name, values in named.items() if values[i] is not None}
+            for i in range(self.rows)
+        ]
+
+
+Member = Column | Members
+"""A record member beside ``match`` and ``edges``: one JSON value per row, or an object."""
+
+
 def python_values(column: Column) -> list[object]:
     """The column as JSON-ready Python values, ``None`` where absent (slow paths: one object per
     row). Integral numbers of a float column come back as ``int``, as they print."""

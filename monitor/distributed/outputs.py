@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from core.columns import Coded, Column
+from core.columns import Coded, Column, Member
 from monitor.distributed.routing import Split
 from monitor.engine.delta import MatchDeltas
 from monitor.index.levels import I32, I64
@@ -63,7 +63,7 @@ def outputs(epochs: ShardedEpochs, deltas: Sequence[MatchDeltas]) -> list[QueryO
             src, dst, end_at = decoded[end_at], decoded[end_at + 1], end_at + 2
             edges[var] = {"id": fields.pop("id"), "src": src, "dst": dst, **fields}
             hashes.append(Hashed(ids))
-        extra: dict[str, Column] = {}
+        extra: dict[str, Member] = {}
         if events is not None and events.windowed:
             extra["cause"] = causes(source, columns, diff, events, epochs.changes)
         extra["match_id"] = match_ids(source.name, [*vertices, *hashes], diff.shape[0])

@@ -185,9 +185,7 @@ class AggregateState:
         if len(set(names)) != len(names):
             raise ValueError(f"aggregates need names of their own, got {names}")
         self.bindings: I64 = np.zeros(0, np.int64)
-        self.sums: dict[str, F64] = {
-            a.name: np.zeros(0, np.float64) for a in self.aggregates if a.kind == "sum"
-        }
+        self.sums = {a.name: Sums() for a in self.aggregates if a.kind == "sum"}
         self.distinct: dict[str, I64] = {
             a.name: np.zeros(0, np.int64) for a in self.aggregates if a.kind == "count_distinct"
         }
@@ -199,8 +197,9 @@ class AggregateState:
 
     @property
     def nbytes(self) -> int:
-        arrays = [self.bindings, *self.sums.values(), *self.distinct.values()]
-        return sum(a.nbytes for a in arrays) + sum(m.nbytes for m in self.multisets.values())
+        arrays = [self.bindings, *self.distinct.values()]
+        sums = sum(m.nbytes for m in self.sums.values())
+        return sum(a.nbytes for a in arrays) + sums + sum(m.nbytes for m in self.multisets.values())
 
     def apply(
         self, groups: I64, arguments: Mapping[str, npt.NDArray[Any]], diffs: I64
@@ -215,9 +214,14 @@ class AggregateState:
             np.int64
         )
         for name, sums in self.sums.items():
-            sums += np.bincount(groups, weights=diffs * arguments[name], minlength=len(sums))
+            sums.add(groups, arguments[name], diffs)
         for name, multiset in self.multisets.items():
-            change = multiset.apply(groups, arguments[name], diffs)
+            values = arguments[name]
+            if values.dtype.kind == "f" and np.isnan(values).any():  # (nor to min and max)
+                has = ~np.isnan(values)
+                change = multiset.apply(groups[has], values[has], diffs[has])
+            else:
+                change = multiset.apply(groups, values, diffs)
             if name in self.distinct:
                 step = change.after.astype(np.int64) - change.before.astype(np.int64)
                 self.distinct[name] += np.bincount(
@@ -240,7 +244,7 @@ class AggregateState:
             if a.kind == "count":
                 out[a.name] = self.bindings[groups].astype(np.float64)
             elif a.kind == "sum":
-                out[a.name] = self.sums[a.name][groups]
+                out[a.name] = self.sums[a.name].values(groups)
             elif a.kind == "count_distinct":
                 out[a.name] = self.distinct[a.name][groups].astype(np.float64)
             else:
@@ -261,8 +265,70 @@ class AggregateState:
             return
         size = max(groups, 2 * len(self.bindings))
         self.bindings = _grown(self.bindings, size)
-        self.sums = {k: _grown(v, size) for k, v in self.sums.items()}
+        for sums in self.sums.values():
+            sums.grow(size)
         self.distinct = {k: _grown(v, size) for k, v in self.distinct.items()}
+
+
+#: The most decimals a sum keeps exactly; the bound of its scaled integers.
+MAX_DECIMALS = 9
+_SCALED_BOUND = 2**62
+
+
+class Sums:
+    """Running sums per group, exact for decimal amounts: kept as integers in units of
+    ``10**-exponent`` (cents: 2), the exponent the least that writes every value so far
+    exactly, while it is at most :data:`MAX_DECIMALS` and the sums stay below ``2**62``; as
+    ``float64`` after that (say, a value of ``1/3``). A float running sum would drift
+    (``120.71`` read back as ``120.70999999999967``) and flip a condition at its threshold. A
+    binding whose event lacks the field adds nothing."""
+
+    def __init__(self) -> None:
+        self.scaled: I64 = np.zeros(0, np.int64)
+        self.exponent = 0
+        self.floats: F64 | None = None
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.scaled.nbytes if self.floats is None else self.floats.nbytes)
+
+    def grow(self, size: int) -> None:
+        if self.floats is not None:
+            self.floats = _grown(self.floats, size)
+        else:
+            self.scaled = _grown(self.scaled, size)
+
+    def add(self, groups: I64, values: F64, diffs: I64) -> None:
+        values = np.nan_to_num(np.asarray(values, np.float64), nan=0.0)
+        if self.floats is None:
+            exponent = _decimals(values, self.exponent)
+            if exponent is not None:
+                ints = np.round(values * 10.0**exponent).astype(np.int64)
+                step = 10 ** (exponent - self.exponent)
+                held = int(np.abs(self.scaled).max()) if self.scaled.shape[0] else 0
+                if held * step + int(np.abs(ints).sum()) < _SCALED_BOUND:
+                    self.scaled *= step
+                    self.exponent = exponent
+                    np.add.at(self.scaled, groups, ints * diffs)
+                    return
+            self.floats = self.scaled / 10.0**self.exponent
+        self.floats += np.bincount(groups, weights=diffs * values, minlength=len(self.floats))
+
+    def values(self, groups: I64) -> F64:
+        if self.floats is not None:
+            return self.floats[groups]
+        out: F64 = self.scaled[groups] / 10.0**self.exponent
+        return out
+
+
+def _decimals(values: F64, least: int) -> int | None:
+    """The least exponent from ``least`` up that writes every value as an integer of
+    ``10**-exponent`` exactly (below 2**53), or None."""
+    for exponent in range(least, MAX_DECIMALS + 1):
+        scaled = np.round(values * 10.0**exponent)
+        if (np.abs(scaled) < 2.0**53).all() and (scaled / 10.0**exponent == values).all():
+            return exponent
+    return None
 
 
 def _grown(array: npt.NDArray[Any], size: int) -> npt.NDArray[Any]:
@@ -308,17 +374,23 @@ class Window:
     def admit(self, keys: I64, times: F64, rows: Rows, watermark: float) -> Rows:
         """The body's binding changes, as the aggregates count them: an insert already outside
         the window is not counted, a retraction of a binding that left it is not either."""
+        return _rows_at(rows, self.counted(keys, times, rows, watermark))
+
+    def counted(self, keys: I64, times: F64, rows: Rows, watermark: float) -> npt.NDArray[np.bool_]:
+        """:meth:`admit`'s rows as a mask of ``rows``, the window updated."""
         inserted = rows.diffs > 0
         counted = inserted & (times > watermark - self.span)
-        new = np.flatnonzero(counted)
-        self._add(keys[new], rows.groups[new], times[new], _at(rows.arguments, new))
-        gone = np.flatnonzero(~inserted)  # (after the inserts: one may be retracted at once)
+        # Retractions first: a binding whose event was replaced in the epoch by one of the same
+        # id (a body's key is its external identity) leaves, then comes back with new fields.
+        gone = np.flatnonzero(~inserted)
         at = np.searchsorted(self.keys, keys[gone])
         held = at < len(self)
         held[held] = self.keys[at[held]] == keys[gone][held]
         counted[gone[held]] = True
         self._drop(at[held])
-        return _rows_at(rows, counted)
+        new = np.flatnonzero(counted & inserted)
+        self._add(keys[new], rows.groups[new], times[new], _at(rows.arguments, new))
+        return counted
 
     def expire(self, watermark: float) -> Rows:
         """Retract the bindings whose earliest event left the window at ``watermark``."""

@@ -76,7 +76,9 @@ def rewrite(query: Query, events: set[str], time_orders: bool = True) -> EventQu
 
     An edge variable whose time a gap predicate bounds against another's gets its
     time-ordered atoms too (:func:`time_ordered`), unless ``time_orders`` is false (the plans
-    then bind it over pairs only, as the tests of those plans want)."""
+    then bind it over pairs only, as the tests of those plans want). An aggregate query is
+    rewritten as its body (:meth:`~monitor.query.ast.Query.body`), which the engines evaluate."""
+    query = query.body()
     if not query.has_events:  # set semantics only: the atoms read the relations as named
         reads = tuple((a.relation, ()) for a in query.atoms if a.relation in events)
         return EventQuery(query, query, {}, tuple(dict.fromkeys(reads)))

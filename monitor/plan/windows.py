@@ -13,6 +13,8 @@ event older than that can be in no match with an event still to come, so it can 
 losing one. A query that leaves some pair of its events unbounded, or that reads the relation
 or any relation without an edge variable (a tuple may arrive at any time and complete a match
 with old events), needs its events forever: no default retention. ``--retention`` overrides it.
+An aggregate query ``over D`` needs its events for ``D``, no more and no less: a binding it
+counts lives until its earliest event leaves the window, and none with an older event counts.
 """
 
 from __future__ import annotations
@@ -29,9 +31,15 @@ def span(query: Query) -> float:
     ``0`` for one edge variable and ``within``, ``inf`` for one without)."""
     edges = query.edges
     n = len(edges)
+    if query.over is not None:  # a counted binding lives until it leaves the window, then none
+        return query.over  # with an event older than it is counted
+    return _body_span(query, n)
+
+
+def _body_span(query: Query, n: int) -> float:
     if n == 0 or (n == 1 and query.within is None):  # no time constraint at all: no window
         return FOREVER
-    bound = time_bounds(edges, query.predicates, query.within)
+    bound = time_bounds(query.edges, query.predicates, query.within)
     return max(0.0, max(bound.values()))
 
 
@@ -89,7 +97,8 @@ def retentions(
         for query in queries:
             if relation not in query.relations:
                 continue
-            bare = any(atom.edge is None for atom in query.atoms)
+            # (an aggregate over a window counts no binding with an event older than it)
+            bare = query.over is None and any(atom.edge is None for atom in query.atoms)
             longest = max(longest, FOREVER if bare else span(query))
         out[relation] = longest
     return out

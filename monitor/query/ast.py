@@ -10,7 +10,7 @@ the query text; built-in queries carry positions in their own text.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from core.times import format_duration
 
@@ -217,6 +217,13 @@ class Query:
         head) the others in the order the atoms first use them."""
         rest = [v for a in self.atoms for v in a.variables if v not in self.head]
         return self.head + tuple(dict.fromkeys(rest))
+
+    def body(self) -> Query:
+        """The query the engine evaluates: an aggregate query's body, with every variable it
+        binds in the head (:attr:`body_variables`) and no aggregates; any other query itself."""
+        if not self.aggregates:
+            return self
+        return replace(self, head=self.body_variables, aggregates=(), over=None)
 
     @property
     def relations(self) -> dict[str, int]:

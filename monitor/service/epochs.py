@@ -19,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from connectors.events import FieldTypes
-from core.columns import Column
+from core.columns import Column, Member
 from core.errors import StateError
 from core.fields import time_order_side
 from core.records import UpdateBatch, mirrored
@@ -43,6 +43,7 @@ from monitor.service import match_ids as match_id_kernels
 from monitor.service.causes import causes
 from monitor.service.clock import FILE_PARTITION, EventClock
 from monitor.service.event_plan import event_plan, names, positional_events
+from monitor.service.grouped import Bindings, GroupedQuery, Output
 from monitor.service.match_ids import Hashed, match_ids
 from monitor.service.settings import Settings
 
@@ -59,7 +60,7 @@ class QueryOutput:
     diff: I64
     edges: dict[str, dict[str, Column]] = field(default_factory=dict)
     #: Per row: ``match_id`` always, ``cause`` (of a -1) in a run with a window.
-    extra: dict[str, Column] = field(default_factory=dict)
+    extra: dict[str, Member] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return int(self.diff.shape[0])
@@ -162,6 +163,10 @@ class EpochProcessor:
         self._note_arities()
         #: The event relations and their field types, for the sources (None: no events).
         self.field_types = event_field_types(self.queries, self.events.relations)
+        #: The aggregate queries, by name: their groups, kept from their bodies' changes.
+        self.grouped = {
+            q.name: GroupedQuery(q, self.windowed, settings.emit) for q in queries if q.aggregates
+        }
         self.epoch = 0
         self.totals = RunTotals()
 
@@ -192,6 +197,7 @@ class EpochProcessor:
                         f"{column.kind}, this run's queries compare it as a {known[name]}; "
                         f"run the queries that built it, or give a new state directory"
                     )
+        self._regroup()
 
     def _prepare(self, batch: UpdateBatch) -> UpdateBatch:
         return mirrored(batch) if self.settings.undirected else batch
@@ -205,6 +211,8 @@ class EpochProcessor:
         """Whether the watermark has passed the deadline of some event still in a window: an
         epoch would expire it even without input (the Kafka service runs one when idle)."""
         watermark = self.clock.watermark
+        if any(g.deadline() <= watermark for g in self.grouped.values()):
+            return True
         return any(q.next_deadline() < watermark for q in self.events.queues.values())
 
     def preload(self, batch: UpdateBatch, timed: bool = True) -> Counter[str]:
@@ -244,7 +252,7 @@ class EpochProcessor:
         staged = self.stage(batch)
         out = replace(
             staged,
-            queries=self.evaluate(staged.changes),
+            queries=grouped_outputs(self.grouped, self.evaluate(staged.changes), staged.watermark),
             seconds=time.perf_counter() - started,
         )
         self.totals.add(out)
@@ -284,15 +292,18 @@ class EpochProcessor:
 
     def _output(self, i: int, columns: Sequence[I32], diff: I64) -> QueryOutput:
         """External ids for query ``i``'s dense binding columns, and its matched events."""
-        if self.events.replaced and self.rewritten[i].edges:
+        source = self.rewritten[i].source
+        # An aggregate's body: its groups read every change, also of an event replaced in the
+        # epoch by one of the same id (its fields changed: the -1 and +1 do not cancel).
+        body = source.name in self.grouped
+        if self.events.replaced and self.rewritten[i].edges and not body:
             columns, diff = self._by_identity(i, columns, diff)
-        if self.settings.emit == "appearances":
+        if self.settings.emit == "appearances" and not body:
             keep = diff > 0
             columns, diff = [c[keep] for c in columns], diff[keep]
-        source = self.rewritten[i].source
         decode = self.index.dictionary.decode
         width = len(source.head)
-        fields = self.settings.output_fields
+        fields = None if body else self.settings.output_fields
         edges: dict[str, dict[str, Column]] = {}
         hashes: list[Hashed] = []
         for k, (var, relation) in enumerate(self.rewritten[i].edges.items()):
@@ -300,7 +311,7 @@ class EpochProcessor:
             hashes.append(Hashed(h))
         vertices = [decode(c) for c in columns[:width]]
         ids: list[npt.NDArray[np.generic] | Hashed] = [*vertices, *hashes]
-        extra: dict[str, Column] = {}
+        extra: dict[str, Member] = {}
         if self.windowed:
             extra["cause"] = causes(source, columns, diff, self.events, self._changes)
         extra["match_id"] = match_ids(source.name, ids, diff.shape[0])
@@ -332,6 +343,14 @@ class EpochProcessor:
         self.events.abort()
         self.clock.abort()
         self.epoch -= 1
+        self._regroup()
+
+    def _regroup(self) -> None:
+        """The aggregate queries' groups rebuilt from their bodies' current bindings (after a
+        restore, or an aborted epoch whose changes they had counted)."""
+        if self.grouped:
+            with self.events.complete():
+                self._initial(lambda out: None, set(self.grouped))
 
     def evaluate_decided(
         self, changes: dict[str, Change], changed: ChangedTuples
@@ -350,10 +369,16 @@ class EpochProcessor:
         return outputs
 
     def counts(self) -> dict[str, int]:
-        """The number of current matches of every query (static evaluation)."""
+        """The number of current matches of every query (static evaluation); of an aggregate
+        query, the groups that hold."""
+        holding: Counter[str] = Counter()
         with self.events.complete():
+            if self.grouped:
+                self._initial(lambda out: holding.update({out.query: len(out)}), set(self.grouped))
             return {
-                q.name: count_matches(q, self.index, max_prefixes=self.settings.max_prefixes)
+                q.name: holding[q.name]
+                if q.name in self.grouped
+                else count_matches(q, self.index, max_prefixes=self.settings.max_prefixes)
                 for q in self.internal
             }
 
@@ -365,16 +390,63 @@ class EpochProcessor:
             self._initial(emit, None if queries is None else {q.name for q in queries})
 
     def _initial(self, emit: Callable[[QueryOutput], None], names: set[str] | None) -> None:
+        """Every current match of the queries named (all: None) as +1 rows to ``emit``; of an
+        aggregate query, the groups that hold, its groups rebuilt on the way."""
         for i, query in enumerate(self.internal):
             if names is not None and query.name not in names:
                 continue
+            grouped = self.grouped.get(query.name)
+            if grouped is not None:
+                grouped.rebuild_state()
 
-            def send(columns: list[I32], i: int = i) -> None:
-                emit(self._output(i, columns, np.ones(columns[0].shape[0], np.int64)))
+            def send(
+                columns: list[I32], i: int = i, grouped: GroupedQuery | None = grouped
+            ) -> None:
+                out = self._output(i, columns, np.ones(columns[0].shape[0], np.int64))
+                if grouped is None:
+                    emit(out)
+                    return
+                found = grouped.apply(bindings(out), self.clock.watermark)
+                if found is not None:
+                    emit(query_output(found))
 
             enumerate_matches(
                 query, self.index, send, max_prefixes=self.settings.max_prefixes, cut=Cut.NEW
             )
+
+
+def grouped_outputs(
+    grouped: dict[str, GroupedQuery], outputs: list[QueryOutput], watermark: float
+) -> list[QueryOutput]:
+    """``outputs`` with each aggregate query's body changes replaced by its groups' rows (an
+    aggregate query may have rows without body changes: bindings left its window)."""
+    if not grouped:
+        return outputs
+    out: list[QueryOutput] = []
+    for output in outputs:
+        query = grouped.get(output.query)
+        if query is None:
+            out.append(output)
+            continue
+        found = query.apply(bindings(output), watermark)
+        if found is not None:
+            out.append(query_output(found))
+    changed = {output.query for output in outputs}
+    for name, query in grouped.items():
+        if name not in changed:
+            found = query.apply(None, watermark)
+            if found is not None:
+                out.append(query_output(found))
+    return out
+
+
+def bindings(out: QueryOutput) -> Bindings:
+    """An aggregate query's body output, as its groups read it."""
+    return Bindings(out.variables, out.columns, out.diff, out.edges, out.extra)
+
+
+def query_output(found: Output) -> QueryOutput:
+    return QueryOutput(found.query, found.variables, found.columns, found.diff, {}, found.extra)
 
 
 def by_identity(

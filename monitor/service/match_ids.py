@@ -54,9 +54,25 @@ def match_ids(
     """The ids of ``rows`` matches of ``query`` whose external ids are ``columns``
     (vertices, then event ids), as 16 ASCII bytes each (``S16``: sinks write them as they
     are); ``compiled`` chooses the implementation (by default numba's where it is in use)."""
+    compiled = COMPILED if compiled is None else compiled
+    h = match_hashes(query, columns, rows, compiled=compiled)
+    if compiled:
+        out: npt.NDArray[np.bytes_] = compiled_hex(h).view("S16")
+        return out
+    return hex_digits(h)
+
+
+def match_hashes(
+    query: str,
+    columns: Sequence[npt.NDArray[np.generic] | Hashed],
+    rows: int,
+    *,
+    compiled: bool | None = None,
+) -> U64:
+    """The 64-bit hashes whose hex digits :func:`match_ids` writes."""
     seed = _string_hashes(np.array([query], dtype=object))[0]
+    h = np.full(rows, seed, np.uint64)
     if COMPILED if compiled is None else compiled:
-        h = np.full(rows, seed, np.uint64)
         for column in columns:
             if isinstance(column, Hashed):
                 chain_hashes(h, column.hashes)
@@ -64,12 +80,10 @@ def match_ids(
                 chain_integers(h, column.astype(np.int64, copy=False))
             else:
                 chain_hashes(h, id_hashes(column))
-        out: npt.NDArray[np.bytes_] = compiled_hex(h).view("S16")
-        return out
-    h = np.full(rows, seed, np.uint64)
+        return h
     for column in columns:
         h = mix(h ^ (column.hashes if isinstance(column, Hashed) else id_hashes(column)))
-    return hex_digits(h)
+    return h
 
 
 def id_hashes(column: npt.NDArray[np.generic]) -> U64:

@@ -3,9 +3,12 @@ print (and parse back), and the errors for what they cannot be."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from core.errors import QueryError
+from monitor.plan.windows import retentions
 from monitor.query.ast import AggregateCondition, FieldRef
 from monitor.query.load import load_queries
 from monitor.query.parser import parse_queries
@@ -114,7 +117,16 @@ def test_bad_aggregates_are_query_errors_at_their_place(
         assert (raised.value.line, raised.value.column) == where
 
 
-def test_commands_refuse_aggregates_until_the_engine_evaluates_them() -> None:
-    with pytest.raises(QueryError, match=r"does not evaluate them yet \(issue #35\)") as raised:
-        load_queries(TYPOLOGIES)
-    assert (raised.value.line, raised.value.column) == (5, 5)
+def test_an_aggregate_query_is_planned_as_its_body() -> None:
+    """The engines evaluate the body: every variable it binds in the head, no aggregates; its
+    window is the retention its relation needs (events older than ``over`` count in no
+    group)."""
+    fan_in, scatter, outflow, busy = load_queries(TYPOLOGIES)
+    body = scatter.body()
+    assert body.head == ("a", "c", "b") and not body.aggregates and body.over is None
+    assert body.within == scatter.within and body.distinct and body.atoms == scatter.atoms
+    assert busy.body().head == ("a", "b")
+    assert outflow.body() is not outflow and fan_in.body().body() == fan_in.body()
+    assert retentions([fan_in], {"transfer"}, {}) == {"transfer": 3_600_000}
+    assert retentions([fan_in, outflow], {"transfer"}, {}) == {"transfer": 86_400_000}
+    assert retentions([busy], {"transfer"}, {}) == {"transfer": math.inf}

@@ -1,0 +1,272 @@
+"""Aggregate queries' output: the groups that start and stop satisfying their conditions.
+
+An aggregate query (``fan_in(b) := transfer(a, b) as t, count(distinct a) >= 10 over 1h.``)
+is evaluated as its body (:meth:`~monitor.query.ast.Query.body`: every variable it binds in the
+head), by either engine, as any query. Each epoch the body's binding changes, as a
+:class:`~monitor.service.epochs.QueryOutput`, feed the query's
+:class:`~monitor.engine.aggregates.AggregateState`, which keeps per group (the head's vertices)
+what its conditions need, from those changes only, never by enumerating a group's bindings. What
+the user reads is one row per group whose satisfaction changed: ``+1`` it starts to hold, ``-1``
+it stops, with ``values`` (each condition's value after the epoch), the group's ``match_id``
+and, in a run with a window, the ``cause`` of a ``-1``.
+
+With ``over D`` a :class:`~monitor.engine.aggregates.Window` keeps the counted bindings; each
+epoch first retracts those whose earliest event left the window at the epoch's watermark (cause
+``expired``), then admits the body's changes. A group that stops and starts again in one epoch
+(or the reverse) has no row.
+
+The state is a function of the index and the watermark: on restore, and when an epoch is
+aborted, it is rebuilt from the body's current bindings
+(:meth:`GroupedQuery.rebuild_state`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from core.columns import Coded, Column, Member, Members
+from monitor.engine.aggregates import (
+    Aggregate,
+    AggregateState,
+    GroupChanges,
+    KeyIds,
+    Kind,
+    Rows,
+    Window,
+)
+from monitor.query.ast import FieldRef, Query
+from monitor.service.match_ids import id_hashes, match_hashes, match_ids
+
+I64 = npt.NDArray[np.int64]
+F64 = npt.NDArray[np.float64]
+
+#: The value of each ASCII byte as a hex digit (match ids are lowercase hex).
+_HEX = np.zeros(256, np.uint64)
+_HEX[np.frombuffer(b"0123456789abcdef", np.uint8)] = np.arange(16, dtype=np.uint64)
+_SHIFTS = np.arange(60, -1, -4, dtype=np.uint64)
+
+
+@dataclass(frozen=True)
+class Bindings:
+    """Binding changes of an aggregate query's body in an epoch, as the engines output them:
+    external ids of its variables, diffs, each edge variable's events, and ``match_id`` (and
+    ``cause``) in ``extra``."""
+
+    variables: tuple[str, ...]
+    columns: list[npt.NDArray[np.generic]]
+    diff: I64
+    edges: dict[str, dict[str, Column]]
+    extra: dict[str, Member]
+
+
+@dataclass(frozen=True)
+class Output:
+    """One aggregate query's rows of an epoch, as the engines' ``QueryOutput`` holds them."""
+
+    query: str
+    variables: tuple[str, ...]
+    columns: list[npt.NDArray[np.generic]]
+    diff: I64
+    extra: dict[str, Member]
+
+
+class GroupedQuery:
+    """One aggregate query's groups, kept from its body's binding changes."""
+
+    def __init__(self, query: Query, windowed: bool, emit: str = "all") -> None:
+        self.query = query
+        self.body = query.body()
+        self.width = len(query.head)
+        #: Whether the run or the query has a window (its ``-1`` rows then carry a ``cause``).
+        self.windowed = windowed or query.over is not None
+        self.emit = emit
+        self.aggregates = [
+            Aggregate(_kind(c.kind), c.op, c.threshold, c.name) for c in query.aggregates
+        ]
+        self.rebuild_state()
+
+    def rebuild_state(self) -> None:
+        """Forget every group (then :meth:`apply` the body's current bindings as ``+1`` s: its
+        output is the groups that hold)."""
+        self.state = AggregateState(self.aggregates)
+        self.groups = KeyIds()
+        self.heads: list[npt.NDArray[np.object_]] = [np.empty(0, object) for _ in range(self.width)]
+        names = [a.name for a in self.aggregates if a.kind != "count"]
+        over = self.query.over
+        self.window = None if over is None else Window(over, names)
+
+    @property
+    def nbytes(self) -> int:
+        """The aggregate state's bytes (not the head ids' Python objects)."""
+        window = self.window.nbytes if self.window is not None else 0
+        return self.state.nbytes + window + 16 * len(self.groups)
+
+    def deadline(self) -> float:
+        """The watermark at which a counted binding leaves the window (inf: none will)."""
+        if self.window is None or not len(self.window):
+            return math.inf
+        return float(self.window.times.min()) + self.window.span
+
+    def apply(self, body: Bindings | None, watermark: float) -> Output | None:
+        """The groups whose satisfaction changed in an epoch whose body changes are ``body``
+        (None: no change) and whose watermark is ``watermark``."""
+        phases: list[tuple[GroupChanges, str]] = []
+        parts: list[tuple[Rows, str]] = []
+        if self.window is not None:
+            parts.append((self.window.expire(watermark), "expired"))
+        if body is not None and len(body.diff):
+            rows, expired = self._rows(body, watermark)
+            parts += [(expired, "expired"), (rows, "deleted")]
+        for rows, cause in parts:
+            if len(rows):
+                phases.append((self.state.apply(rows.groups, rows.arguments, rows.diffs), cause))
+        return self._output(phases)
+
+    def _rows(self, body: Bindings, watermark: float) -> tuple[Rows, Rows]:
+        """The body's changes as the aggregates count them: those retracted because their
+        events expired, and the others."""
+        groups = self._group_ids(body.columns[: self.width])
+        rows = Rows(groups, self._arguments(body), body.diff)
+        cause = body.extra.get("cause")
+        expired = _is_expired(cause, body.diff)
+        if self.window is not None:
+            keys = _hex_keys(body.extra["match_id"])
+            times = _earliest(body.edges, self.body.edges)
+            counted = self.window.counted(keys, times, rows, watermark)
+            rows, expired = _rows_at(rows, counted), expired[counted]
+        return _rows_at(rows, ~expired), _rows_at(rows, expired)
+
+    def _group_ids(self, columns: Sequence[npt.NDArray[np.generic]]) -> I64:
+        """Dense ids of the groups of ``columns`` (the head's external ids), noting the ids of
+        new groups."""
+        rows = int(columns[0].shape[0]) if columns else 0
+        keys = match_hashes(self.query.name, list(columns), rows).view(np.int64)
+        ids = self.groups.of(keys)
+        size = len(self.groups)
+        if size > self.heads[0].shape[0] if self.heads else False:
+            grown = max(size, 2 * self.heads[0].shape[0])
+            for k, head in enumerate(self.heads):
+                wider = np.empty(grown, object)
+                wider[: head.shape[0]] = head
+                self.heads[k] = wider
+        for head, column in zip(self.heads, columns, strict=True):
+            head[ids] = column
+        return ids
+
+    def _arguments(self, body: Bindings) -> dict[str, npt.NDArray[np.generic]]:
+        """Each condition's argument per row (none for ``count(*)``)."""
+        out: dict[str, npt.NDArray[np.generic]] = {}
+        for condition in self.query.aggregates:
+            argument = condition.argument
+            if argument is None:
+                continue
+            if isinstance(argument, FieldRef):
+                out[condition.name] = _numbers(body.edges[argument.edge][argument.name])
+            elif argument in body.variables:
+                column = body.columns[body.variables.index(argument)]
+                out[condition.name] = id_hashes(column).view(np.int64)
+            else:
+                events = body.edges[argument]["id"]
+                out[condition.name] = id_hashes(_plain(events)).view(np.int64)
+        return out
+
+    def _output(self, phases: list[tuple[GroupChanges, str]]) -> Output | None:
+        """One row per group whose satisfaction changed over the epoch's phases."""
+        if not phases:
+            return None
+        groups = np.concatenate([p.groups for p, _ in phases])
+        diffs = np.concatenate([p.diffs for p, _ in phases])
+        if not groups.shape[0]:
+            return None
+        unique, inverse = np.unique(groups, return_inverse=True)
+        net = np.bincount(inverse.reshape(-1), weights=diffs, minlength=unique.shape[0])
+        keep = net != 0
+        unique, net = unique[keep], net[keep].astype(np.int64)
+        if self.emit == "appearances":
+            unique, net = unique[net > 0], net[net > 0]
+        if not unique.shape[0]:
+            return None
+        columns = [head[unique] for head in self.heads]
+        values = self.state.values(unique)
+        extra: dict[str, Member] = {"values": Members(dict(values.items()), int(unique.shape[0]))}
+        if self.windowed:
+            extra["cause"] = _causes(unique, net, phases)
+        extra["match_id"] = match_ids(self.query.name, columns, int(unique.shape[0]))
+        return Output(self.query.name, self.query.head, columns, net, extra)
+
+
+def _kind(kind: str) -> Kind:
+    kinds: dict[str, Kind] = {
+        "count": "count",
+        "count_distinct": "count_distinct",
+        "sum": "sum",
+        "min": "min",
+        "max": "max",
+    }
+    return kinds[kind]
+
+
+def _causes(groups: I64, net: I64, phases: list[tuple[GroupChanges, str]]) -> Coded:
+    """``expired`` or ``deleted`` for each ``-1`` row: the cause of the phase in which the group
+    stopped holding (a ``+1`` row's group stopped in no phase: one that stops and starts again
+    has no row)."""
+    codes = np.full(groups.shape[0], -1, np.int64)
+    names = ["expired", "deleted"]
+    for changes, cause in phases:
+        stopped = changes.groups[changes.diffs < 0]
+        at = np.searchsorted(groups, stopped)
+        found = at < groups.shape[0]
+        found[found] = groups[at[found]] == stopped[found]
+        codes[at[found]] = names.index(cause)
+    return Coded(codes, names)
+
+
+def _hex_keys(ids: Member) -> I64:
+    """The 64-bit hashes whose hex digits are ``ids`` (``match_id`` s, ``S16``)."""
+    assert isinstance(ids, np.ndarray)
+    digits = _HEX[np.frombuffer(ids.tobytes(), np.uint8).reshape(-1, 16)]
+    keys: I64 = np.bitwise_or.reduce(digits << _SHIFTS, axis=1).view(np.int64)
+    return keys
+
+
+def _earliest(edges: dict[str, dict[str, Column]], variables: Sequence[str]) -> F64:
+    """Per row, the least ``ts`` of its events."""
+    times = [_numbers(edges[v]["ts"]) for v in variables]
+    least: F64 = np.minimum.reduce(times) if len(times) > 1 else times[0]
+    return least
+
+
+def _numbers(column: Column) -> F64:
+    """A number column as ``float64``, NaN where a row has none."""
+    if isinstance(column, Coded):
+        raise TypeError("an aggregate reads a number field; this one holds text")
+    if column.dtype.kind in "fiu":
+        return column.astype(np.float64, copy=False)
+    return np.array([math.nan if v is None else float(v) for v in column.tolist()], np.float64)
+
+
+def _plain(column: Column) -> npt.NDArray[np.generic]:
+    """Ids as ``int`` s and ``str`` s, as :func:`id_hashes` reads them."""
+    if isinstance(column, Coded):
+        return np.array(column.tolist(), object)
+    if column.dtype.kind == "S":  # (ASCII ids as bytes)
+        return column.astype("U").astype(object)
+    return column
+
+
+def _is_expired(cause: Member | None, diff: I64) -> npt.NDArray[np.bool_]:
+    """The ``-1`` rows whose cause is ``expired``."""
+    if not isinstance(cause, Coded):
+        return np.zeros(diff.shape[0], np.bool_)
+    expired = [k for k, v in enumerate(cause.values) if v == "expired"]
+    return (diff < 0) & np.isin(cause.codes, expired)
+
+
+def _rows_at(rows: Rows, keep: npt.NDArray[np.bool_]) -> Rows:
+    arguments = {n: a[keep] for n, a in rows.arguments.items()}
+    return Rows(rows.groups[keep], arguments, rows.diffs[keep])
