@@ -10,6 +10,7 @@ them (each distinct id once, at the shard that numbered it).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
@@ -33,8 +34,16 @@ from monitor.plan.cut import Cut
 from monitor.plan.needs import unread
 from monitor.query.ast import Query
 from monitor.service.clock import EventClock
-from monitor.service.epochs import QueryOutput, epoch_tick, event_field_types
+from monitor.service.epochs import (
+    QueryOutput,
+    bindings,
+    epoch_tick,
+    event_field_types,
+    grouped_outputs,
+    query_output,
+)
 from monitor.service.event_plan import event_plan, positional_events
+from monitor.service.grouped import GroupedQuery
 from monitor.service.settings import Settings
 
 
@@ -58,6 +67,7 @@ class ShardedEpochs:
         are not kept)."""
         self.settings = settings if settings is not None else Settings()
         self.queries = tuple(queries)
+        static = static or any(q.aggregates for q in queries)  # (groups rebuilt by enumerating)
         self.max_prefixes = max_prefixes
         self.plan = event_plan(self.queries, self.settings.retention)
         self.internal = self.plan.internal
@@ -84,6 +94,12 @@ class ShardedEpochs:
         self.field_types = event_field_types(self.queries, self.plan.relations)
         self.changes: dict[str, Change] = {}
         self.epochs = 0
+        #: The aggregate queries, by name: their groups, kept here at the driver from their
+        #: bodies' changes (a group's bindings are on many shards).
+        windowed = self.events is not None and self.events.windowed
+        self.grouped = {
+            q.name: GroupedQuery(q, windowed, self.settings.emit) for q in queries if q.aggregates
+        }
 
     def process(self, batch: UpdateBatch) -> list[MatchDeltas]:
         """Stage ``batch``, evaluate every query's change, commit; the changes (external
@@ -116,6 +132,17 @@ class ShardedEpochs:
     def abort(self) -> None:
         self.index.abort()
         self.clock.abort()
+        self._regroup()
+
+    def _regroup(self) -> None:
+        """The aggregate queries' groups rebuilt from their bodies' current bindings (after a
+        restore, or an aborted epoch whose changes they had counted)."""
+        if self.grouped:
+            self._initial(lambda out: None, set(self.grouped))
+
+    def grouped_deadline(self) -> float:
+        """The watermark at which some group's counted binding leaves its window."""
+        return min((g.deadline() for g in self.grouped.values()), default=math.inf)
 
     def external(self, deltas: Sequence[MatchDeltas]) -> list[list[External]]:
         """The external ids of every delta's vertex columns (its head's: an edge variable's
@@ -144,15 +171,32 @@ class ShardedEpochs:
         if self.events is not None:
             self.events.compact(self.settings.event_compaction_min)
 
-    def initial(self, emit: Callable[[MatchDeltas], None]) -> None:
-        """Every current match of every query, as +1 deltas in batches (made ``static``)."""
+    def initial(self, emit: Callable[[QueryOutput], None]) -> None:
+        """Every current match of every query, as +1 rows in batches (made ``static``); of an
+        aggregate query, the groups that hold, its groups rebuilt on the way."""
+        self._initial(emit, None)
+
+    def _initial(self, emit: Callable[[QueryOutput], None], names: set[str] | None) -> None:
         if self.events is not None and self.events.unread:
             raise ValueError("a static evaluation needs ShardedEpochs(..., static=True)")
         for query in self.internal:
+            if names is not None and query.name not in names:
+                continue
+            grouped = self.grouped.get(query.name)
+            if grouped is not None:
+                grouped.rebuild_state()
 
-            def send(columns: list[I32], query: Query = query) -> None:
+            def send(
+                columns: list[I32], query: Query = query, grouped: GroupedQuery | None = grouped
+            ) -> None:
                 diff = np.ones(columns[0].shape[0], np.int64)
-                emit(MatchDeltas(query.name, query.head, columns, diff))
+                for out in outputs(self, [MatchDeltas(query.name, query.head, columns, diff)]):
+                    if grouped is None:
+                        emit(out)
+                        continue
+                    found = grouped.apply(bindings(out), self.clock.staged)
+                    if found is not None:
+                        emit(query_output(found))
 
             enumerate_matches(
                 query,
@@ -174,6 +218,7 @@ class ShardedEpochs:
         self.clock.restore(position.get("clock"))
         if self.events is not None:
             self.events.restored(position.get("kinds") or {})
+        self._regroup()
 
     def commit(self) -> None:
         """Fold the evaluated epoch into the shards."""
@@ -186,5 +231,6 @@ class ShardedEpochs:
     def outputs(self, deltas: Sequence[MatchDeltas]) -> list[QueryOutput]:
         """The deltas as the single process outputs them (:class:`QueryOutput`): external ids,
         each edge variable's events with their fields, ``match_id``, and ``cause`` in a run
-        with a window."""
-        return outputs(self, deltas)
+        with a window; an aggregate query's groups that start or stop holding instead of its
+        body's changes. Once per epoch: the groups count the changes here."""
+        return grouped_outputs(self.grouped, outputs(self, deltas), self.clock.staged)

@@ -28,7 +28,6 @@ from core.records import Checkpoint, exact_batches, mirrored
 from monitor.distributed.delta import ShardedEpochs
 from monitor.distributed.durable import DriverMeta, DriverStore
 from monitor.distributed.shard_calls import Shards
-from monitor.engine.delta import MatchDeltas
 from monitor.failpoints import failpoint
 from monitor.query.ast import Query
 from monitor.service.epochs import QueryOutput
@@ -143,12 +142,7 @@ def _start(
             epochs.preload(mirrored(batch) if settings.undirected else batch)
         totals.bad_lines += preload.dead_letters
     if job.initial:
-
-        def initial(deltas: MatchDeltas) -> None:
-            for out in epochs.outputs([deltas]):
-                _write(sink, 0, out, totals)
-
-        epochs.initial(initial)
+        epochs.initial(lambda out: _write(sink, 0, out, totals))
     sink.flush()
     meta = replace(
         wanted,

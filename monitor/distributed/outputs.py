@@ -40,9 +40,10 @@ def outputs(epochs: ShardedEpochs, deltas: Sequence[MatchDeltas]) -> list[QueryO
     for found in deltas:
         i = at[found.query]
         columns, diff = list(found.columns), found.diff
-        if events is not None and events.replaced and epochs.plan.rewritten[i].edges:
+        body = found.query in epochs.grouped  # (an aggregate's body: its groups read it all)
+        if events is not None and events.replaced and epochs.plan.rewritten[i].edges and not body:
             columns, diff = by_identity(events, epochs.plan.rewritten[i], columns, diff)
-        if settings.emit == "appearances":
+        if settings.emit == "appearances" and not body:
             keep = diff > 0
             columns, diff = [c[keep] for c in columns], diff[keep]
         if diff.shape[0]:
@@ -75,17 +76,24 @@ def outputs(epochs: ShardedEpochs, deltas: Sequence[MatchDeltas]) -> list[QueryO
 Matched = tuple[dict[str, Column], I32, I32, npt.NDArray[np.uint64]]
 
 
+#: An edge variable's events asked of the shards: relation, each row's place among the distinct
+#: events, the distinct events, where each shard's answer goes, the fields asked for.
+Asked = tuple[str, npt.NDArray[np.intp], I32, list[tuple[int, int, Any]], Sequence[str] | None]
+
+
 def _matched(epochs: ShardedEpochs, kept: list[tuple[int, list[I32], I64]]) -> list[list[Matched]]:
     """Per query, per edge variable, its events read at their shards (all in one round)."""
     events = epochs.events
     count = epochs.index.shards.count
-    fields = epochs.settings.output_fields
     calls: list[list[Any]] = [[] for _ in range(count)]
-    asked: list[list[tuple[str, npt.NDArray[np.intp], I32, list[tuple[int, int, Any]]]]] = []
+    asked: list[list[Asked]] = []
     for i, columns, _ in kept:
         rewritten = epochs.plan.rewritten[i]
+        # (an aggregate's body: its conditions read fields the output may leave out)
+        body = rewritten.source.name in epochs.grouped
+        fields: Sequence[str] | None = None if body else epochs.settings.output_fields
         width = len(rewritten.source.head)
-        mine = []
+        mine: list[Asked] = []
         for k, relation in enumerate(rewritten.edges.values()):
             distinct, inverse = first_appearances(columns[width + k])
             split = Split(distinct, count)
@@ -95,7 +103,7 @@ def _matched(epochs: ShardedEpochs, kept: list[tuple[int, list[I32], I64]]) -> l
                 if p is not None:
                     where.append((s, len(calls[s]), p))
                     calls[s].append((relation, distinct[p].astype(np.int32), fields))
-            mine.append((relation, inverse, distinct, where))
+            mine.append((relation, inverse, distinct, where, fields))
         asked.append(mine)
     if not any(calls):
         return [[] for _ in kept]
@@ -104,10 +112,10 @@ def _matched(epochs: ShardedEpochs, kept: list[tuple[int, list[I32], I64]]) -> l
     out = []
     for mine in asked:
         query_matched = []
-        for relation, inverse, distinct, where in mine:
+        for relation, inverse, distinct, where, asked_fields in mine:
             n = distinct.shape[0]
             parts = [(p, answers[s][j]) for s, j, p in where]
-            merged = _merged(events, relation, n, parts, fields)
+            merged = _merged(events, relation, n, parts, asked_fields)
             src, dst = np.zeros(n, np.int32), np.zeros(n, np.int32)
             hashes = np.zeros(n, np.uint64)
             for p, (_, h, part_src, part_dst) in parts:

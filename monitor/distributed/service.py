@@ -238,7 +238,8 @@ class PartitionedEngine:
         self.epochs.abort()
 
     def expiry_due(self) -> bool:
-        return self._deadline < self.epochs.clock.watermark
+        watermark = self.epochs.clock.watermark
+        return self._deadline < watermark or self.epochs.grouped_deadline() <= watermark
 
     def observe(self, metrics: Metrics) -> None:
         reports = self._reports

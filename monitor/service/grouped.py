@@ -40,7 +40,7 @@ from monitor.engine.aggregates import (
     Window,
 )
 from monitor.query.ast import FieldRef, Query
-from monitor.service.match_ids import id_hashes, match_hashes, match_ids
+from monitor.service.match_ids import hex_ids, id_hashes, match_hashes
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
@@ -191,12 +191,19 @@ class GroupedQuery:
             unique, net = unique[net > 0], net[net > 0]
         if not unique.shape[0]:
             return None
+        rows = int(unique.shape[0])
+        causes = _causes(unique, phases)
+        # In the order of the groups' hashes, not of their dense ids: a rebuild numbers them
+        # otherwise, and a rerun writes the same bytes.
+        hashes = match_hashes(self.query.name, [head[unique] for head in self.heads], rows)
+        order = np.argsort(hashes, kind="stable")
+        unique, net, hashes, causes = unique[order], net[order], hashes[order], causes[order]
         columns = [head[unique] for head in self.heads]
         values = self.state.values(unique)
-        extra: dict[str, Member] = {"values": Members(dict(values.items()), int(unique.shape[0]))}
+        extra: dict[str, Member] = {"values": Members(dict(values.items()), rows)}
         if self.windowed:
-            extra["cause"] = _causes(unique, net, phases)
-        extra["match_id"] = match_ids(self.query.name, columns, int(unique.shape[0]))
+            extra["cause"] = causes
+        extra["match_id"] = hex_ids(hashes)
         return Output(self.query.name, self.query.head, columns, net, extra)
 
 
@@ -211,10 +218,10 @@ def _kind(kind: str) -> Kind:
     return kinds[kind]
 
 
-def _causes(groups: I64, net: I64, phases: list[tuple[GroupChanges, str]]) -> Coded:
-    """``expired`` or ``deleted`` for each ``-1`` row: the cause of the phase in which the group
-    stopped holding (a ``+1`` row's group stopped in no phase: one that stops and starts again
-    has no row)."""
+def _causes(groups: I64, phases: list[tuple[GroupChanges, str]]) -> Coded:
+    """``expired`` or ``deleted`` for each of ``groups`` (sorted) that stopped holding: the
+    cause of the phase in which it stopped (a ``+1`` row's group stopped in no phase: one that
+    stops and starts again has no row)."""
     codes = np.full(groups.shape[0], -1, np.int64)
     names = ["expired", "deleted"]
     for changes, cause in phases:

@@ -55,8 +55,12 @@ def match_ids(
     (vertices, then event ids), as 16 ASCII bytes each (``S16``: sinks write them as they
     are); ``compiled`` chooses the implementation (by default numba's where it is in use)."""
     compiled = COMPILED if compiled is None else compiled
-    h = match_hashes(query, columns, rows, compiled=compiled)
-    if compiled:
+    return hex_ids(match_hashes(query, columns, rows, compiled=compiled), compiled=compiled)
+
+
+def hex_ids(h: U64, *, compiled: bool | None = None) -> npt.NDArray[np.bytes_]:
+    """Hashes as the ids :func:`match_ids` writes."""
+    if COMPILED if compiled is None else compiled:
         out: npt.NDArray[np.bytes_] = compiled_hex(h).view("S16")
         return out
     return hex_digits(h)

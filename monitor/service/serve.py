@@ -59,6 +59,13 @@ def serve(settings: Settings, open_engine: OpenEngine = embedded) -> int:
     events = event_relations(queries)
     for query in queries:
         delta_queries(rewrite(query, events).internal)  # a query that cannot plan fails here
+    grouped = [q.name for q in queries if q.aggregates]
+    if settings.control_topic and grouped:
+        raise ConfigError(
+            f"the aggregate queries {', '.join(grouped)} need all of a group's bindings in one "
+            "place, and the replicated scale-out (control_topic) splits them among its "
+            "workers; run them on one worker, or partitioned (engine=distributed)"
+        )
     metrics = Metrics()
     health = Health(settings.liveness_timeout_s)
     http = HealthServer(settings.http_port, metrics, health)

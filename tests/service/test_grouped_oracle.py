@@ -21,13 +21,16 @@ from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any
 
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from core.columns import Members, python_values
+from core.errors import ConfigError
 from monitor.query import parse_queries
 from monitor.query.ast import FieldRef, Query
 from monitor.service.epochs import EpochProcessor, QueryOutput
+from monitor.service.serve import serve
 from monitor.service.settings import Settings
 from tests.engine.test_events_oracle import brute_force
 from tests.engine.test_time_oracle import MINUTE, batch
@@ -309,3 +312,31 @@ def test_the_aggregate_oracle_sees_groups_start_and_stop_for_both_causes() -> No
     seen = check(WINDOWED, ops, list(range(0, len(ops), 7)), 2, 0)
     assert seen["expired"] >= 5 and seen["deleted"] >= 5, seen
     assert set(seen.queries) == {q.name for q in WINDOWED}, seen.queries
+
+
+def test_an_aborted_epoch_is_forgotten_by_the_groups_too() -> None:
+    """An epoch processed and aborted (its output not committed), then processed again: the
+    groups give the rows of a run that never aborted (they are rebuilt from the index)."""
+    ops = [("insert", i, i % 3, 3, [1, 2, 0.5][i % 3], i) for i in range(12)]
+    ops += [("delete", 1), ("insert", 20, 0, 3, 4.25, 13), ("insert", 21, 1, 3, 1, 40)]
+    batches = [batch(ops[lo : lo + 5], lo) for lo in range(0, len(ops), 5)]
+    run = Settings(allowed_lateness=0, watermark_outliers=0)
+    straight, aborting = EpochProcessor(WINDOWED, run), EpochProcessor(WINDOWED, run)
+    for part in batches:
+        expected = straight.process(part)
+        straight.commit()
+        aborting.process(part)
+        aborting.abort()
+        found = aborting.process(part)
+        aborting.commit()
+        assert [rows(q) for q in found.queries] == [rows(q) for q in expected.queries]
+    assert straight.totals.deltas.total() >= 4, straight.totals.deltas
+
+
+def test_the_replicated_scale_out_refuses_aggregate_queries() -> None:
+    """Its workers each seed a part of the bindings: a group's count would be split among
+    them. The service says so before it connects to anything."""
+    text = "\n".join(str(q) for q in UNBOUNDED)
+    settings = Settings(queries=text, control_topic="sgm-control")
+    with pytest.raises(ConfigError, match=r"aggregate queries many, pair_sum need all of a group"):
+        serve(settings)
