@@ -78,6 +78,18 @@ def _fail(error: MonitorError) -> NoReturn:
     sys.exit(code)
 
 
+def describe_groups(query: Query) -> str:
+    """What ``explain`` says of an aggregate query's groups."""
+    conditions = ", ".join(str(c) for c in query.aggregates)
+    line = f"groups by ({', '.join(query.head)}), kept from the body's changes: {conditions}"
+    if query.over is not None:
+        line += (
+            f"; counting the bindings whose earliest event lies within "
+            f"{format_duration(query.over)} of the watermark"
+        )
+    return line
+
+
 def _queries(specs: tuple[str, ...]) -> tuple[Query, ...]:
     queries = load_queries_many(specs)
     events = event_relations(queries)
@@ -356,6 +368,8 @@ def explain(query_specs: tuple[str, ...]) -> None:
             internal = rewrite(query, events).internal
             if internal is not query:
                 click.echo(f"# over the index: {internal}")
+            if query.aggregates:
+                click.echo(f"# {describe_groups(query)}")
             if query.edges:
                 reach = span(query)
                 click.echo(
