@@ -37,6 +37,7 @@ from monitor.service.clock import EventClock
 from monitor.service.epochs import (
     QueryOutput,
     bindings,
+    body_retention,
     epoch_tick,
     event_field_types,
     grouped_outputs,
@@ -97,8 +98,11 @@ class ShardedEpochs:
         #: The aggregate queries, by name: their groups, kept here at the driver from their
         #: bodies' changes (a group's bindings are on many shards).
         windowed = self.events is not None and self.events.windowed
+        retention = self.plan.retention
         self.grouped = {
-            q.name: GroupedQuery(q, windowed, self.settings.emit) for q in queries if q.aggregates
+            q.name: GroupedQuery(q, windowed, self.settings.emit, body_retention(q, retention))
+            for q in queries
+            if q.aggregates
         }
 
     def process(self, batch: UpdateBatch) -> list[MatchDeltas]:
@@ -194,7 +198,7 @@ class ShardedEpochs:
                     if grouped is None:
                         emit(out)
                         continue
-                    found = grouped.apply(bindings(out), self.clock.staged)
+                    found = grouped.apply(bindings(out), self.clock.began)
                     if found is not None:
                         emit(query_output(found))
 
@@ -233,4 +237,4 @@ class ShardedEpochs:
         each edge variable's events with their fields, ``match_id``, and ``cause`` in a run
         with a window; an aggregate query's groups that start or stop holding instead of its
         body's changes. Once per epoch: the groups count the changes here."""
-        return grouped_outputs(self.grouped, outputs(self, deltas), self.clock.staged)
+        return grouped_outputs(self.grouped, outputs(self, deltas), self.clock.watermark)

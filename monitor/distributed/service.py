@@ -239,7 +239,7 @@ class PartitionedEngine:
 
     def expiry_due(self) -> bool:
         watermark = self.epochs.clock.watermark
-        return self._deadline < watermark or self.epochs.grouped_deadline() <= watermark
+        return self._deadline < watermark or self.epochs.grouped_deadline() < watermark
 
     def observe(self, metrics: Metrics) -> None:
         reports = self._reports

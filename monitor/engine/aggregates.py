@@ -351,7 +351,8 @@ class Rows:
 
 class Window:
     """The bindings an aggregate ``over D`` counts: those whose earliest event lies within
-    ``span`` of the watermark (``time > watermark - span``). Each live one is kept as its key
+    ``span`` of the watermark (``time + span >= watermark``, as an event with a retention of
+    ``span`` stays: the watermark an epoch begins with). Each live one is kept as its key
     (the binding's hash), group, earliest time and arguments, sorted by key, so that the body's
     retraction of a binding finds it, and a binding whose time leaves the window is retracted
     from the aggregates here."""
@@ -379,7 +380,7 @@ class Window:
     def counted(self, keys: I64, times: F64, rows: Rows, watermark: float) -> npt.NDArray[np.bool_]:
         """:meth:`admit`'s rows as a mask of ``rows``, the window updated."""
         inserted = rows.diffs > 0
-        counted = inserted & (times > watermark - self.span)
+        counted = inserted & (times + self.span >= watermark)
         # Retractions first: a binding whose event was replaced in the epoch by one of the same
         # id (a body's key is its external identity) leaves, then comes back with new fields.
         gone = np.flatnonzero(~inserted)
@@ -394,7 +395,7 @@ class Window:
 
     def expire(self, watermark: float) -> Rows:
         """Retract the bindings whose earliest event left the window at ``watermark``."""
-        out = np.flatnonzero(self.times <= watermark - self.span)
+        out = np.flatnonzero(self.times + self.span < watermark)
         rows = Rows(
             self.groups[out],
             {n: a[out] for n, a in self.arguments.items()},

@@ -42,6 +42,9 @@ class EventClock:
         self.outliers = outliers
         self.top: dict[str, F64] = {}
         self.watermark = -math.inf
+        #: The watermark the last committed epoch began with: the events it expired, and the
+        #: bindings an aggregate's window counts, are those of this watermark.
+        self.began = -math.inf
         self._staged: tuple[dict[str, F64], float] | None = None
 
     def tick(self, times: Mapping[str, F64]) -> float:
@@ -71,6 +74,7 @@ class EventClock:
 
     def commit(self) -> None:
         if self._staged is not None:
+            self.began = self.watermark
             self.top, self.watermark = self._staged
             self._staged = None
 
@@ -93,9 +97,13 @@ class EventClock:
     def to_dict(self, staged: bool = False) -> dict[str, Any]:
         """The committed state (``staged``: the staged epoch's, as :meth:`commit` would keep
         it), for :meth:`restore`."""
-        top, watermark = self._staged if staged and self._staged else (self.top, self.watermark)
+        began = self.began
+        top, watermark = self.top, self.watermark
+        if staged and self._staged:
+            began, (top, watermark) = self.watermark, self._staged
         return {
             "watermark": None if math.isinf(watermark) else float(watermark),
+            "began": None if math.isinf(began) else float(began),
             "top": {p: t.tolist() for p, t in top.items()},
         }
 
@@ -107,6 +115,8 @@ class EventClock:
         self.top = {p: np.sort(np.asarray(t, np.float64))[-keep:] for p, t in data["top"].items()}
         watermark = data.get("watermark")
         self.watermark = -math.inf if watermark is None else float(watermark)
+        began = data.get("began", watermark)  # (a state of before it was kept: the watermark)
+        self.began = -math.inf if began is None else float(began)
         if watermark is None:  # times only (a changelog): the watermark they give
             self.tick({})
             self.commit()

@@ -165,7 +165,9 @@ class EpochProcessor:
         self.field_types = event_field_types(self.queries, self.events.relations)
         #: The aggregate queries, by name: their groups, kept from their bodies' changes.
         self.grouped = {
-            q.name: GroupedQuery(q, self.windowed, settings.emit) for q in queries if q.aggregates
+            q.name: GroupedQuery(q, self.windowed, settings.emit, body_retention(q, self.retention))
+            for q in queries
+            if q.aggregates
         }
         self.epoch = 0
         self.totals = RunTotals()
@@ -211,7 +213,7 @@ class EpochProcessor:
         """Whether the watermark has passed the deadline of some event still in a window: an
         epoch would expire it even without input (the Kafka service runs one when idle)."""
         watermark = self.clock.watermark
-        if any(g.deadline() <= watermark for g in self.grouped.values()):
+        if any(g.deadline() < watermark for g in self.grouped.values()):
             return True
         return any(q.next_deadline() < watermark for q in self.events.queues.values())
 
@@ -249,10 +251,11 @@ class EpochProcessor:
     def process(self, batch: UpdateBatch) -> EpochOutput:
         """Stage the next epoch and evaluate every query's change; call :meth:`commit` after."""
         started = time.perf_counter()
+        began = self.clock.watermark  # (the window of the epoch: the watermark it begins with)
         staged = self.stage(batch)
         out = replace(
             staged,
-            queries=grouped_outputs(self.grouped, self.evaluate(staged.changes), staged.watermark),
+            queries=grouped_outputs(self.grouped, self.evaluate(staged.changes), began),
             seconds=time.perf_counter() - started,
         )
         self.totals.add(out)
@@ -406,13 +409,19 @@ class EpochProcessor:
                 if grouped is None:
                     emit(out)
                     return
-                found = grouped.apply(bindings(out), self.clock.watermark)
+                found = grouped.apply(bindings(out), self.clock.began)
                 if found is not None:
                     emit(query_output(found))
 
             enumerate_matches(
                 query, self.index, send, max_prefixes=self.settings.max_prefixes, cut=Cut.NEW
             )
+
+
+def body_retention(query: Query, retention: dict[str, float]) -> float:
+    """The longest an event of ``query``'s edge variables lives (0: it has none)."""
+    relations = {a.relation for a in query.atoms if a.edge is not None}
+    return max((retention.get(r, math.inf) for r in relations), default=0.0)
 
 
 def grouped_outputs(

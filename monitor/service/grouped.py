@@ -78,13 +78,18 @@ class Output:
 class GroupedQuery:
     """One aggregate query's groups, kept from its body's binding changes."""
 
-    def __init__(self, query: Query, windowed: bool, emit: str = "all") -> None:
+    def __init__(
+        self, query: Query, windowed: bool, emit: str = "all", retention: float = math.inf
+    ) -> None:
+        """``retention``: the longest its body's events live; a window of ``over`` is kept only
+        when it is longer (else their expiry retracts the bindings as the window would)."""
         self.query = query
         self.body = query.body()
         self.width = len(query.head)
         #: Whether the run or the query has a window (its ``-1`` rows then carry a ``cause``).
         self.windowed = windowed or query.over is not None
         self.emit = emit
+        self.retention = retention
         self.aggregates = [
             Aggregate(_kind(c.kind), c.op, c.threshold, c.name) for c in query.aggregates
         ]
@@ -98,7 +103,7 @@ class GroupedQuery:
         self.heads: list[npt.NDArray[np.object_]] = [np.empty(0, object) for _ in range(self.width)]
         names = [a.name for a in self.aggregates if a.kind != "count"]
         over = self.query.over
-        self.window = None if over is None else Window(over, names)
+        self.window = None if over is None or self.retention <= over else Window(over, names)
 
     @property
     def nbytes(self) -> int:
@@ -107,7 +112,7 @@ class GroupedQuery:
         return self.state.nbytes + window + 16 * len(self.groups)
 
     def deadline(self) -> float:
-        """The watermark at which a counted binding leaves the window (inf: none will)."""
+        """Past this watermark a counted binding leaves the window (inf: none will)."""
         if self.window is None or not len(self.window):
             return math.inf
         return float(self.window.times.min()) + self.window.span

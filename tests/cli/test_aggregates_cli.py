@@ -12,14 +12,17 @@ from tests.cli.test_window_cli import MIN, rows, transfer
 
 FAN_IN = "fan_in(b) := transfer(a, b) as t, count(distinct a) >= 2 over 10m."
 
-#: Two episodes of B: paid by A and C, then (the window past them) by D and E.
+#: Two episodes of B: paid by A and C, then (the window past them) by D and E. In epochs of
+#: two: the watermark reaches 20m in epoch 2, and epoch 3 begins with it (the payers expire).
 EPISODES = [
     transfer("t1", "A", "B", 0),
     transfer("t2", "C", "B", 1 * MIN),
     transfer("x1", "X", "Y", 20 * MIN),
     transfer("x2", "X", "Y", 21 * MIN),
-    transfer("t3", "D", "B", 22 * MIN),
-    transfer("t4", "E", "B", 23 * MIN),
+    transfer("x3", "X", "Z", 22 * MIN),
+    transfer("x4", "X", "Z", 22 * MIN),
+    transfer("t3", "D", "B", 23 * MIN),
+    transfer("t4", "E", "B", 24 * MIN),
 ]
 
 
@@ -33,22 +36,22 @@ def test_run_writes_each_group_as_it_starts_and_stops_holding(tmp_path: Path) ->
     out = run(tmp_path)
     assert [(r["epoch"], r["diff"], r.get("cause"), r["values"]) for r in out] == [
         (1, 1, None, {"count_distinct_a": 2}),
-        (2, -1, "expired", {"count_distinct_a": 0}),
-        (3, 1, None, {"count_distinct_a": 2}),
+        (3, -1, "expired", {"count_distinct_a": 0}),
+        (4, 1, None, {"count_distinct_a": 2}),
     ]
     assert {r["match"]["b"] for r in out} == {"B"} and len({r["match_id"] for r in out}) == 1
 
 
 def test_emit_appearances_gives_one_row_per_episode(tmp_path: Path) -> None:
     out = run(tmp_path, "--emit", "appearances")
-    assert [(r["epoch"], r["diff"]) for r in out] == [(1, 1), (3, 1)]
+    assert [(r["epoch"], r["diff"]) for r in out] == [(1, 1), (4, 1)]
 
 
 def test_count_counts_the_groups_that_hold(tmp_path: Path) -> None:
     (tmp_path / "in.jsonl").write_text("\n".join(json.dumps(r) for r in EPISODES) + "\n")
     query = "payers(b) := transfer(a, b) as t, count(*) >= 3."
     done = cli("count", "-q", query, "--edges", str(tmp_path / "in.jsonl"))
-    assert done.stdout.decode().splitlines() == ["payers\t1"]  # B, paid 4 times (Y twice)
+    assert done.stdout.decode().splitlines() == ["payers\t1"]  # B, paid 4 times (Y, Z twice)
 
 
 def test_explain_says_how_the_groups_are_kept_and_the_window_is_the_span() -> None:

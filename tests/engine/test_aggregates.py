@@ -231,7 +231,7 @@ def test_a_window_counts_the_bindings_within_its_span_of_the_watermark(
                 reported[g] += d
                 assert reported[g] in (0, 1)
         counted: Counter[Binding] = Counter(
-            (b[1], 0, b[2], b[3]) for b in live.values() if b[4] > watermark - span
+            (b[1], 0, b[2], b[3]) for b in live.values() if b[4] + span >= watermark
         )
         expected = brute_force(counted, chosen)
         assert {(g, 0) for g, n in reported.items() if n} == set(expected)

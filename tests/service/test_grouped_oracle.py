@@ -78,11 +78,12 @@ def counted(model: WindowModel, query: Query, watermark: float) -> set[Binding]:
 
 
 def inside(query: Query, binding: Binding, events: dict[str, Any], watermark: float) -> bool:
-    """Whether the binding's earliest event lies within the query's window."""
+    """Whether the binding's earliest event lies within the query's window at ``watermark``
+    (the one the epoch began with: where an event with a retention of ``over`` stays)."""
     if query.over is None:
         return True
     earliest = min(float(events[e][2]["ts"]) for e in binding[1])
-    return earliest > watermark - query.over
+    return earliest + query.over >= watermark
 
 
 def group_values(
@@ -191,15 +192,15 @@ def check(
         out = processor.process(batch(ops[lo:hi], lo))
         processor.commit()
         old_events = dict(model.events)
+        began = model.watermark
         refused, expired = model.epoch(ops[lo:hi], lo)
-        wm = model.watermark
-        assert out.watermark == wm
+        assert out.watermark == model.watermark
         assert {int(s) for seqs in out.late.values() for s in seqs.tolist()} == refused
         deleted = {f"tx-{op[1]}" for op in ops[lo:hi] if op[0] == "delete"} - expired
         by_query = {o.query: o for o in out.queries}
         assert set(by_query) <= {q.name for q in queries}
         for query in queries:
-            now = counted(model, query, wm)
+            now = counted(model, query, began)
             values = group_values(model, query, now, model.events)
             holds = holding(query, values)
             # expiry alone: the bindings counted before, but those gone by expiry (an event
@@ -208,7 +209,7 @@ def check(
                 b
                 for b in before[query.name]
                 if not (set(b[1]) & expired and not set(b[1]) & deleted)
-                and inside(query, b, old_events, wm)
+                and inside(query, b, old_events, began)
             }
             held_alone = holding(query, group_values(model, query, alone, old_events))
             found = rows(by_query[query.name]) if query.name in by_query else []
