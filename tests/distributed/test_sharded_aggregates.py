@@ -7,14 +7,24 @@ driver keeps the groups."""
 
 from __future__ import annotations
 
+import tempfile
 from typing import Any
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from monitor.distributed.shard_calls import LocalShards
+from monitor.service.epochs import EpochProcessor
 from monitor.service.settings import Settings
-from tests.distributed.test_sharded_events import CUTS, MINUTE, cut, same_records
+from tests.distributed.test_sharded_events import (
+    CUTS,
+    MINUTE,
+    STEPS,
+    cut,
+    records,
+    run_until,
+    same_records,
+)
 from tests.engine import test_time_oracle as time_oracle
 from tests.service import test_grouped_oracle as grouped_oracle
 
@@ -51,3 +61,49 @@ def test_the_sharded_aggregates_see_groups() -> None:
         grouped_oracle.WINDOWED, cut(time_oracle.batch, ops, [9, 17, 30, 44]), LocalShards(3), run
     )
     assert seen >= 5, seen
+
+
+@example(  # a death after the record of epoch 2, whose watermark (22m) is past B's payers:
+    # the groups are rebuilt at the watermark epoch 2 began with, and epoch 3 expires them
+    ops=[("insert", 0, 0, 3, 1, 0), ("insert", 1, 1, 3, 1, 1), ("insert", 2, 0, 1, 1, 23),
+         ("insert", 3, 0, 1, 1, 24), ("insert", 4, 2, 2, 1, 30)],
+    cuts=[2, 4], shards=2, deaths=[(2, "committed")], retention=None,
+)  # fmt: skip
+@settings(max_examples=30, deadline=None)
+@given(
+    ops=st.lists(grouped_oracle.OPS, min_size=8, max_size=50),
+    cuts=CUTS,
+    shards=st.integers(1, 4),
+    deaths=st.lists(st.tuples(st.integers(1, 6), st.sampled_from(STEPS)), min_size=1, max_size=3),
+    retention=st.one_of(st.none(), st.sampled_from([10, 60])),
+)
+def test_aggregates_restarted_at_any_step_write_the_single_process_s_records(
+    ops: list[Any],
+    cuts: list[int],
+    shards: int,
+    deaths: list[tuple[int, str]],
+    retention: int | None,
+) -> None:
+    """Deaths at every step of the epoch protocol: the driver rebuilds the groups from the
+    shards' restored index, at the watermark its record says the last epoch began with."""
+    overrides = {} if retention is None else {"transfer": retention * MINUTE}
+    run = Settings(allowed_lateness=MINUTE, retention=overrides)
+    queries = grouped_oracle.WINDOWED
+    batches = cut(time_oracle.batch, ops, cuts)
+    single = EpochProcessor(queries, run)
+    expected = []
+    for epoch, batch in enumerate(batches, 1):
+        expected.append(records(single.process(batch).queries, epoch))
+        single.commit()
+    got: list[list[str]] = []
+    record: tuple[int, dict[str, Any]] = (-1, {})
+    with tempfile.TemporaryDirectory() as state:
+        for stop, step in deaths:
+            stop = max(record[0], 0) + stop
+            record, out = run_until(state, shards, run, batches, record, stop, step, queries)
+            got += out
+        end = len(batches) + 1
+        record, out = run_until(state, shards, run, batches, record, end, "", queries)
+        got += out
+    assert record[0] == len(batches)
+    assert got == expected

@@ -206,13 +206,12 @@ def run_until(
     record: tuple[int, dict[str, Any]],
     stop: int,
     step: str,
+    queries: Sequence[Query] = WINDOW_QUERIES,
 ) -> tuple[tuple[int, dict[str, Any]], list[list[str]]]:
     """Restore at the driver's ``record`` (its last committed epoch, -1: a new run, and the
     clock and field kinds it recorded), run on and die at epoch ``stop`` after ``step``; the
     driver's last record, and the records of the epochs it recorded."""
-    sharded = ShardedEpochs(
-        WINDOW_QUERIES, LocalShards(shards), 1 << 20, True, settings=run, static=False
-    )
+    sharded = ShardedEpochs(queries, LocalShards(shards), 1 << 20, True, settings=run, static=False)
     committed, position = record
     sharded.index.restore(state, committed)
     if committed < 0:  # (a new run: the shards' epoch 0, then the driver's)
