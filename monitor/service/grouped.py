@@ -100,7 +100,9 @@ class GroupedQuery:
         output is the groups that hold)."""
         self.state = AggregateState(self.aggregates)
         self.groups = KeyIds()
-        self.heads: list[npt.NDArray[np.object_]] = [np.empty(0, object) for _ in range(self.width)]
+        self.heads: list[npt.NDArray[np.generic]] = [
+            np.empty(0, np.int64) for _ in range(self.width)
+        ]
         names = [a.name for a in self.aggregates if a.kind != "count"]
         over = self.query.over
         self.window = None if over is None or self.retention <= over else Window(over, names)
@@ -151,16 +153,20 @@ class GroupedQuery:
         new groups."""
         rows = int(columns[0].shape[0]) if columns else 0
         keys = match_hashes(self.query.name, list(columns), rows).view(np.int64)
+        known = len(self.groups)
         ids = self.groups.of(keys)
+        fresh = np.flatnonzero(ids >= known)
+        if not fresh.shape[0]:
+            return ids
         size = len(self.groups)
-        if size > self.heads[0].shape[0] if self.heads else False:
-            grown = max(size, 2 * self.heads[0].shape[0])
-            for k, head in enumerate(self.heads):
-                wider = np.empty(grown, object)
+        for k, column in enumerate(columns):  # (ints kept as int64, others as objects)
+            head = self.heads[k]
+            kind = np.int64 if column.dtype.kind in "iu" and head.dtype != object else object
+            if size > head.shape[0] or head.dtype != kind:
+                wider = np.zeros(max(size, 2 * head.shape[0]), kind)
                 wider[: head.shape[0]] = head
-                self.heads[k] = wider
-        for head, column in zip(self.heads, columns, strict=True):
-            head[ids] = column
+                self.heads[k] = head = wider
+            head[ids[fresh]] = column[fresh]
         return ids
 
     def _arguments(self, body: Bindings) -> dict[str, npt.NDArray[np.generic]]:
