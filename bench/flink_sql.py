@@ -67,6 +67,33 @@ MATCHES = {
           AND t2.amount >= CAST(0.9 AS DOUBLE) * t1.amount
           AND t1.src <> t1.dst AND t2.src <> t2.dst AND t2.dst <> t1.src
     """,
+    # issue #35's aggregates: a row per (group, HOP window) holding the condition, at the
+    # window's time (window_time, a time attribute, so the count per day can window it again)
+    "fan_in": """
+        SELECT window_time AS rt
+        FROM TABLE(HOP(TABLE transfers, DESCRIPTOR(rt), INTERVAL '5' MINUTE, INTERVAL '1' HOUR))
+        WHERE amount < 10000
+        GROUP BY dst, window_start, window_end, window_time
+        HAVING COUNT(DISTINCT src) >= 10
+    """,
+    "outflow": """
+        SELECT window_time AS rt
+        FROM TABLE(HOP(TABLE transfers, DESCRIPTOR(rt), INTERVAL '1' HOUR, INTERVAL '24' HOUR))
+        GROUP BY src, window_start, window_end, window_time
+        HAVING SUM(amount) > 50000
+    """,
+    "scatter_gather": """
+        SELECT window_time AS rt
+        FROM TABLE(HOP(TABLE (
+            SELECT t1.src AS a, t1.dst AS b, t2.dst AS c, t2.rt AS rt
+            FROM transfers t1, transfers t2
+            WHERE t1.dst = t2.src
+              AND t2.rt >= t1.rt AND t2.rt <= t1.rt + INTERVAL '24' HOUR
+              AND t1.src <> t1.dst AND t2.src <> t2.dst AND t2.dst <> t1.src
+        ), DESCRIPTOR(rt), INTERVAL '1' HOUR, INTERVAL '24' HOUR))
+        GROUP BY a, c, window_start, window_end, window_time
+        HAVING COUNT(DISTINCT b) >= 5
+    """,
 }
 #: The matches counted per day of event time: an append-only window aggregate, so the job
 #: sends a row per day to the client, not one per match, and holds no watermark back.
