@@ -69,6 +69,12 @@ class KeyIds:
     def __len__(self) -> int:
         return int(self.keys.shape[0])
 
+    def keep(self, live: npt.NDArray[np.bool_]) -> None:
+        """Forget the ids not ``live`` (a mask over the ids) and number the others on from 0,
+        in their order (:func:`renumbered`)."""
+        kept = live[self.ids]
+        self.keys, self.ids = self.keys[kept], renumbered(live)[self.ids[kept]]
+
     def of(self, keys: I64) -> I64:
         """The id of each key; a key never seen gets the next id."""
         unique, inverse = np.unique(keys, return_inverse=True)
@@ -105,35 +111,46 @@ class GroupIds:
 
 class PairCounts:
     """The (group, value) pairs of a distinct count with positive multiplicities, each pair
-    kept as one 64-bit hash of both (sorted), beside its group: a batch is looked up with
-    whole-array work on one ``int64`` key (a sort of (group, value) records is several times
-    slower), 20 bytes a pair. Two pairs whose hashes collide, about one chance in
+    looked up by one 64-bit hash of both, sorted: a batch is found with whole-array work on one
+    ``int64`` key (a sort of (group, value) records is several times slower). Beside it the
+    pair's group, its value (to hash it again when the groups are renumbered) and its
+    multiplicity: 24 bytes a pair. Two pairs whose hashes collide, about one chance in
     ``2**64 / pairs**2``, count as one (``match_id`` s rest on the same odds)."""
 
     def __init__(self) -> None:
         self.keys: I64 = np.empty(0, np.int64)
         self.groups = np.empty(0, np.int32)
-        self.counts: I64 = np.empty(0, np.int64)
+        self.values: I64 = np.empty(0, np.int64)
+        self.counts = np.empty(0, np.uint32)
 
     def __len__(self) -> int:
         return int(self.keys.shape[0])
 
     @property
     def nbytes(self) -> int:
-        return int(self.keys.nbytes + self.groups.nbytes + self.counts.nbytes)
+        arrays = (self.keys, self.groups, self.values, self.counts)
+        return sum(int(a.nbytes) for a in arrays)
+
+    def renumber(self, new: I64) -> None:
+        """Each pair's group ``g`` becomes ``new[g]``: hashed again, sorted again."""
+        groups = new[self.groups]
+        keys = _pair_keys(groups, self.values)
+        order = np.argsort(keys, kind="stable")
+        self.keys, self.groups = keys[order], groups[order].astype(np.int32)
+        self.values, self.counts = self.values[order], self.counts[order]
 
     def apply(self, groups: I64, values: I64, diffs: I64) -> PairChange:
         """As :meth:`Multiset.apply`, for ``int64`` values (hashes of ids)."""
         if groups.shape[0] and int(groups.max()) >= 1 << 31:
             raise OverflowError("a distinct count past 2**31 groups")
-        pairs = mix(mix(groups.astype(np.uint64)) ^ values.astype(np.int64).view(np.uint64))
+        values = values.astype(np.int64, copy=False)
         unique, first, inverse = np.unique(
-            pairs.view(np.int64), return_index=True, return_inverse=True
+            _pair_keys(groups, values), return_index=True, return_inverse=True
         )
         net = np.bincount(inverse.reshape(-1), weights=diffs, minlength=unique.shape[0])
         keep = net != 0
-        unique, net = unique[keep], net[keep].astype(np.int64)
-        owners = groups[first[keep]]
+        unique, net, first = unique[keep], net[keep].astype(np.int64), first[keep]
+        owners = groups[first]
         at = np.searchsorted(self.keys, unique)
         found = at < len(self)
         found[found] = self.keys[at[found]] == unique[found]
@@ -146,12 +163,18 @@ class PairCounts:
         fresh = ~found
         self.keys = np.insert(self.keys, at[fresh], unique[fresh])
         self.groups = np.insert(self.groups, at[fresh], owners[fresh].astype(np.int32))
-        self.counts = np.insert(self.counts, at[fresh], after[fresh])
+        self.values = np.insert(self.values, at[fresh], values[first[fresh]])
+        self.counts = np.insert(self.counts, at[fresh], after[fresh].astype(np.uint32))
         if (after == 0).any():
             live = self.counts > 0
             self.keys, self.groups = self.keys[live], self.groups[live]
-            self.counts = self.counts[live]
+            self.values, self.counts = self.values[live], self.counts[live]
         return PairChange(owners.astype(np.int64), before > 0, after > 0)
+
+
+def _pair_keys(groups: npt.NDArray[np.integer], values: I64) -> I64:
+    keys: I64 = mix(mix(groups.astype(np.uint64)) ^ values.view(np.uint64)).view(np.int64)
+    return keys
 
 
 @dataclass
@@ -203,6 +226,10 @@ class Multiset:
             live = self.counts > 0
             self.keys, self.counts = self.keys[live], self.counts[live]
         return PairChange(unique["g"].astype(np.int64), before > 0, after > 0)
+
+    def renumber(self, new: I64) -> None:
+        """Each pair's group ``g`` becomes ``new[g]``, an order-keeping map: still sorted."""
+        self.keys["g"] = new[self.keys["g"]]
 
     def ends(self, groups: I64) -> tuple[npt.NDArray[Any], npt.NDArray[Any], npt.NDArray[np.bool_]]:
         """Each group's least and greatest value, and whether it has any."""
@@ -315,6 +342,19 @@ class AggregateState:
             holds &= a.holds(values)
         return holds
 
+    def keep(self, live: npt.NDArray[np.bool_]) -> None:
+        """Keep the groups ``live`` (a mask over the ids in use; none the others hold a pair
+        of), numbered on from 0 in their order: the multisets stay sorted."""
+        n = live.shape[0]
+        self._grow(n)  # (ids given to groups whose rows were never counted)
+        new = renumbered(live)
+        self.bindings = self.bindings[:n][live]
+        self.distinct = {k: v[:n][live] for k, v in self.distinct.items()}
+        for sums in self.sums.values():
+            sums.keep(live)
+        for multiset in self.multisets.values():
+            multiset.renumber(new)
+
     def _grow(self, groups: int) -> None:
         """Room for group ids below ``groups``."""
         if groups <= len(self.bindings):
@@ -347,6 +387,13 @@ class Sums:
     @property
     def nbytes(self) -> int:
         return int(self.scaled.nbytes if self.floats is None else self.floats.nbytes)
+
+    def keep(self, live: npt.NDArray[np.bool_]) -> None:
+        n = live.shape[0]
+        if self.floats is not None:
+            self.floats = self.floats[:n][live]
+        else:
+            self.scaled = self.scaled[:n][live]
 
     def grow(self, size: int) -> None:
         if self.floats is not None:
@@ -385,6 +432,13 @@ def _decimals(values: F64, least: int) -> int | None:
         if (np.abs(scaled) < 2.0**53).all() and (scaled / 10.0**exponent == values).all():
             return exponent
     return None
+
+
+def renumbered(live: npt.NDArray[np.bool_]) -> I64:
+    """For each id, its number among the ``live`` ones (order kept; meaningless for the
+    others)."""
+    new: I64 = np.cumsum(live, dtype=np.int64) - 1
+    return new
 
 
 def _grown(array: npt.NDArray[Any], size: int) -> npt.NDArray[Any]:
@@ -475,6 +529,10 @@ class Window:
             n: np.insert(a, at, arguments[n][order]) if a.shape[0] else arguments[n][order]
             for n, a in self.arguments.items()
         }
+
+    def renumber(self, new: I64) -> None:
+        """Each binding's group ``g`` becomes ``new[g]``."""
+        self.groups = new[self.groups]
 
     def _drop(self, rows: I64) -> None:
         if rows.shape[0] == 0:

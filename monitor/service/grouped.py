@@ -38,6 +38,7 @@ from monitor.engine.aggregates import (
     Kind,
     Rows,
     Window,
+    renumbered,
 )
 from monitor.query.ast import FieldRef, Query
 from monitor.service.match_ids import hex_ids, id_hashes, match_hashes
@@ -132,7 +133,27 @@ class GroupedQuery:
         for rows, cause in parts:
             if len(rows):
                 phases.append((self.state.apply(rows.groups, rows.arguments, rows.diffs), cause))
-        return self._output(phases)
+        out = self._output(phases)
+        self._compact()
+        return out
+
+    #: Groups without bindings are forgotten once there are more of them than this and than
+    #: groups with some: the groups' memory follows the window, not every account ever seen.
+    compact_min = 1 << 16
+
+    def _compact(self) -> None:
+        n = len(self.groups)
+        counted = self.state.bindings[:n]  # (a group whose rows were never counted has none)
+        live = np.zeros(n, np.bool_)
+        live[: counted.shape[0]] = counted > 0
+        dead = n - int(live.sum())
+        if dead <= max(self.compact_min, n - dead):
+            return
+        self.groups.keep(live)
+        self.state.keep(live)
+        if self.window is not None:
+            self.window.renumber(renumbered(live))
+        self.heads = [head[:n][live] for head in self.heads]
 
     def _rows(self, body: Bindings, watermark: float) -> tuple[Rows, Rows]:
         """The body's changes as the aggregates count them: those retracted because their

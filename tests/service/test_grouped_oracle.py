@@ -20,6 +20,7 @@ from collections import Counter
 from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any
+from unittest.mock import patch
 
 import pytest
 from hypothesis import example, given, settings
@@ -30,6 +31,7 @@ from core.errors import ConfigError
 from monitor.query import parse_queries
 from monitor.query.ast import FieldRef, Query
 from monitor.service.epochs import EpochProcessor, QueryOutput
+from monitor.service.grouped import GroupedQuery
 from monitor.service.serve import serve
 from monitor.service.settings import Settings
 from tests.engine.test_events_oracle import brute_force
@@ -341,3 +343,32 @@ def test_the_replicated_scale_out_refuses_aggregate_queries() -> None:
     settings = Settings(queries=text, control_topic="sgm-control")
     with pytest.raises(ConfigError, match=r"aggregate queries many, pair_sum need all of a group"):
         serve(settings)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    ops=st.lists(OPS, min_size=3, max_size=40),
+    cuts=st.lists(st.integers(1, 40), max_size=8),
+    windowed=st.booleans(),
+)
+def test_groups_forgotten_when_they_hold_no_binding_change_no_row(
+    ops: list[tuple[Any, ...]], cuts: list[int], windowed: bool
+) -> None:
+    """The groups without bindings forgotten at every epoch they outnumber the others (the
+    rest renumbered in every structure): the rows are the brute force's still."""
+    with patch.object(GroupedQuery, "compact_min", 0):
+        check(WINDOWED if windowed else UNBOUNDED, ops, cuts, 0, 0)
+
+
+def test_the_groups_memory_follows_the_window_not_every_account_seen() -> None:
+    """A stream whose payees never come back: once the window has passed them, their groups
+    are forgotten, and the groups kept stay about the window's."""
+    ops = [("insert", i % 10, 0, 3 + i, 1, i) for i in range(600)]
+    processor = EpochProcessor(WINDOWED[:1], Settings(allowed_lateness=0, watermark_outliers=0))
+    with patch.object(GroupedQuery, "compact_min", 8):
+        kept = []
+        for lo in range(0, len(ops), 20):
+            processor.process(batch(ops[lo : lo + 20], lo))
+            processor.commit()
+            kept.append(len(processor.grouped["fan_in"].groups))
+    assert max(kept[5:]) <= 2 * 20 + 8 + 20, kept  # (the window's 20 minutes of payees)
