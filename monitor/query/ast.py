@@ -37,9 +37,16 @@ class Atom:
     line: int = field(default=0, compare=False)
     column: int = field(default=0, compare=False)
     edge: str | None = None
+    #: ``transfer{2,6}(a, a)``: a path of 2 to 6 events (None: one event or tuple). The
+    #: parser rewrites it into one query per length (:mod:`monitor.query.paths`).
+    hops: tuple[int, int] | None = None
 
     def __str__(self) -> str:
-        atom = f"{self.relation}({', '.join(self.variables)})"
+        hops = ""
+        if self.hops is not None:
+            low, high = self.hops
+            hops = f"{{{low}}}" if low == high else f"{{{low},{high}}}"
+        atom = f"{self.relation}{hops}({', '.join(self.variables)})"
         return f"{atom} as {self.edge}" if self.edge else atom
 
 
@@ -49,9 +56,11 @@ class FieldRef:
 
     edge: str
     name: str
+    #: ``next(p).amount``: the field of the hop after ``p``'s, on a path ``p``.
+    next: bool = False
 
     def __str__(self) -> str:
-        return f"{self.edge}.{self.name}"
+        return f"next({self.edge}).{self.name}" if self.next else f"{self.edge}.{self.name}"
 
 
 @dataclass(frozen=True)

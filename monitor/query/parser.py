@@ -44,6 +44,8 @@ offending token and, when there is one, the offending identifier as ``name``.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from core.errors import QueryError
 from core.times import parse_duration
 from monitor.query.aggregates import AggregateParsing
@@ -54,6 +56,7 @@ from monitor.query.ast import (
     Filter,
     Query,
 )
+from monitor.query.paths import MAX_HOPS, expand_paths
 from monitor.query.predicates import PredicateParsing
 from monitor.query.predicates import is_variable as _is_variable
 from monitor.query.tokens import DIGITS, LETTERS, NAME_CHARS, tokenize
@@ -130,9 +133,9 @@ class _Parser(Validation, PredicateParsing, AggregateParsing):
         queries: list[Query] = []
         while self._peek().kind != "end":
             self.query = None
-            query = self._query()
-            self._type_fields(query)
-            queries.append(query)
+            for query in expand_paths(self._query()):
+                self._type_fields(query)
+                queries.append(query)
         return tuple(queries)
 
     def _type_fields(self, query: Query) -> None:
@@ -186,6 +189,11 @@ class _Parser(Validation, PredicateParsing, AggregateParsing):
             raise self._fail(
                 f"'{name.text}' is not a valid query name; {_QUERY_NAME_RULE}", name, name.text
             )
+        if self._peek().kind == "{":  # (a query a path was rewritten to, stored: name{n})
+            self._next()
+            length = self._expect(("number",), "a path's length", f"after '{name.text}{{'")
+            self._expect(("}",), "'}'", f"after '{name.text}{{{length.text}'")
+            name = replace(name, text=f"{name.text}{{{length.text}}}")
         self.query = name.text
         parsed = _ParsedQuery(name)
         self._expect(("(",), "'('", f"after the query name '{name.text}'")
@@ -238,7 +246,7 @@ class _Parser(Validation, PredicateParsing, AggregateParsing):
             self._aggregate(parsed, word)
         elif word.text in _KEYWORDS and follower.kind not in ("(", "op"):
             self._keyword(parsed, word)
-        elif follower.kind == "(":
+        elif follower.kind in ("(", "{"):
             self._atom(parsed, word)
         elif word.kind == "field":
             self._predicate(parsed, word)
@@ -316,10 +324,19 @@ class _Parser(Validation, PredicateParsing, AggregateParsing):
                 relation,
                 f"'{relation.text}' is not a valid relation name; {rule or _RELATION_NAME_RULE}",
             )
-        self._next()
         query = parsed.name.text
+        hops = self._hops(relation, query) if self._peek().kind == "{" else None
+        self._expect(("(",), "'('", f"after '{relation.text}' in query '{query}'")
         uses = self._variables(f"atom '{relation.text}' of query '{query}'")
-        atom = Atom(relation.text, tuple(t.text for t in uses), relation.line, relation.column)
+        atom = Atom(
+            relation.text, tuple(t.text for t in uses), relation.line, relation.column, hops=hops
+        )
+        if hops is not None and len(uses) != 2:
+            raise self._fail_on(
+                relation,
+                f"path '{atom}' of query '{query}' has {_count(len(uses), 'variable')}; a path "
+                "runs from a vertex to a vertex over a binary relation, like transfer{2,6}(a, b)",
+            )
         known = self.arities.setdefault(atom.relation, (len(uses), atom))
         if known[0] != len(uses):
             raise self._fail(
@@ -357,9 +374,44 @@ class _Parser(Validation, PredicateParsing, AggregateParsing):
                 f"atom '{atom}' binds edge variable '{edge.text}' with '{_AS}', but only binary "
                 "relations hold events (src, dst)",
             )
-        bound = Atom(atom.relation, atom.variables, atom.line, atom.column, edge=edge.text)
+        bound = replace(atom, edge=edge.text)
         parsed.atoms[-1] = (bound, uses)
         parsed.bindings.append((bound, edge))
+
+    def _hops(self, relation: _Token, query: str) -> tuple[int, int]:
+        """``{m,n}`` or ``{n}`` after a relation's name: a path of m to n hops."""
+        brace = self._next()
+        where = f"in '{relation.text}{{' of query '{query}'"
+        low = high = self._hop_count(self._expect(("number",), "a number of hops", where), query)
+        if self._peek().kind == ",":
+            self._next()
+            high = self._hop_count(self._expect(("number",), "a number of hops", where), query)
+        self._expect(("}",), "'}'", f"to close '{relation.text}{{' in query '{query}'")
+        if low < 1:
+            raise self._fail_on(
+                brace,
+                f"a path of {relation.text} in query '{query}' has at least 1 hop; write "
+                f"{relation.text}{{1,{max(high, 1)}}} for paths of 1 to {max(high, 1)}",
+            )
+        if high > MAX_HOPS:
+            raise self._fail_on(
+                brace,
+                f"a path of {relation.text} in query '{query}' has at most {MAX_HOPS} hops, not "
+                f"{high}: each length is a query of its own, and the paths of n hops grow as "
+                f"the accounts' degree to the n-th power; split a longer typology in two",
+            )
+        if low > high:
+            raise self._fail_on(
+                brace, f"'{{{low},{high}}}' in query '{query}' asks for {low} to {high} hops"
+            )
+        return low, high
+
+    def _hop_count(self, token: _Token, query: str) -> int:
+        if not token.text.isdigit():
+            raise self._fail_on(
+                token, f"a number of hops is a whole number in query '{query}', not {token.text}"
+            )
+        return int(token.text)
 
     def _filter(self, parsed: _ParsedQuery, left: _Token) -> None:
         """Parse ``VAR OP VAR``; both sides must be variables, and different ones."""

@@ -152,12 +152,15 @@ class PredicateParsing:
     def _field(self, token: _Token, query: str) -> FieldRef:
         """The field reference ``token`` (a ``field`` token) spells."""
         edge, _, name = token.text.partition(".")
+        following = edge.startswith("next(") and edge.endswith(")")
+        if following:
+            edge = edge[len("next(") : -1]
         if not is_variable(edge) or not is_variable(name):
             raise self._fail_on(
                 token,
                 f"'{token.text}' is not a valid field reference in query '{query}'; {_FIELD_RULE}",
             )
-        return FieldRef(edge, name)
+        return FieldRef(edge, name, next=following)
 
     def _operand(self, token: _Token, op: _Token, query: str) -> FieldRef | Literal:
         """The right side of a predicate: a field reference or a literal."""

@@ -7,9 +7,10 @@ Token kinds:
 - ``number``: ``1000``, ``-5``, ``2.5``, ``1e3``, ``-2.5e-3`` (a run that merely starts with
   digits, like ``4-clique`` or ``1e``, is a word);
 - ``duration``: ``500ms``, ``30s``, ``10m``, ``24h``, ``7d`` (:mod:`core.times`);
-- ``field``: a field reference like ``t1.amount``: words joined by ``.`` with no space;
+- ``field``: a field reference like ``t1.amount``: words joined by ``.`` with no space, or
+  ``next(p).amount`` (the hop after ``p``'s on a path);
 - ``string``: a double-quoted string on one line, with ``\\"`` and ``\\\\`` as its only escapes;
-- ``op``: one of ``<``, ``<=``, ``>``, ``>=``, ``=``, ``!=``; ``:=``; each of ``(),.``;
+- ``op``: one of ``<``, ``<=``, ``>``, ``>=``, ``=``, ``!=``; ``:=``; each of ``(),.{}``;
 - ``arith``: ``+``, ``-`` (where it starts no number) and ``*``, the field arithmetic of
   predicates (``t1.ts + 10m``, ``0.9 * t1.amount``);
 - ``other``: a character that starts no token, so the parser can say what it expected there;
@@ -33,7 +34,9 @@ DIGITS = frozenset(string.digits)
 VARIABLE_CHARS = LETTERS | DIGITS
 NAME_CHARS = VARIABLE_CHARS | {"-"}
 
-_PUNCTUATION = frozenset("(),.")
+_PUNCTUATION = frozenset("(),.{}")
+#: ``next(p).amount``: a field of the hop after ``p``'s on a path (one ``field`` token).
+_NEXT_FIELD = re.compile(r"next\([A-Za-z_][A-Za-z0-9_]*\)\.[A-Za-z_][A-Za-z0-9_]*")
 _COMMENT_STARTS = frozenset("%#")
 _NUMBER = re.compile(r"-?[0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
 _ESCAPES = ('"', "\\")
@@ -80,6 +83,9 @@ def tokenize(text: str) -> list[Token]:
         elif number := _number_at(text, i):
             tokens.append(Token("number", number, line, column))
             i += len(number)
+        elif next_field := _clean_match(_NEXT_FIELD, text, i):
+            tokens.append(Token("field", next_field, line, column))
+            i += len(next_field)
         elif char in NAME_CHARS and char != "-":
             start, i = i, _word_end(text, i)
             kind = "field" if "." in text[start:i] else "word"
