@@ -23,7 +23,9 @@ def test_in_process_and_end_to_end_agree_and_the_report_prints(tmp_path: Path) -
         figures = ours(query, args)
         e2e = end_to_end(query, args, jsonl)
         assert (e2e["plus"], e2e["minus"]) == (figures["plus"], figures["minus"]), query
-        assert figures["plus"] >= 1 and figures["minus"] >= 1, (query, figures)
+        assert figures["plus"] >= 1, (query, figures)
+        if query != "round_trip":  # (groups stop holding; no round trip's event is deleted)
+            assert figures["minus"] >= 1, (query, figures)
         results[query] = {"ours": figures, "e2e": e2e}
     text = report(args, results)
     assert all(f"| {query} | " in text for query in QUERIES), text
