@@ -7,10 +7,12 @@ for any query; what arrives here is each epoch's change of them, rows with a dif
 The state is kept incrementally from those rows, never by enumerating a group's bindings:
 
 - per group, the count of its live bindings and each ``sum``'s running total;
-- for ``count(distinct v)``, the (group, value) pairs with multiplicities (:class:`PairCounts`,
-  by a hash of the pair), so that a group's distinct values are counted as pairs appear and
-  vanish; for ``min`` and ``max`` a :class:`Multiset` of them sorted by group then value, a
-  group's least and greatest values the first and last of its run.
+- for ``count(distinct v)``, the (group, value) pairs with multiplicities
+  (:class:`~monitor.engine.group_values.PairCounts`, by a hash of the pair), so that a group's
+  distinct values are counted as pairs appear and vanish; for ``min`` and ``max`` a
+  :class:`~monitor.engine.group_values.Multiset` of them sorted by group then value, a group's
+  least and greatest values the first and last of its run;
+- with ``over D`` and events kept longer than ``D``, a :class:`Window` of the counted bindings.
 
 Everything is whole-array work per epoch: a batch of rows is reduced to its net change per group
 and per pair (``np.unique``), looked up in the sorted tables (``np.searchsorted``) and merged.
@@ -26,7 +28,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from monitor.index.hashtable import mix
+from monitor.engine.group_values import Multiset, PairCounts, Sums, grown, renumbered
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
@@ -107,141 +109,6 @@ class GroupIds:
                 raise OverflowError("a group key past 2**31 groups or 2**32 vertices")
             ids = pairs.of((ids << 32) | np.asarray(column, np.int64))
         return ids
-
-
-class PairCounts:
-    """The (group, value) pairs of a distinct count with positive multiplicities, each pair
-    looked up by one 64-bit hash of both, sorted: a batch is found with whole-array work on one
-    ``int64`` key (a sort of (group, value) records is several times slower). Beside it the
-    pair's group, its value (to hash it again when the groups are renumbered) and its
-    multiplicity: 24 bytes a pair. Two pairs whose hashes collide, about one chance in
-    ``2**64 / pairs**2``, count as one (``match_id`` s rest on the same odds)."""
-
-    def __init__(self) -> None:
-        self.keys: I64 = np.empty(0, np.int64)
-        self.groups = np.empty(0, np.int32)
-        self.values: I64 = np.empty(0, np.int64)
-        self.counts = np.empty(0, np.uint32)
-
-    def __len__(self) -> int:
-        return int(self.keys.shape[0])
-
-    @property
-    def nbytes(self) -> int:
-        arrays = (self.keys, self.groups, self.values, self.counts)
-        return sum(int(a.nbytes) for a in arrays)
-
-    def renumber(self, new: I64) -> None:
-        """Each pair's group ``g`` becomes ``new[g]``: hashed again, sorted again."""
-        groups = new[self.groups]
-        keys = _pair_keys(groups, self.values)
-        order = np.argsort(keys, kind="stable")
-        self.keys, self.groups = keys[order], groups[order].astype(np.int32)
-        self.values, self.counts = self.values[order], self.counts[order]
-
-    def apply(self, groups: I64, values: I64, diffs: I64) -> PairChange:
-        """As :meth:`Multiset.apply`, for ``int64`` values (hashes of ids)."""
-        if groups.shape[0] and int(groups.max()) >= 1 << 31:
-            raise OverflowError("a distinct count past 2**31 groups")
-        values = values.astype(np.int64, copy=False)
-        unique, first, inverse = np.unique(
-            _pair_keys(groups, values), return_index=True, return_inverse=True
-        )
-        net = np.bincount(inverse.reshape(-1), weights=diffs, minlength=unique.shape[0])
-        keep = net != 0
-        unique, net, first = unique[keep], net[keep].astype(np.int64), first[keep]
-        owners = groups[first]
-        at = np.searchsorted(self.keys, unique)
-        found = at < len(self)
-        found[found] = self.keys[at[found]] == unique[found]
-        before = np.zeros(unique.shape[0], np.int64)
-        before[found] = self.counts[at[found]]
-        after = before + net
-        if (after < 0).any():
-            raise ValueError("a binding was retracted from a group that did not hold it")
-        self.counts[at[found]] = after[found]
-        fresh = ~found
-        self.keys = np.insert(self.keys, at[fresh], unique[fresh])
-        self.groups = np.insert(self.groups, at[fresh], owners[fresh].astype(np.int32))
-        self.values = np.insert(self.values, at[fresh], values[first[fresh]])
-        self.counts = np.insert(self.counts, at[fresh], after[fresh].astype(np.uint32))
-        if (after == 0).any():
-            live = self.counts > 0
-            self.keys, self.groups = self.keys[live], self.groups[live]
-            self.values, self.counts = self.values[live], self.counts[live]
-        return PairChange(owners.astype(np.int64), before > 0, after > 0)
-
-
-def _pair_keys(groups: npt.NDArray[np.integer], values: I64) -> I64:
-    keys: I64 = mix(mix(groups.astype(np.uint64)) ^ values.view(np.uint64)).view(np.int64)
-    return keys
-
-
-@dataclass
-class PairChange:
-    """What a batch changed in a :class:`Multiset`: per pair touched, its group and whether it
-    was present before and is after."""
-
-    groups: I64
-    before: npt.NDArray[np.bool_]
-    after: npt.NDArray[np.bool_]
-
-
-class Multiset:
-    """(group, value) pairs with positive multiplicities, sorted by group then value."""
-
-    def __init__(self, value_type: type[np.generic]) -> None:
-        self.dtype = np.dtype([("g", np.int64), ("v", value_type)])
-        self.keys = np.empty(0, self.dtype)
-        self.counts: I64 = np.empty(0, np.int64)
-
-    def __len__(self) -> int:
-        return int(self.keys.shape[0])
-
-    @property
-    def nbytes(self) -> int:
-        return int(self.keys.nbytes + self.counts.nbytes)
-
-    def apply(self, groups: I64, values: npt.NDArray[Any], diffs: I64) -> PairChange:
-        """Add ``diffs`` to the multiplicities of the pairs; a pair that reaches 0 is removed.
-        A multiplicity below 0 means a binding retracted that was never there: an error."""
-        rows = np.empty(groups.shape[0], self.dtype)
-        rows["g"], rows["v"] = groups, values
-        unique, inverse = np.unique(rows, return_inverse=True)
-        net = np.bincount(inverse.reshape(-1), weights=diffs, minlength=unique.shape[0])
-        keep = net != 0
-        unique, net = unique[keep], net[keep].astype(np.int64)
-        at = np.searchsorted(self.keys, unique)
-        found = at < len(self)
-        found[found] = self.keys[at[found]] == unique[found]
-        before = np.zeros(unique.shape[0], np.int64)
-        before[found] = self.counts[at[found]]
-        after = before + net
-        if (after < 0).any():
-            raise ValueError("a binding was retracted from a group that did not hold it")
-        self.counts[at[found]] = after[found]
-        self.keys = np.insert(self.keys, at[~found], unique[~found])
-        self.counts = np.insert(self.counts, at[~found], after[~found])
-        if (after == 0).any():
-            live = self.counts > 0
-            self.keys, self.counts = self.keys[live], self.counts[live]
-        return PairChange(unique["g"].astype(np.int64), before > 0, after > 0)
-
-    def renumber(self, new: I64) -> None:
-        """Each pair's group ``g`` becomes ``new[g]``, an order-keeping map: still sorted."""
-        self.keys["g"] = new[self.keys["g"]]
-
-    def ends(self, groups: I64) -> tuple[npt.NDArray[Any], npt.NDArray[Any], npt.NDArray[np.bool_]]:
-        """Each group's least and greatest value, and whether it has any."""
-        held = self.keys["g"]
-        lo = np.searchsorted(held, groups, "left")
-        hi = np.searchsorted(held, groups, "right")
-        some = hi > lo
-        values = self.keys["v"]
-        least = np.zeros(groups.shape[0], values.dtype)
-        greatest = np.zeros(groups.shape[0], values.dtype)
-        least[some], greatest[some] = values[lo[some]], values[hi[some] - 1]
-        return least, greatest, some
 
 
 @dataclass
@@ -360,91 +227,10 @@ class AggregateState:
         if groups <= len(self.bindings):
             return
         size = max(groups, 2 * len(self.bindings))
-        self.bindings = _grown(self.bindings, size)
+        self.bindings = grown(self.bindings, size)
         for sums in self.sums.values():
             sums.grow(size)
-        self.distinct = {k: _grown(v, size) for k, v in self.distinct.items()}
-
-
-#: The most decimals a sum keeps exactly; the bound of its scaled integers.
-MAX_DECIMALS = 9
-_SCALED_BOUND = 2**62
-
-
-class Sums:
-    """Running sums per group, exact for decimal amounts: kept as integers in units of
-    ``10**-exponent`` (cents: 2), the exponent the least that writes every value so far
-    exactly, while it is at most :data:`MAX_DECIMALS` and the sums stay below ``2**62``; as
-    ``float64`` after that (say, a value of ``1/3``). A float running sum would drift
-    (``120.71`` read back as ``120.70999999999967``) and flip a condition at its threshold. A
-    binding whose event lacks the field adds nothing."""
-
-    def __init__(self) -> None:
-        self.scaled: I64 = np.zeros(0, np.int64)
-        self.exponent = 0
-        self.floats: F64 | None = None
-
-    @property
-    def nbytes(self) -> int:
-        return int(self.scaled.nbytes if self.floats is None else self.floats.nbytes)
-
-    def keep(self, live: npt.NDArray[np.bool_]) -> None:
-        n = live.shape[0]
-        if self.floats is not None:
-            self.floats = self.floats[:n][live]
-        else:
-            self.scaled = self.scaled[:n][live]
-
-    def grow(self, size: int) -> None:
-        if self.floats is not None:
-            self.floats = _grown(self.floats, size)
-        else:
-            self.scaled = _grown(self.scaled, size)
-
-    def add(self, groups: I64, values: F64, diffs: I64) -> None:
-        values = np.nan_to_num(np.asarray(values, np.float64), nan=0.0)
-        if self.floats is None:
-            exponent = _decimals(values, self.exponent)
-            if exponent is not None:
-                ints = np.round(values * 10.0**exponent).astype(np.int64)
-                step = 10 ** (exponent - self.exponent)
-                held = int(np.abs(self.scaled).max()) if self.scaled.shape[0] else 0
-                if held * step + int(np.abs(ints).sum()) < _SCALED_BOUND:
-                    self.scaled *= step
-                    self.exponent = exponent
-                    np.add.at(self.scaled, groups, ints * diffs)
-                    return
-            self.floats = self.scaled / 10.0**self.exponent
-        self.floats += np.bincount(groups, weights=diffs * values, minlength=len(self.floats))
-
-    def values(self, groups: I64) -> F64:
-        if self.floats is not None:
-            return self.floats[groups]
-        out: F64 = self.scaled[groups] / 10.0**self.exponent
-        return out
-
-
-def _decimals(values: F64, least: int) -> int | None:
-    """The least exponent from ``least`` up that writes every value as an integer of
-    ``10**-exponent`` exactly (below 2**53), or None."""
-    for exponent in range(least, MAX_DECIMALS + 1):
-        scaled = np.round(values * 10.0**exponent)
-        if (np.abs(scaled) < 2.0**53).all() and (scaled / 10.0**exponent == values).all():
-            return exponent
-    return None
-
-
-def renumbered(live: npt.NDArray[np.bool_]) -> I64:
-    """For each id, its number among the ``live`` ones (order kept; meaningless for the
-    others)."""
-    new: I64 = np.cumsum(live, dtype=np.int64) - 1
-    return new
-
-
-def _grown(array: npt.NDArray[Any], size: int) -> npt.NDArray[Any]:
-    grown = np.zeros(size, array.dtype)
-    grown[: array.shape[0]] = array
-    return grown
+        self.distinct = {k: grown(v, size) for k, v in self.distinct.items()}
 
 
 @dataclass

@@ -17,11 +17,10 @@ from monitor.engine.aggregates import (
     AggregateState,
     GroupIds,
     KeyIds,
-    Multiset,
-    PairCounts,
     Rows,
     Window,
 )
+from monitor.engine.group_values import Multiset, PairCounts
 
 #: (group vertex a, group vertex b, distinct value, amount): one binding.
 Binding = tuple[int, int, int, float]
