@@ -156,7 +156,7 @@ def report(args: argparse.Namespace, results: dict[str, dict[str, Any]]) -> str:
         o, e, f = r["ours"], r.get("e2e"), r.get("flink")
         last, half = o["samples"][-1], o["samples"][len(o["samples"]) // 2 - 1]
         flink_rate = "—"
-        flink_rows = f.get("error", "—") if f else "not run"
+        flink_rows = f"failed: {f['error'].strip()}" if f and f.get("error") else "not run"
         if f and f.get("matches") is not None:
             flink_rate = f"{args.events / f['seconds']:,.0f}"
             flink_rows = f"{f['matches']:,}"
