@@ -10,14 +10,17 @@ the user reads is one row per group whose satisfaction changed: ``+1`` it starts
 it stops, with ``values`` (each condition's value after the epoch), the group's ``match_id``
 and, in a run with a window, the ``cause`` of a ``-1``.
 
-With ``over D`` a :class:`~monitor.engine.aggregates.Window` keeps the counted bindings; each
-epoch first retracts those whose earliest event left the window at the epoch's watermark (cause
-``expired``), then admits the body's changes. A group that stops and starts again in one epoch
-(or the reverse) has no row.
+``over D`` counts the bindings whose earliest event a retention of ``D`` keeps at the watermark
+the epoch begins with: as ``D`` is the query's span, its events' own expiry retracts them
+(cause ``expired``) and nothing per binding is kept here. Only when another query keeps the
+events longer does a :class:`~monitor.engine.aggregates.Window` keep the counted bindings,
+retract those that left it as the epoch begins, then admit the body's changes. A group that
+stops and starts again in one epoch (or the reverse) has no row; groups without bindings are
+forgotten once they outnumber the others.
 
-The state is a function of the index and the watermark: on restore, and when an epoch is
-aborted, it is rebuilt from the body's current bindings
-(:meth:`GroupedQuery.rebuild_state`).
+The state is a function of the index and the watermark the last epoch began with
+(``EventClock.began``): on restore, and when an epoch is aborted, it is rebuilt from the body's
+current bindings (:meth:`GroupedQuery.rebuild_state`, then :meth:`GroupedQuery.apply`).
 """
 
 from __future__ import annotations
@@ -38,8 +41,8 @@ from monitor.engine.aggregates import (
     Kind,
     Rows,
     Window,
-    renumbered,
 )
+from monitor.engine.group_values import renumbered
 from monitor.query.ast import FieldRef, Query
 from monitor.service.match_ids import hex_ids, id_hashes, match_hashes
 
