@@ -27,7 +27,8 @@ from bench.kafka_serve import stream
 from core.records import RelationUpdates, UpdateBatch
 from monitor.engine.owned import ChangedTuples
 from monitor.query.parser import parse_queries
-from monitor.service.epochs import EpochProcessor, QueryOutput
+from monitor.service.epochs import EpochProcessor
+from monitor.service.query_output import QueryOutput
 from monitor.service.settings import Settings
 
 OUT = Path(__file__).resolve().parent / "consolidation.md"

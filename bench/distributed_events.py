@@ -41,7 +41,8 @@ from core.records import UpdateBatch
 from monitor.distributed.delta import ShardedEpochs
 from monitor.distributed.shard_calls import LocalShards, RayShards, Shards
 from monitor.query.load import load_queries_many
-from monitor.service.epochs import EpochProcessor, QueryOutput
+from monitor.service.epochs import EpochProcessor
+from monitor.service.query_output import QueryOutput
 from monitor.service.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent

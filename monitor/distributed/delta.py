@@ -34,17 +34,10 @@ from monitor.plan.cut import Cut
 from monitor.plan.needs import unread
 from monitor.query.ast import Query
 from monitor.service.clock import EventClock
-from monitor.service.epochs import (
-    QueryOutput,
-    bindings,
-    body_retention,
-    epoch_tick,
-    event_field_types,
-    grouped_outputs,
-    query_output,
-)
+from monitor.service.epochs import epoch_tick, event_field_types
 from monitor.service.event_plan import event_plan, positional_events
-from monitor.service.grouped import GroupedQuery
+from monitor.service.grouped import GroupedQuery, body_retention, emit_grouped, grouped_outputs
+from monitor.service.query_output import QueryOutput
 from monitor.service.settings import Settings
 
 
@@ -195,12 +188,7 @@ class ShardedEpochs:
             ) -> None:
                 diff = np.ones(columns[0].shape[0], np.int64)
                 for out in outputs(self, [MatchDeltas(query.name, query.head, columns, diff)]):
-                    if grouped is None:
-                        emit(out)
-                        continue
-                    found = grouped.apply(bindings(out), self.clock.began)
-                    if found is not None:
-                        emit(query_output(found))
+                    emit_grouped(grouped, out, self.clock.began, emit)
 
             enumerate_matches(
                 query,

@@ -30,8 +30,8 @@ from monitor.distributed.durable import DriverMeta, DriverStore
 from monitor.distributed.shard_calls import Shards
 from monitor.failpoints import failpoint
 from monitor.query.ast import Query
-from monitor.service.epochs import QueryOutput
 from monitor.service.filejob import open_output
+from monitor.service.query_output import QueryOutput
 from monitor.service.settings import Settings
 from monitor.service.stop import Stop, stop_on_signals
 

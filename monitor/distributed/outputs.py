@@ -2,7 +2,7 @@
 
 A query's deltas come from the evaluation in global ids: vertices numbered by the partitioned
 dictionary, events by the shards of their ids. What a user reads is the single process's
-:class:`~monitor.service.epochs.QueryOutput`: external vertex ids, each edge variable's events
+:class:`~monitor.service.query_output.QueryOutput`: external vertex ids, each edge variable's events
 (``id``, ``src``, ``dst`` and their fields), ``match_id``, and ``cause`` in a run with a window.
 Every query's events are read in one round (each distinct event once, at its shard), and every
 vertex id, the events' ends too, is decoded in another.
@@ -23,9 +23,9 @@ from monitor.index.levels import I32, I64
 from monitor.index.unique import first_appearances
 from monitor.plan.events import EventQuery
 from monitor.service.causes import causes
-from monitor.service.epochs import QueryOutput
 from monitor.service.epochs import by_identity as by_identity_of
 from monitor.service.match_ids import Hashed, match_ids
+from monitor.service.query_output import QueryOutput
 
 if TYPE_CHECKING:
     from monitor.distributed.delta import ShardedEpochs

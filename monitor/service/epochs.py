@@ -43,27 +43,10 @@ from monitor.service import match_ids as match_id_kernels
 from monitor.service.causes import causes
 from monitor.service.clock import FILE_PARTITION, EventClock
 from monitor.service.event_plan import event_plan, names, positional_events
-from monitor.service.grouped import Bindings, GroupedQuery, Output
+from monitor.service.grouped import GroupedQuery, body_retention, emit_grouped, grouped_outputs
 from monitor.service.match_ids import Hashed, match_ids
+from monitor.service.query_output import QueryOutput
 from monitor.service.settings import Settings
-
-
-@dataclass(frozen=True)
-class QueryOutput:
-    """One query's match deltas in one epoch, with external vertex ids (one column per vertex
-    variable) and, for a query with edge variables, per edge variable the matched events
-    (columns ``id``, ``src``, ``dst`` and every field, one value per row)."""
-
-    query: str
-    variables: tuple[str, ...]
-    columns: list[npt.NDArray[np.generic]]
-    diff: I64
-    edges: dict[str, dict[str, Column]] = field(default_factory=dict)
-    #: Per row: ``match_id`` always, ``cause`` (of a -1) in a run with a window.
-    extra: dict[str, Member] = field(default_factory=dict)
-
-    def __len__(self) -> int:
-        return int(self.diff.shape[0])
 
 
 @dataclass(frozen=True)
@@ -406,56 +389,11 @@ class EpochProcessor:
                 columns: list[I32], i: int = i, grouped: GroupedQuery | None = grouped
             ) -> None:
                 out = self._output(i, columns, np.ones(columns[0].shape[0], np.int64))
-                if grouped is None:
-                    emit(out)
-                    return
-                found = grouped.apply(bindings(out), self.clock.began)
-                if found is not None:
-                    emit(query_output(found))
+                emit_grouped(grouped, out, self.clock.began, emit)
 
             enumerate_matches(
                 query, self.index, send, max_prefixes=self.settings.max_prefixes, cut=Cut.NEW
             )
-
-
-def body_retention(query: Query, retention: dict[str, float]) -> float:
-    """The longest an event of ``query``'s edge variables lives (0: it has none)."""
-    relations = {a.relation for a in query.atoms if a.edge is not None}
-    return max((retention.get(r, math.inf) for r in relations), default=0.0)
-
-
-def grouped_outputs(
-    grouped: dict[str, GroupedQuery], outputs: list[QueryOutput], watermark: float
-) -> list[QueryOutput]:
-    """``outputs`` with each aggregate query's body changes replaced by its groups' rows (an
-    aggregate query may have rows without body changes: bindings left its window)."""
-    if not grouped:
-        return outputs
-    out: list[QueryOutput] = []
-    for output in outputs:
-        query = grouped.get(output.query)
-        if query is None:
-            out.append(output)
-            continue
-        found = query.apply(bindings(output), watermark)
-        if found is not None:
-            out.append(query_output(found))
-    changed = {output.query for output in outputs}
-    for name, query in grouped.items():
-        if name not in changed:
-            found = query.apply(None, watermark)
-            if found is not None:
-                out.append(query_output(found))
-    return out
-
-
-def bindings(out: QueryOutput) -> Bindings:
-    """An aggregate query's body output, as its groups read it."""
-    return Bindings(out.variables, out.columns, out.diff, out.edges, out.extra)
-
-
-def query_output(found: Output) -> QueryOutput:
-    return QueryOutput(found.query, found.variables, found.columns, found.diff, {}, found.extra)
 
 
 def by_identity(

@@ -3,7 +3,7 @@
 An aggregate query (``fan_in(b) := transfer(a, b) as t, count(distinct a) >= 10 over 1h.``)
 is evaluated as its body (:meth:`~monitor.query.ast.Query.body`: every variable it binds in the
 head), by either engine, as any query. Each epoch the body's binding changes, as a
-:class:`~monitor.service.epochs.QueryOutput`, feed the query's
+:class:`~monitor.service.query_output.QueryOutput`, feed the query's
 :class:`~monitor.engine.aggregates.AggregateState`, which keeps per group (the head's vertices)
 what its conditions need, from those changes only, never by enumerating a group's bindings. What
 the user reads is one row per group whose satisfaction changed: ``+1`` it starts to hold, ``-1``
@@ -26,8 +26,7 @@ current bindings (:meth:`GroupedQuery.rebuild_state`, then :meth:`GroupedQuery.a
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -45,6 +44,7 @@ from monitor.engine.aggregates import (
 from monitor.engine.group_values import renumbered
 from monitor.query.ast import FieldRef, Query
 from monitor.service.match_ids import hex_ids, id_hashes, match_hashes
+from monitor.service.query_output import QueryOutput
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
@@ -53,30 +53,6 @@ F64 = npt.NDArray[np.float64]
 _HEX = np.zeros(256, np.uint64)
 _HEX[np.frombuffer(b"0123456789abcdef", np.uint8)] = np.arange(16, dtype=np.uint64)
 _SHIFTS = np.arange(60, -1, -4, dtype=np.uint64)
-
-
-@dataclass(frozen=True)
-class Bindings:
-    """Binding changes of an aggregate query's body in an epoch, as the engines output them:
-    external ids of its variables, diffs, each edge variable's events, and ``match_id`` (and
-    ``cause``) in ``extra``."""
-
-    variables: tuple[str, ...]
-    columns: list[npt.NDArray[np.generic]]
-    diff: I64
-    edges: dict[str, dict[str, Column]]
-    extra: dict[str, Member]
-
-
-@dataclass(frozen=True)
-class Output:
-    """One aggregate query's rows of an epoch, as the engines' ``QueryOutput`` holds them."""
-
-    query: str
-    variables: tuple[str, ...]
-    columns: list[npt.NDArray[np.generic]]
-    diff: I64
-    extra: dict[str, Member]
 
 
 class GroupedQuery:
@@ -123,7 +99,7 @@ class GroupedQuery:
             return math.inf
         return float(self.window.times.min()) + self.window.span
 
-    def apply(self, body: Bindings | None, watermark: float) -> Output | None:
+    def apply(self, body: QueryOutput | None, watermark: float) -> QueryOutput | None:
         """The groups whose satisfaction changed in an epoch whose body changes are ``body``
         (None: no change) and whose watermark is ``watermark``."""
         phases: list[tuple[GroupChanges, str]] = []
@@ -158,7 +134,7 @@ class GroupedQuery:
             self.window.renumber(renumbered(live))
         self.heads = [head[:n][live] for head in self.heads]
 
-    def _rows(self, body: Bindings, watermark: float) -> tuple[Rows, Rows]:
+    def _rows(self, body: QueryOutput, watermark: float) -> tuple[Rows, Rows]:
         """The body's changes as the aggregates count them: those retracted because their
         events expired, and the others."""
         groups = self._group_ids(body.columns[: self.width])
@@ -193,7 +169,7 @@ class GroupedQuery:
             head[ids[fresh]] = column[fresh]
         return ids
 
-    def _arguments(self, body: Bindings) -> dict[str, npt.NDArray[np.generic]]:
+    def _arguments(self, body: QueryOutput) -> dict[str, npt.NDArray[np.generic]]:
         """Each condition's argument per row (none for ``count(*)``)."""
         out: dict[str, npt.NDArray[np.generic]] = {}
         for condition in self.query.aggregates:
@@ -210,7 +186,7 @@ class GroupedQuery:
                 out[condition.name] = id_hashes(_plain(events)).view(np.int64)
         return out
 
-    def _output(self, phases: list[tuple[GroupChanges, str]]) -> Output | None:
+    def _output(self, phases: list[tuple[GroupChanges, str]]) -> QueryOutput | None:
         """One row per group whose satisfaction changed over the epoch's phases."""
         if not phases:
             return None
@@ -239,7 +215,7 @@ class GroupedQuery:
         if self.windowed:
             extra["cause"] = causes
         extra["match_id"] = hex_ids(hashes)
-        return Output(self.query.name, self.query.head, columns, net, extra)
+        return QueryOutput(self.query.name, self.query.head, columns, net, {}, extra)
 
 
 def _kind(kind: str) -> Kind:
@@ -312,3 +288,43 @@ def _is_expired(cause: Member | None, diff: I64) -> npt.NDArray[np.bool_]:
 def _rows_at(rows: Rows, keep: npt.NDArray[np.bool_]) -> Rows:
     arguments = {n: a[keep] for n, a in rows.arguments.items()}
     return Rows(rows.groups[keep], arguments, rows.diffs[keep])
+
+
+def body_retention(query: Query, retention: dict[str, float]) -> float:
+    """The longest an event of ``query``'s edge variables lives (0: it has none)."""
+    relations = {a.relation for a in query.atoms if a.edge is not None}
+    return max((retention.get(r, math.inf) for r in relations), default=0.0)
+
+
+def grouped_outputs(
+    grouped: dict[str, GroupedQuery], outputs: list[QueryOutput], watermark: float
+) -> list[QueryOutput]:
+    """``outputs`` with each aggregate query's body changes replaced by its groups' rows (an
+    aggregate query may have rows without body changes: bindings left its window)."""
+    if not grouped:
+        return outputs
+    out: list[QueryOutput] = []
+    for output in outputs:
+        query = grouped.get(output.query)
+        found = output if query is None else query.apply(output, watermark)
+        if found is not None:
+            out.append(found)
+    changed = {output.query for output in outputs}
+    for name, query in grouped.items():
+        found = None if name in changed else query.apply(None, watermark)
+        if found is not None:
+            out.append(found)
+    return out
+
+
+def emit_grouped(
+    grouped: GroupedQuery | None,
+    out: QueryOutput,
+    watermark: float,
+    emit: Callable[[QueryOutput], None],
+) -> None:
+    """``out`` (current matches, +1 rows) to ``emit``; of an aggregate query's body, the rows
+    of the groups it makes hold (the static evaluations of ``initial`` and the rebuilds)."""
+    found = out if grouped is None else grouped.apply(out, watermark)
+    if found is not None:
+        emit(found)

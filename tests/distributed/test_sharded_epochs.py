@@ -17,7 +17,8 @@ from core.records import RelationUpdates, UpdateBatch
 from monitor.distributed.delta import ShardedEpochs
 from monitor.distributed.shard_calls import LocalShards, RayShards, Shards
 from monitor.engine.delta import MatchDeltas
-from monitor.service.epochs import EpochProcessor, QueryOutput
+from monitor.service.epochs import EpochProcessor
+from monitor.service.query_output import QueryOutput
 from monitor.service.settings import Settings
 from tests.distributed.test_sharded_count import ID_KINDS, QUERIES, ids
 

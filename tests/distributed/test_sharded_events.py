@@ -33,7 +33,8 @@ from monitor.distributed.shard_store import ShardStore
 from monitor.query.ast import Query
 from monitor.query.load import load_queries_many
 from monitor.query.parser import parse_queries
-from monitor.service.epochs import EpochProcessor, QueryOutput
+from monitor.service.epochs import EpochProcessor
+from monitor.service.query_output import QueryOutput
 from monitor.service.settings import Settings
 from tests.engine import test_events_oracle as fields_oracle
 from tests.engine import test_time_oracle as time_oracle

@@ -30,8 +30,9 @@ from core.columns import Members, python_values
 from core.errors import ConfigError
 from monitor.query import parse_queries
 from monitor.query.ast import FieldRef, Query
-from monitor.service.epochs import EpochProcessor, QueryOutput
+from monitor.service.epochs import EpochProcessor
 from monitor.service.grouped import GroupedQuery
+from monitor.service.query_output import QueryOutput
 from monitor.service.serve import serve
 from monitor.service.settings import Settings
 from tests.engine.test_events_oracle import brute_force
