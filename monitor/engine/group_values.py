@@ -62,19 +62,10 @@ class PairCounts:
         unique, first, inverse = np.unique(
             _pair_keys(groups, values), return_index=True, return_inverse=True
         )
-        net = np.bincount(inverse.reshape(-1), weights=diffs, minlength=unique.shape[0])
-        keep = net != 0
-        unique, net, first = unique[keep], net[keep].astype(np.int64), first[keep]
+        net, keep = _net(inverse, diffs, unique.shape[0])
+        unique, first = unique[keep], first[keep]
         owners = groups[first]
-        at = np.searchsorted(self.keys, unique)
-        found = at < len(self)
-        found[found] = self.keys[at[found]] == unique[found]
-        before = np.zeros(unique.shape[0], np.int64)
-        before[found] = self.counts[at[found]]
-        after = before + net
-        if (after < 0).any():
-            raise ValueError("a binding was retracted from a group that did not hold it")
-        self.counts[at[found]] = after[found]
+        at, found, before, after = _merged(self.keys, self.counts, unique, net)
         fresh = ~found
         self.keys = np.insert(self.keys, at[fresh], unique[fresh])
         self.groups = np.insert(self.groups, at[fresh], owners[fresh].astype(np.int32))
@@ -85,6 +76,35 @@ class PairCounts:
             self.keys, self.groups = self.keys[live], self.groups[live]
             self.values, self.counts = self.values[live], self.counts[live]
         return PairChange(owners.astype(np.int64), before > 0, after > 0)
+
+
+def _net(
+    inverse: npt.NDArray[np.intp], diffs: I64, pairs: int
+) -> tuple[I64, npt.NDArray[np.bool_]]:
+    """Each pair's net change in a batch (``inverse``: each row's pair), of those it changes,
+    and which pairs those are."""
+    net = np.bincount(inverse.reshape(-1), weights=diffs, minlength=pairs)
+    keep = net != 0
+    changed: I64 = net[keep].astype(np.int64)
+    return changed, keep
+
+
+def _merged(
+    keys: npt.NDArray[Any], counts: npt.NDArray[Any], unique: npt.NDArray[Any], net: I64
+) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.bool_], I64, I64]:
+    """Where each of ``unique`` (sorted) goes among ``keys`` (sorted), whether it is there, and
+    its multiplicity before and after adding ``net``; the pairs found are updated in
+    ``counts``. A multiplicity below 0 means a binding retracted that was never there."""
+    at = np.searchsorted(keys, unique)
+    found = at < keys.shape[0]
+    found[found] = keys[at[found]] == unique[found]
+    before = np.zeros(unique.shape[0], np.int64)
+    before[found] = counts[at[found]]
+    after = before + net
+    if (after < 0).any():
+        raise ValueError("a binding was retracted from a group that did not hold it")
+    counts[at[found]] = after[found]
+    return at, found, before, after
 
 
 def _pair_keys(groups: npt.NDArray[np.integer], values: I64) -> I64:
@@ -123,18 +143,9 @@ class Multiset:
         rows = np.empty(groups.shape[0], self.dtype)
         rows["g"], rows["v"] = groups, values
         unique, inverse = np.unique(rows, return_inverse=True)
-        net = np.bincount(inverse.reshape(-1), weights=diffs, minlength=unique.shape[0])
-        keep = net != 0
-        unique, net = unique[keep], net[keep].astype(np.int64)
-        at = np.searchsorted(self.keys, unique)
-        found = at < len(self)
-        found[found] = self.keys[at[found]] == unique[found]
-        before = np.zeros(unique.shape[0], np.int64)
-        before[found] = self.counts[at[found]]
-        after = before + net
-        if (after < 0).any():
-            raise ValueError("a binding was retracted from a group that did not hold it")
-        self.counts[at[found]] = after[found]
+        net, keep = _net(inverse, diffs, unique.shape[0])
+        unique = unique[keep]
+        at, found, before, after = _merged(self.keys, self.counts, unique, net)
         self.keys = np.insert(self.keys, at[~found], unique[~found])
         self.counts = np.insert(self.counts, at[~found], after[~found])
         if (after == 0).any():
