@@ -33,7 +33,7 @@ from connectors.formats import MAX_ID_LENGTH, is_relation_name
 from core.fields import absent_column
 from core.records import EventUpdates, RelationUpdates, UpdateBatch
 from core.time_columns import parse_time_texts
-from core.times import TIME_FIELD, parse_time
+from core.times import parse_time
 
 #: The keys whose null (missing) has a meaning of its own.
 _KEYED = ("op", "relation", "id", "src", "dst")
@@ -172,6 +172,8 @@ class TableDecoder:
 
     def decode(self, arities: dict[str, int]) -> DecodedRecords:
         wanted = set() if self.events is None else self.events.relations
+        if self.events is not None and self.events.tables & set(self.names):
+            raise Refused  # (a table's records, keyed, go the per-relation way)
         is_event = [name in wanted for name in self.names]
         tuples = [name for name, event in zip(self.names, is_event, strict=True) if not event]
         if any(arities.get(name, 2) != 2 for name in tuples):
@@ -290,7 +292,7 @@ class TableDecoder:
                 column = column.take(pa.array(inserts, pa.int64()))
             if column.null_count == len(column):
                 continue
-            kind, values = _field(name, column)
+            kind, values = _field(name, column, self.events.is_time(relation, name))
             if known.get(name, kind) != kind:
                 raise Refused
             first = int(inserts[_first_valid(column)])
@@ -336,10 +338,11 @@ class TableDecoder:
         return self.text[start : None if end < 0 else end]
 
 
-def _field(name: str, column: pa.Array) -> tuple[str, npt.NDArray[Any]]:
-    """A field's kind and its column (absent values as :mod:`core.fields` writes them)."""
+def _field(name: str, column: pa.Array, time: bool) -> tuple[str, npt.NDArray[Any]]:
+    """A field's kind and its column (absent values as :mod:`core.fields` writes them; a
+    ``time`` field's as milliseconds)."""
     kind = column.type
-    if name == TIME_FIELD:
+    if time:
         if kind in _NUMBERS:
             values = column.cast(pa.float64(), safe=False).to_numpy(zero_copy_only=False)
             present = values[~np.isnan(values)] if column.null_count else values

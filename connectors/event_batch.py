@@ -24,6 +24,7 @@ from connectors.batch_ids import MISSING, checked_ids, narrow, objects
 from connectors.events import (
     MAX_FIELD_LENGTH,
     RESERVED,
+    TABLE_RESERVED,
     EventRecord,
     FieldTypes,
     decode_event,
@@ -32,7 +33,7 @@ from connectors.events import (
 from core.errors import InputError
 from core.fields import absent_column, to_column
 from core.records import EventUpdates
-from core.times import TIME_FIELD, parse_time
+from core.times import parse_time
 
 #: The kind of a field value of each JSON type (arrays, objects and null are not values).
 _KIND_OF_TYPE = {bool: "bool", int: "number", float: "number", str: "string"}
@@ -110,8 +111,11 @@ def _clean_events(
     """The events of ``records`` (all of one event relation) decoded at once, or None when
     one of them is not valid (then nothing is learned)."""
     n = len(records)
-    ids = [r.get("id", MISSING) for r in records]
+    table = relation in types.tables  # (a table's record: its vertex is its key)
+    ids = [r.get("key" if table else "id", MISSING) for r in records]
     has_id = np.array([i is not MISSING for i in ids], np.bool_)
+    if table and not has_id.all():
+        return None
     named = ids if has_id.all() else list(compress(ids, has_id.tolist()))
     id_ok, named_ids = checked_ids(named)
     if id_ok is not None:
@@ -119,14 +123,18 @@ def _clean_events(
     insert = diffs > 0
     everything = bool(insert.all())
     inserted = records if everything else list(compress(records, insert.tolist()))
-    src_ok, src = checked_ids([r.get("src", MISSING) for r in inserted])
-    dst_ok, dst = checked_ids([r.get("dst", MISSING) for r in inserted])
-    if src_ok is not None or dst_ok is not None:
-        return None
+    if table:
+        src = dst = named_ids if everything else narrow(named_ids[insert])
+    else:
+        src_ok, src = checked_ids([r.get("src", MISSING) for r in inserted])
+        dst_ok, dst = checked_ids([r.get("dst", MISSING) for r in inserted])
+        if src_ok is not None or dst_ok is not None:
+            return None
     known = types.types.get(relation, {})
     fields: list[tuple[int, int, str, str, npt.NDArray[Any]]] = []
-    for name in set().union(*inserted) - RESERVED:
-        checked = _field(name, [r.get(name) for r in inserted], known.get(name))
+    for name in set().union(*inserted) - (TABLE_RESERVED if table else RESERVED):
+        values = [r.get(name) for r in inserted]
+        checked = _field(name, values, known.get(name), types.is_time(relation, name))
         if checked is None:
             return None
         if checked[2] >= 0:
@@ -161,7 +169,7 @@ def _with_deletes(inserted: npt.NDArray[Any], insert: npt.NDArray[np.bool_]) -> 
 
 
 def _field(
-    name: str, values: list[Any], known: str | None
+    name: str, values: list[Any], known: str | None, time: bool
 ) -> tuple[str, npt.NDArray[Any], int] | None:
     """One field over the inserted events: its kind, its column (``ts`` parsed) and the first
     event that has it (-1: none); None when a value is not valid for it."""
@@ -173,7 +181,7 @@ def _field(
     first = next(i for i, v in enumerate(values) if v is not None) if absent else 0
     if not kinds <= _KIND_OF_TYPE.keys():
         return None
-    if name == TIME_FIELD:
+    if time:
         if kinds <= {int, float}:
             column = np.array(values, np.float64)  # None: NaN
             present = column[~np.isnan(column)] if absent else column
@@ -183,7 +191,7 @@ def _field(
             return None
         else:
             try:
-                parsed = [None if v is None else parse_time(v) for v in values]
+                parsed = [None if v is None else parse_time(v, name) for v in values]
             except InputError:
                 return None
             column = np.array(parsed, np.float64)

@@ -18,7 +18,7 @@ reaches the index with no identity and is counted there (``delete_without_id``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +36,8 @@ from core.times import TIME_FIELD, parse_time
 MAX_FIELD_LENGTH = 4096
 #: Keys of an event record that are not fields.
 RESERVED = frozenset(("op", "relation", "id", "src", "dst"))
+#: Keys of a table's record that are not attributes.
+TABLE_RESERVED = RESERVED | {"key", TIME_FIELD}
 
 
 @dataclass
@@ -46,10 +48,29 @@ class FieldTypes:
     #: Columns the batch decoder reads as text at once: Arrow took their strings for times
     #: before (:mod:`connectors.json_arrow`). A hint, never a type.
     text_columns: set[str] = field(default_factory=set)
+    #: The relations that are tables of vertex attributes: a record names its vertex by
+    #: ``key`` (its id, source and destination), has no time, and the latest per key wins.
+    tables: set[str] = field(default_factory=set)
+    #: Per relation, the fields besides ``ts`` that hold times (read as ``ts`` is).
+    times: dict[str, set[str]] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, relations: Mapping[str, Mapping[str, str]]) -> FieldTypes:
-        return cls({r: dict(f) for r, f in relations.items()})
+    def of(
+        cls,
+        relations: Mapping[str, Mapping[str, str]],
+        tables: Collection[str] = (),
+        times: Mapping[str, Collection[str]] | None = None,
+    ) -> FieldTypes:
+        return cls(
+            {r: dict(f) for r, f in relations.items()},
+            tables=set(tables),
+            times={r: set(f) for r, f in (times or {}).items()},
+        )
+
+    def is_time(self, relation: str, name: str) -> bool:
+        """Whether field ``name`` of ``relation`` holds times (``ts``, or one compared with
+        a ``ts``)."""
+        return name == TIME_FIELD or name in self.times.get(relation, ())
 
     @property
     def relations(self) -> set[str]:
@@ -89,6 +110,8 @@ def decode_event(
     record: dict[str, Any], relation: str, diff: int, position: str, types: FieldTypes
 ) -> EventRecord:
     """The event in a JSON object already known to be a record of event relation ``relation``."""
+    if relation in types.tables:
+        return _table_record(record, relation, diff, types)
     event_id = _json_id(record["id"], "id") if "id" in record else None
     if diff < 0:
         return EventRecord(relation, event_id, -1, 0, 0, {})
@@ -102,11 +125,35 @@ def decode_event(
     for name, value in record.items():
         if name in RESERVED or value is None:
             continue
-        if name == TIME_FIELD:
-            value = parse_time(value)
+        if types.is_time(relation, name):
+            value = parse_time(value, name)
         types.check(relation, name, value)
         fields[name] = value
     return EventRecord(relation, position if event_id is None else event_id, 1, src, dst, fields)
+
+
+def _table_record(
+    record: dict[str, Any], relation: str, diff: int, types: FieldTypes
+) -> EventRecord:
+    """A record of table ``relation``: the attributes of vertex ``key`` (its id, source and
+    destination), without a time (a ``ts`` is ignored: a table never expires)."""
+    if "key" not in record:
+        raise InputError(
+            f"a record of table {relation!r} needs 'key', the vertex it describes (or, in "
+            "Kafka, a message key)"
+        )
+    key = _json_id(record["key"], "key")
+    if diff < 0:
+        return EventRecord(relation, key, -1, key, key, {})
+    fields: dict[str, object] = {}
+    for name, value in record.items():
+        if name in TABLE_RESERVED or value is None:
+            continue
+        if types.is_time(relation, name):
+            value = parse_time(value, name)
+        types.check(relation, name, value)
+        fields[name] = value
+    return EventRecord(relation, key, 1, key, key, fields)
 
 
 def parse_json_event(

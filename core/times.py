@@ -44,32 +44,32 @@ def format_duration(ms: float) -> str:
     return f"{ms:g}ms"
 
 
-def parse_time(value: object) -> float:
+def parse_time(value: object, name: str = TIME_FIELD) -> float:
     """Milliseconds since the epoch of a ``ts`` value (a number of milliseconds or an ISO-8601
     string with a zone offset); :class:`InputError` for anything else."""
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise InputError(
-            f"field 'ts' must be milliseconds since the epoch or an ISO-8601 string with a zone "
-            f"offset, got {type(value).__name__}"
+            f"field {name!r} must be milliseconds since the epoch or an ISO-8601 string with a "
+            f"zone offset, got {type(value).__name__}"
         )
     if isinstance(value, str):
         try:
             moment = datetime.fromisoformat(value)
         except ValueError:
             raise InputError(
-                f"field 'ts' {value[:40]!r} is not an ISO-8601 time (like "
+                f"field {name!r} {value[:40]!r} is not an ISO-8601 time (like "
                 f"2026-12-02T10:15:00Z) nor milliseconds since the epoch"
             ) from None
         if moment.tzinfo is None:
             raise InputError(
-                f"field 'ts' {value[:40]!r} has no zone offset; add one (Z or +01:00) so the "
+                f"field {name!r} {value[:40]!r} has no zone offset; add one (Z or +01:00) so the "
                 f"time is the same on every machine"
             )
         ms = moment.timestamp() * 1000.0
     else:
         ms = float(value)
     if not math.isfinite(ms) or abs(ms) > _LIMIT_MS:
-        raise InputError(f"field 'ts' {value!r} is not a time within 10,000 years of 1970")
+        raise InputError(f"field {name!r} {value!r} is not a time within 10,000 years of 1970")
     return ms
 
 

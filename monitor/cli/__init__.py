@@ -190,6 +190,14 @@ def main() -> None:
     "('none': until deleted) [default: the longest span of the queries reading it].",
 )
 @click.option(
+    "--table",
+    "tables",
+    multiple=True,
+    help="A relation that is a table of vertex attributes, read as account(a) as x: its "
+    "records name their vertex by 'key', the latest per key wins, a delete removes it "
+    "(repeat or comma separate; a query's account(a) as x makes one too, this checks it).",
+)
+@click.option(
     "--allowed-lateness",
     type=str,
     default=None,
@@ -215,6 +223,7 @@ def run(
     output_fields: str | None,
     emit: str | None,
     retention: str | None,
+    tables: tuple[str, ...],
     allowed_lateness: str | None,
     quiet: bool,
     workers: int | None,
@@ -233,6 +242,7 @@ def run(
             output_fields=output_fields,
             emit=emit,
             retention=retention,
+            tables=",".join(tables) or None,
             allowed_lateness=allowed_lateness,
         )
         if output is not None and settings.state_dir is None:
@@ -382,6 +392,12 @@ def explain(query_specs: tuple[str, ...]) -> None:
         if events:
             window = retentions(queries, events, {})
             click.echo(f"# retention by default (--retention overrides): {describe(window)}")
+            tables = sorted(frozenset().union(*(q.tables for q in queries)))
+            if tables:
+                click.echo(
+                    f"# tables (a record per vertex by 'key', the latest wins, never expiring): "
+                    f"{', '.join(tables)}"
+                )
     except MonitorError as error:
         _fail(error)
 

@@ -63,7 +63,7 @@ class ShardedEpochs:
         self.queries = tuple(queries)
         static = static or any(q.aggregates for q in queries)  # (groups rebuilt by enumerating)
         self.max_prefixes = max_prefixes
-        self.plan = event_plan(self.queries, self.settings.retention)
+        self.plan = event_plan(self.queries, self.settings.retention, self.settings.tables)
         self.internal = self.plan.internal
         self.index = ShardedIndex(shards)
         for query in self.internal:
@@ -80,7 +80,12 @@ class ShardedEpochs:
                 frozenset() if static else unread([(s.pairs, s.events) for s in selections], plans)
             )
             self.events = ShardedEvents(
-                self.index, selections, self.plan.retention, self.plan.time_orders(plans), ignored
+                self.index,
+                selections,
+                self.plan.retention,
+                self.plan.time_orders(plans),
+                ignored,
+                self.plan.tables,
             )
             self.index.events = self.events
         self.clock = EventClock(self.settings.allowed_lateness, self.settings.watermark_outliers)
@@ -90,7 +95,7 @@ class ShardedEpochs:
         self.epochs = 0
         #: The aggregate queries, by name: their groups, kept here at the driver from their
         #: bodies' changes (a group's bindings are on many shards).
-        windowed = self.events is not None and self.events.windowed
+        windowed = self.events is not None and self.events.caused
         retention = self.plan.retention
         self.grouped = {
             q.name: GroupedQuery(q, windowed, self.settings.emit, body_retention(q, retention))

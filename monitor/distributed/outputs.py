@@ -65,7 +65,7 @@ def outputs(epochs: ShardedEpochs, deltas: Sequence[MatchDeltas]) -> list[QueryO
             edges[var] = {"id": fields.pop("id"), "src": src, "dst": dst, **fields}
             hashes.append(Hashed(ids))
         extra: dict[str, Member] = {}
-        if events is not None and events.windowed:
+        if events is not None and events.caused:
             extra["cause"] = causes(source, columns, diff, events, epochs.changes)
         extra["match_id"] = match_ids(source.name, [*vertices, *hashes], diff.shape[0])
         out.append(QueryOutput(source.name, source.head, vertices, diff, edges, extra))

@@ -346,9 +346,12 @@ class ShardIndex:
     # Events (:mod:`monitor.distributed.shard_events`), a round each.
 
     def events_configure(
-        self, selections: dict[str, list[tuple[Any, ...]]], retention: dict[str, float]
+        self,
+        selections: dict[str, list[tuple[Any, ...]]],
+        retention: dict[str, float],
+        tables: list[str],
     ) -> None:
-        self.events.configure(selections, retention)
+        self.events.configure(selections, retention, tables)
 
     def events_stage(self, requests: list[EventRequest]) -> tuple[list[StagedEvents], Counter[str]]:
         """Stage each event relation's updates this shard owns (and its expiries); their

@@ -135,19 +135,24 @@ class ShardEvents:
         self.retention: dict[str, float] = {}
         self.queues: dict[str, ExpiryQueue] = {}
         self._expired_below = -math.inf
-        self._configured: tuple[dict[str, Any], dict[str, float]] | None = None
+        self._configured: tuple[dict[str, Any], dict[str, float], list[str]] | None = None
         #: The relations compacted since the last epoch written (:meth:`logged`).
         self._compacted: set[str] = set()
         #: Per event relation, the ids written so far (:meth:`logged`).
         self._exported: dict[str, int] = {}
 
     def configure(
-        self, selections: Mapping[str, list[tuple[FieldTest, ...]]], retention: Mapping[str, float]
+        self,
+        selections: Mapping[str, list[tuple[FieldTest, ...]]],
+        retention: Mapping[str, float],
+        tables: Sequence[str] = (),
     ) -> None:
-        """The event relations, each with its selections' tests, and the finite retentions."""
-        self._configured = (dict(selections), dict(retention))
+        """The event relations, each with its selections' tests, the finite retentions, and
+        the tables (whose stores replace a present id's event)."""
+        self._configured = (dict(selections), dict(retention), list(tables))
         for relation, tests in selections.items():
-            self.stores.setdefault(relation, EventStore(relation, pool=self.pool))
+            upsert = relation in tables
+            self.stores.setdefault(relation, EventStore(relation, pool=self.pool, upsert=upsert))
             self.selections[relation] = list(tests)
         for relation, ms in retention.items():
             if math.isfinite(ms) and relation in self.stores:

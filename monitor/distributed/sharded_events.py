@@ -63,12 +63,15 @@ class ShardedEvents:
         retention: dict[str, float],
         time_orders: frozenset[str],
         unread: frozenset[str] = frozenset(),
+        tables: frozenset[str] = frozenset(),
     ) -> None:
         """``unread``: the derived relations no delta query reads, not kept (their changes
         still seed), as the single process leaves them (:func:`monitor.plan.needs.unread`);
         none when a static evaluation will read them."""
         self.index = index
         self.unread = unread
+        #: The tables among the event relations (their stores replace a present id's event).
+        self.tables = tables
         self.selections = list(selections)
         self.relations = {s.relation for s in self.selections}
         self.retention = {r: ms for r, ms in retention.items() if math.isfinite(ms)}
@@ -94,7 +97,8 @@ class ShardedEvents:
         tests: dict[str, list[Any]] = {r: [] for r in self.relations}
         for selection in self.selections:
             tests[selection.relation].append(selection.tests)
-        index.shards.call("events_configure", [(tests, self.retention)] * index.shards.count)
+        configured = (tests, self.retention, sorted(tables))
+        index.shards.call("events_configure", [configured] * index.shards.count)
         self.reads = EventReads(index)
         self._clear()
 
@@ -113,6 +117,14 @@ class ShardedEvents:
     @property
     def windowed(self) -> bool:
         return bool(self.retention)
+
+    @property
+    def caused(self) -> bool:
+        """Whether a ``-1`` has a cause to tell: events expire, or tables are updated."""
+        return self.windowed or bool(self.tables)
+
+    def changed_ends(self, relation: str) -> tuple[I32, I32]:
+        return self.ends[relation]
 
     def expired_pairs(self, relation: str) -> list[I32]:
         """The ends of the events of ``relation`` that expired in the staged epoch."""

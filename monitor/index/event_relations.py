@@ -64,12 +64,17 @@ class EventIndex:
     #: Derived relations no delta query reads: not maintained (:mod:`monitor.index.selections`).
     unread: frozenset[str] = frozenset()
     kept: list[SelectionRelations] = field(default_factory=list)
+    #: The event relations that are tables of vertex attributes (latest record per key wins).
+    tables: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         self.graph.event_stores = self.stores
         pool = StringPool()
         for selection in self.selections:
-            self.stores.setdefault(selection.relation, EventStore(selection.relation, pool=pool))
+            upsert = selection.relation in self.tables
+            self.stores.setdefault(
+                selection.relation, EventStore(selection.relation, pool=pool, upsert=upsert)
+            )
             keys = self.pair_keys.setdefault(selection.relation, TupleKeys(2))
             relations = SelectionRelations(
                 self.graph, selection, keys, self.time_orders, self.unread
@@ -85,6 +90,11 @@ class EventIndex:
     def relations(self) -> set[str]:
         """The event relations."""
         return set(self.stores)
+
+    def changed_ends(self, relation: str) -> tuple[I32, I32]:
+        """The ends of the events of ``relation``'s effective changes in the staged epoch."""
+        store, eids = self.stores[relation], self.changed[relation].eids
+        return store.src[eids], store.dst[eids]
 
     def expired_pairs(self, relation: str) -> list[I32]:
         """The ends of the events of ``relation`` that expired in the staged epoch."""

@@ -63,8 +63,11 @@ class EventStore:
         relation: str,
         kinds: Mapping[str, str] | None = None,
         pool: StringPool | None = None,
+        upsert: bool = False,
     ) -> None:
         self.relation = relation
+        #: A table's store: an insert of a present id replaces its event (:func:`upserted`).
+        self.upsert = upsert
         self.pool = pool if pool is not None else StringPool()
         self.ids = IdMap()
         self.current: I32 = np.empty(0, np.int32)
@@ -140,10 +143,16 @@ class EventStore:
         takes its column's kind.
         """
         self._check_kinds(fields)
+        replacements = 0
+        if self.upsert:
+            ids, insert, seq, src, dst, fields, replacements = upserted(
+                self, ids, insert, seq, src, dst, fields, ignored
+            )
         slots = self.ids.encode(ids, add=True)
         self._grow_slots(len(self.ids))
         current = self.current
         netted = net(slots.astype(np.int64), insert, seq, lambda k: current[k] >= 0, ignored)
+        ignored["netted"] -= 2 * replacements  # (a replaced record is an update, not netting)
         changed = netted.keys.astype(np.int32)
         born = netted.diff > 0
         reborn = netted.reborn.astype(np.int32)
@@ -335,3 +344,44 @@ class EventStore:
             if fields is None or name in fields:
                 out[name] = column.values_of(eids)
         return out
+
+
+def upserted(
+    store: EventStore,
+    ids: npt.NDArray[np.generic],
+    insert: npt.NDArray[np.bool_],
+    seq: I64,
+    src: I32,
+    dst: I32,
+    fields: Mapping[str, npt.NDArray[Any]],
+    ignored: Counter[str],
+) -> tuple[npt.NDArray[np.generic], npt.NDArray[np.bool_], I64, I32, I32, dict[str, Any], int]:
+    """A table's updates as the event updates that have its meaning, the latest record of a
+    key winning: each key's last update of the epoch only (the earlier ones count as
+    ``netted``), and before an insert of a key present before the epoch, a delete of it (its
+    event is replaced: a new eid with the new fields, which the engines see as the old event's
+    ``-1`` and the new one's ``+1``, cancelling by identity where no match changes)."""
+    n = ids.shape[0]
+    if n == 0:
+        return ids, insert, seq, src, dst, dict(fields), 0
+    slots = store.ids.encode(ids, add=True)
+    store._grow_slots(len(store.ids))
+    backwards = np.argsort(seq, kind="stable")[::-1]
+    _, at = np.unique(slots[backwards], return_index=True)
+    last = backwards[at]
+    last = last[np.argsort(seq[last], kind="stable")]
+    ignored["netted"] += n - last.shape[0]
+    replaced = insert[last] & (store.current[slots[last]] >= 0)
+    copies = 1 + replaced.astype(np.intp)
+    rows = np.repeat(last, copies)
+    deleting = np.zeros(rows.shape[0], np.bool_)
+    deleting[(np.cumsum(copies) - copies)[replaced]] = True
+    return (
+        ids[rows],
+        insert[rows] & ~deleting,
+        seq[rows],
+        src[rows],
+        dst[rows],
+        {name: column[rows] for name, column in fields.items()},
+        int(replaced.sum()),
+    )

@@ -78,11 +78,12 @@ def rewrite(query: Query, events: set[str], time_orders: bool = True) -> EventQu
     time-ordered atoms too (:func:`time_ordered`), unless ``time_orders`` is false (the plans
     then bind it over pairs only, as the tests of those plans want). An aggregate query is
     rewritten as its body (:meth:`~monitor.query.ast.Query.body`), which the engines evaluate."""
-    query = query.body()
+    source = query.body()
+    query = tables_as_pairs(source, events)
     if not query.has_events:  # set semantics only: the atoms read the relations as named
         reads = tuple((a.relation, ()) for a in query.atoms if a.relation in events)
-        return EventQuery(query, query, {}, tuple(dict.fromkeys(reads)))
-    source, query = query, replace(query, predicates=query.predicates + within(query))
+        return EventQuery(source, query, {}, tuple(dict.fromkeys(reads)))
+    query = replace(query, predicates=query.predicates + within(source))
     atoms: list[Atom] = []
     edges: dict[str, str] = {}
     selections: list[tuple[str, tuple[FieldTest, ...]]] = []
@@ -101,7 +102,7 @@ def rewrite(query: Query, events: set[str], time_orders: bool = True) -> EventQu
                 replace(pairs, relation=events_name(atom.relation, tests), variables=variables)
             )
     if time_orders:
-        atoms += time_ordered(query)
+        atoms += time_ordered(source)
     filters = list(query.filters)
     if query.distinct:
         filters += [Filter(a, "!=", b) for a, b in combinations(query.head, 2)]
@@ -120,6 +121,22 @@ def rewrite(query: Query, events: set[str], time_orders: bool = True) -> EventQu
     return EventQuery(source, internal, edges, tuple(dict.fromkeys(selections)))
 
 
+def tables_as_pairs(query: Query, events: set[str]) -> Query:
+    """``query`` with every atom of a table read as its self-loop: ``account(a) as x`` is
+    ``account(a, a) as x``, the index holding a table's record of vertex ``v`` as an event
+    ``(v, v)`` whose id is ``v`` (so the engines need nothing else for tables). The atoms keep
+    their unary form in :attr:`~monitor.query.ast.Atom.is_table`'s sense only through
+    :attr:`EventQuery.source`."""
+    tables = {a.relation for a in query.atoms if a.is_table}
+    if not tables:
+        return query
+    atoms = tuple(
+        replace(a, variables=a.variables * 2) if a.relation in tables & events else a
+        for a in query.atoms
+    )
+    return replace(query, atoms=atoms)
+
+
 def time_ordered(query: Query) -> list[Atom]:
     """``R{S}#by_src(x, u)`` and ``R{S}#by_dst(y, u)`` for each edge variable ``u`` of
     ``R(x, y) as u`` whose time a gap predicate (or ``within``) ties to another edge
@@ -127,13 +144,14 @@ def time_ordered(query: Query) -> list[Atom]:
     that a stage can bind ``u``, and then ``y`` (``x``), from the events of a bound ``x``
     (``y``) in the gap's range of time, instead of from all of its neighbours in the window
     (:mod:`monitor.plan.planner`: where the planner takes that path)."""
-    bounds = time_bounds(query.edges, query.predicates, query.within)
+    timed = query.timed_edges
+    bounds = time_bounds(timed, query.predicates, query.within)
     out: list[Atom] = []
     for atom in query.atoms:
         u = atom.edge
-        if u is None or len(atom.variables) != 2:
+        if u not in timed or len(atom.variables) != 2:
             continue
-        widths = [bounds[t, u] + bounds[u, t] for t in query.edges if t != u]
+        widths = [bounds[t, u] + bounds[u, t] for t in timed if t != u]
         if not math.isfinite(min(widths, default=math.inf)):
             continue
         tests = selection_of(query, u)
@@ -151,12 +169,13 @@ def within(query: Query) -> tuple[Predicate, ...]:
     if query.within is None:
         return ()
     out: list[Predicate] = []
-    for t, u in combinations(query.edges, 2):
+    timed = query.timed_edges
+    for t, u in combinations(timed, 2):
         for a, b in ((t, u), (u, t)):
             left, right = FieldRef(a, TIME_FIELD), FieldRef(b, TIME_FIELD)
             out.append(Predicate(left, "<=", right, query.line, query.column, 1.0, query.within))
-    if len(query.edges) == 1:  # one event: the bound holds when it has a time
-        ref = FieldRef(query.edges[0], TIME_FIELD)
+    if len(timed) == 1:  # one event: the bound holds when it has a time
+        ref = FieldRef(timed[0], TIME_FIELD)
         out.append(Predicate(ref, "=", ref, query.line, query.column))
     return tuple(out)
 

@@ -29,8 +29,7 @@ from monitor.query.ast import FieldRef, Predicate, Query
 def span(query: Query) -> float:
     """The largest ``ts`` difference of two of ``query``'s events (ms; ``inf``: unbounded;
     ``0`` for one edge variable and ``within``, ``inf`` for one without)."""
-    edges = query.edges
-    n = len(edges)
+    n = len(query.timed_edges)
     if query.over is not None:  # a counted binding lives until it leaves the window, then none
         return query.over  # with an event older than it is counted
     return _body_span(query, n)
@@ -39,7 +38,7 @@ def span(query: Query) -> float:
 def _body_span(query: Query, n: int) -> float:
     if n == 0 or (n == 1 and query.within is None):  # no time constraint at all: no window
         return FOREVER
-    bound = time_bounds(query.edges, query.predicates, query.within)
+    bound = time_bounds(query.timed_edges, query.predicates, query.within)
     return max(0.0, max(bound.values()))
 
 
@@ -89,7 +88,8 @@ def retentions(
     """Per event relation, how long its events live after their ``ts`` (ms; ``inf``: until
     deleted): ``overrides`` where given, else the longest span of the queries reading it."""
     out: dict[str, float] = {}
-    for relation in sorted(events):
+    tables = frozenset().union(*(q.tables for q in queries))
+    for relation in sorted(events - tables):  # (a table's records never expire)
         if relation in overrides:
             out[relation] = overrides[relation]
             continue
@@ -98,7 +98,9 @@ def retentions(
             if relation not in query.relations:
                 continue
             # (an aggregate over a window counts no binding with an event older than it)
-            bare = query.over is None and any(atom.edge is None for atom in query.atoms)
+            bare = query.over is None and any(
+                atom.edge is None and atom.relation not in tables for atom in query.atoms
+            )
             longest = max(longest, FOREVER if bare else span(query))
         out[relation] = longest
     return out

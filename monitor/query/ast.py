@@ -41,6 +41,12 @@ class Atom:
     #: parser rewrites it into one query per length (:mod:`monitor.query.paths`).
     hops: tuple[int, int] | None = None
 
+    @property
+    def is_table(self) -> bool:
+        """``account(a) as x``: a unary atom with an edge variable binds the attributes of a
+        vertex, one record per vertex of a *table* (latest wins), never expiring."""
+        return self.edge is not None and len(self.variables) == 1
+
     def __str__(self) -> str:
         hops = ""
         if self.hops is not None:
@@ -209,6 +215,17 @@ class Query:
     def edges(self) -> tuple[str, ...]:
         """The edge variables, in atom order."""
         return tuple(a.edge for a in self.atoms if a.edge is not None)
+
+    @property
+    def timed_edges(self) -> tuple[str, ...]:
+        """The edge variables bound to events (binary atoms), which have a time; a table's
+        edge variable (``account(a) as x``) binds a vertex's attributes, which have none."""
+        return tuple(a.edge for a in self.atoms if a.edge is not None and not a.is_table)
+
+    @property
+    def tables(self) -> frozenset[str]:
+        """The relations this query reads as tables of vertex attributes."""
+        return frozenset(a.relation for a in self.atoms if a.is_table)
 
     @property
     def has_events(self) -> bool:

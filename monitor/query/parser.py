@@ -368,11 +368,12 @@ class _Parser(Validation, PredicateParsing, AggregateParsing):
             raise self._fail_on(
                 edge, f"'{edge.text}' is not a valid edge variable {where}; {_VARIABLE_RULE}"
             )
-        if len(uses) != 2:
+        if len(uses) not in (1, 2):
             raise self._fail_on(
                 edge,
                 f"atom '{atom}' binds edge variable '{edge.text}' with '{_AS}', but only binary "
-                "relations hold events (src, dst)",
+                "relations hold events (src, dst), and unary ones a table of vertex attributes "
+                "(account(a) as x)",
             )
         bound = replace(atom, edge=edge.text)
         parsed.atoms[-1] = (bound, uses)

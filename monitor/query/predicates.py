@@ -113,10 +113,11 @@ class PredicateParsing:
                 "h, d) is the only sum a predicate takes",
                 duration,
             )
-        if left.name != TIME_FIELD or right.name != TIME_FIELD:
+        if TIME_FIELD not in (left.name, right.name):
             raise self._fail(
                 f"'{right} {sign.text} {duration.text}' in query '{query}': a duration is added "
-                f"to or subtracted from a time, so both sides compare '{TIME_FIELD}' fields",
+                f"to or subtracted from a time, so one side compares a '{TIME_FIELD}' field (the "
+                f"other is then a time too, like an account's opening date)",
                 sign,
             )
         ms = parse_duration(duration.text)

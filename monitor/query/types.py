@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from core.errors import QueryError
+from core.times import TIME_FIELD
 from monitor.query.ast import FieldRef, Literal, Predicate, Query
 
 #: The fields every event has, with what they hold. They compare with ``=`` and ``!=`` only.
@@ -128,6 +129,25 @@ class FieldTypes:
         else:
             self._links.setdefault(left, []).append((right, predicate))
             self._links.setdefault(right, []).append((left, predicate))
+
+
+def time_fields(queries: Sequence[Query]) -> set[tuple[str, str]]:
+    """(relation, field) for the fields that hold times besides ``ts``: those a predicate
+    compares with a ``ts`` (``y.opened >= t.ts - 30d``). Their values are read as ``ts``'s are,
+    milliseconds or ISO-8601 strings with an offset, and kept as milliseconds."""
+    out: set[tuple[str, str]] = set()
+    for query in queries:
+        relations = {atom.edge: atom.relation for atom in query.atoms if atom.edge is not None}
+        for predicate in query.predicates:
+            right = predicate.right
+            if not isinstance(right, FieldRef):
+                continue
+            for one, other in ((predicate.left, right), (right, predicate.left)):
+                if one.name == TIME_FIELD and other.name != TIME_FIELD:
+                    key = _field(other, relations)
+                    if key is not None:
+                        out.add(key)
+    return out
 
 
 def _field(ref: FieldRef, relations: dict[str, str]) -> _Field | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from core.errors import QueryError
+from core.times import TIME_FIELD
 from monitor.query.ast import AggregateCondition, Atom, FieldRef, Filter, Predicate, Query
 from monitor.query.tokens import Token as _Token
 
@@ -108,8 +109,10 @@ class Validation:
                         f"filter variable '{side.text}' of query '{name}' is not used by any "
                         "atom; filters may only compare variables that atoms bind",
                     )
+        tables = {token.text: atom for atom, token in parsed.bindings if atom.is_table}
         for predicate, tokens in parsed.predicates:
             self._check_predicate_edges(name, predicate, tokens, edges, bound)
+            self._check_table_fields(name, predicate, tokens, tables)
         if parsed.within is not None and not parsed.bindings:
             raise self._fail_on(
                 parsed.within[0],
@@ -232,6 +235,25 @@ class Validation:
                     f"'as', like transfer(a, b) as {ref.edge}"
                 )
             raise self._fail(message, token, ref.edge)
+
+    def _check_table_fields(
+        self, name: str, predicate: Predicate, tokens: list[_Token], tables: dict[str, Atom]
+    ) -> None:
+        """Fail if ``predicate`` reads the time or the ends of a table's record: a table has
+        no ``ts`` (it never expires) and its ``key`` is its vertex, already bound."""
+        for ref, token in zip([predicate.left, predicate.right], tokens, strict=False):
+            if not isinstance(ref, FieldRef) or ref.edge not in tables:
+                continue
+            atom = tables[ref.edge]
+            if ref.name in (TIME_FIELD, "src", "dst", "key"):
+                raise self._fail(
+                    f"predicate '{predicate}' of query '{name}' reads '{ref}', but '{atom}' "
+                    f"binds a record of table '{atom.relation}': it has attributes, no "
+                    f"'{TIME_FIELD}' (a table never expires) and no ends (its key is vertex "
+                    f"'{atom.variables[0]}'); compare an attribute, like {ref.edge}.opened",
+                    token,
+                    ref.edge,
+                )
 
     def _check_connected(self, name: str, atoms: list[tuple[Atom, list[_Token]]]) -> None:
         """Fail at the first variable (in text order) not connected to the first atom's ones."""

@@ -1,4 +1,4 @@
-"""Why a match disappeared: ``"deleted"`` or ``"expired"``.
+"""Why a match disappeared: ``"deleted"``, ``"expired"`` or ``"updated"``.
 
 An epoch applies its updates, then the expiries its watermark brings. A match retracted in the
 epoch is retracted because of a deletion when it would not hold after the updates alone (some
@@ -8,7 +8,12 @@ window moved). Per atom of the query, whole columns at a time:
 - an atom with an edge variable needs its event: deleted by id in the epoch means ``deleted``;
 - an atom without one over an event relation needs its pair: gone from the pairs in the epoch,
   with no event of the pair expiring in it, means ``deleted`` (the pair's last events were);
-- an atom over a tuple relation (which never expires) needs its tuple: gone means ``deleted``.
+- an atom over a tuple relation (which never expires) needs its tuple: gone means ``deleted``;
+- an atom of a table (``account(a) as x``) needs its vertex's record: replaced by a newer record
+  of the same key in the epoch means ``updated`` (the match no longer holds with the new
+  attributes), removed by a tombstone means ``deleted``.
+
+``deleted`` wins over ``updated``, which wins over ``expired``.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from monitor.index.graph import Change
 from monitor.index.levels import I32
 from monitor.query.ast import Query
 
-EXPIRED, DELETED = "expired", "deleted"
+EXPIRED, DELETED, UPDATED = "expired", "deleted", "updated"
 
 
 class EpochEvents(Protocol):
@@ -39,13 +44,19 @@ class EpochEvents(Protocol):
     #: Per event relation, the eids that expired, and the effective changes.
     expired: dict[str, I32]
     changed: dict[str, EventChanges]
+    #: The event relations that are tables of vertex attributes.
+    tables: frozenset[str]
+
+    def changed_ends(self, relation: str) -> tuple[I32, I32]:
+        """The ends of the events of ``relation``'s effective changes, in their order."""
+        ...
 
     def expired_pairs(self, relation: str) -> list[I32]:
         """The ends of the events of ``relation`` that expired."""
         ...
 
 
-_CAUSES = (DELETED, EXPIRED)
+_CAUSES = (DELETED, EXPIRED, UPDATED)
 
 
 def causes(
@@ -63,7 +74,9 @@ def causes(
     if not gone.shape[0]:
         return out
     deleted = np.zeros(gone.shape[0], np.bool_)
-    if events.expired:  # else every retraction comes from the epoch's deletions
+    updated = np.zeros(gone.shape[0], np.bool_)
+    tables = query.tables & events.tables
+    if events.expired or tables:  # else every retraction comes from the epoch's deletions
         at = {name: k for k, name in enumerate((*query.head, *query.edges))}
         for atom in query.atoms:
             if any(v not in at for v in atom.variables):  # not bound in the output: assume so
@@ -71,19 +84,42 @@ def causes(
                 break
             if atom.edge is not None:
                 eids = columns[at[atom.edge]][gone]
-                deleted |= np.isin(eids, _deleted_events(events, atom.relation))
+                died = _deleted_events(events, atom.relation)
+                if atom.relation in tables:
+                    replaced = _replaced_events(events, atom.relation)
+                    updated |= np.isin(eids, replaced)
+                    died = died[~np.isin(died, replaced)]
+                deleted |= np.isin(eids, died)
                 continue
             rows = [columns[at[v]][gone] for v in atom.variables]
+            if len(rows) == 1 and atom.relation in events.tables:  # (a table's self-loop)
+                rows = rows * 2
             if atom.relation in events.relations:
                 name = selection_name(atom.relation, ())
                 lost = _rows_in(rows, _removed(changes.get(name)))
                 deleted |= lost & ~_rows_in(rows, events.expired_pairs(atom.relation))
             else:
                 deleted |= _rows_in(rows, _removed(changes.get(atom.relation)))
-    else:
-        deleted[:] = True
-    codes[gone] = np.where(deleted, _CAUSES.index(DELETED), _CAUSES.index(EXPIRED))
+    if not events.expired:
+        deleted |= ~updated
+    codes[gone] = np.where(
+        deleted,
+        _CAUSES.index(DELETED),
+        np.where(updated, _CAUSES.index(UPDATED), _CAUSES.index(EXPIRED)),
+    )
     return out
+
+
+def _replaced_events(events: EpochEvents, relation: str) -> I32:
+    """Eids of table ``relation`` replaced in the staged epoch by a newer record of their key
+    (the key's vertex has an event born in the epoch too)."""
+    changed = events.changed.get(relation)
+    if changed is None:
+        return np.empty(0, np.int32)
+    src, _ = events.changed_ends(relation)
+    dying = changed.diff < 0
+    again = np.isin(src[dying], src[~dying])
+    return changed.eids[dying][again]
 
 
 def _deleted_events(events: EpochEvents, relation: str) -> I32:

@@ -38,7 +38,7 @@ from monitor.index.window import Tick
 from monitor.plan.cut import Cut
 from monitor.plan.needs import unread
 from monitor.query.ast import Query
-from monitor.query.types import field_types
+from monitor.query.types import field_types, time_fields
 from monitor.service import match_ids as match_id_kernels
 from monitor.service.causes import causes
 from monitor.service.clock import FILE_PARTITION, EventClock
@@ -115,7 +115,7 @@ class EpochProcessor:
         #: The queries as written; ``internal`` are the same over the index's relations
         #: (``monitor.plan.events``: event relations become pairs and events relations).
         self.queries = list(queries)
-        plan = event_plan(self.queries, settings.retention)
+        plan = event_plan(self.queries, settings.retention, settings.tables)
         #: Per event relation, how long its events live (ms; inf: until deleted).
         self.retention = plan.retention
         self.rewritten = plan.rewritten
@@ -130,6 +130,7 @@ class EpochProcessor:
             self.index,
             plan.selections,
             retention=self.retention,
+            tables=plan.tables,
             time_orders=plan.time_orders(plans),
             unread=unread([(s.pairs, s.events) for s in plan.selections], plans),
         )
@@ -148,7 +149,7 @@ class EpochProcessor:
         self.field_types = event_field_types(self.queries, self.events.relations)
         #: The aggregate queries, by name: their groups, kept from their bodies' changes.
         self.grouped = {
-            q.name: GroupedQuery(q, self.windowed, settings.emit, body_retention(q, self.retention))
+            q.name: GroupedQuery(q, self.caused, settings.emit, body_retention(q, self.retention))
             for q in queries
             if q.aggregates
         }
@@ -191,6 +192,11 @@ class EpochProcessor:
     def windowed(self) -> bool:
         """Whether some event relation has a finite retention."""
         return bool(self.events.queues)
+
+    @property
+    def caused(self) -> bool:
+        """Whether a ``-1`` has a cause to tell: events expire, or tables are updated."""
+        return self.windowed or bool(self.events.tables)
 
     def expiry_due(self) -> bool:
         """Whether the watermark has passed the deadline of some event still in a window: an
@@ -298,7 +304,7 @@ class EpochProcessor:
         vertices = [decode(c) for c in columns[:width]]
         ids: list[npt.NDArray[np.generic] | Hashed] = [*vertices, *hashes]
         extra: dict[str, Member] = {}
-        if self.windowed:
+        if self.caused:
             extra["cause"] = causes(source, columns, diff, self.events, self._changes)
         extra["match_id"] = match_ids(source.name, ids, diff.shape[0])
         return QueryOutput(source.name, source.head, vertices, diff, edges, extra)
@@ -435,11 +441,16 @@ def _inserted_times(batch: UpdateBatch) -> npt.NDArray[np.float64]:
 
 
 def event_field_types(queries: Sequence[Query], relations: set[str]) -> FieldTypes | None:
-    """The event relations with the field types the queries' predicates fix."""
+    """The event relations with the field types the queries' predicates fix, the tables, and
+    the fields that hold times."""
     if not relations:
         return None
     types: dict[str, dict[str, str]] = {r: {} for r in relations}
     for (relation, name), kind in field_types(queries).items():
         if relation in types:
             types[relation][name] = kind
-    return FieldTypes.of(types)
+    times: dict[str, set[str]] = {}
+    for relation, name in time_fields(queries):
+        times.setdefault(relation, set()).add(name)
+    tables = set().union(*(q.tables for q in queries)) & relations
+    return FieldTypes.of(types, tables, times)

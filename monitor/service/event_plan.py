@@ -34,6 +34,8 @@ class EventPlan:
     retention: dict[str, float]
     rewritten: list[EventQuery]
     selections: list[Selection]
+    #: The event relations that are tables of vertex attributes (``account(a) as x``).
+    tables: frozenset[str] = frozenset()
 
     @property
     def internal(self) -> list[Query]:
@@ -44,9 +46,12 @@ class EventPlan:
         return time_ordered([*plans, *(static_plan(q) for q in self.internal)])
 
 
-def event_plan(queries: Sequence[Query], retention: dict[str, float]) -> EventPlan:
+def event_plan(
+    queries: Sequence[Query], retention: dict[str, float], tables: Collection[str] = ()
+) -> EventPlan:
     """The plan of ``queries``' events, with ``retention`` as set (a retention of a relation no
-    query reads as events is a :class:`ConfigError`)."""
+    query reads as events is a :class:`ConfigError`, and so is one of a table) and the
+    relations declared tables (``--table``: :func:`checked_tables`)."""
     events = event_relations(tuple(queries))
     unknown = set(retention) - events
     if unknown:
@@ -54,11 +59,46 @@ def event_plan(queries: Sequence[Query], retention: dict[str, float]) -> EventPl
             f"retention is set for {names(unknown)}, which no query reads as events "
             f"(with 'as'); the event relations are {names(events)}"
         )
+    read_as_tables = checked_tables(queries, tables)
+    kept = set(retention) & read_as_tables
+    if kept:
+        raise ConfigError(
+            f"retention is set for {names(kept)}, a table: its records never expire (a "
+            "tombstone removes one)"
+        )
     rewritten = [rewrite(q, events) for q in queries]
     found = [Selection(r, t) for q in rewritten for r, t in q.selections]
     return EventPlan(
-        events, retentions(list(queries), events, retention), rewritten, selections_of(found)
+        events,
+        retentions(list(queries), events, retention),
+        rewritten,
+        selections_of(found),
+        read_as_tables,
     )
+
+
+def checked_tables(queries: Sequence[Query], declared: Collection[str]) -> frozenset[str]:
+    """The tables: the relations the queries read as ``account(a) as x``. Each relation
+    ``declared`` (``--table``, ``SGM_TABLES``) must be one; a declared table some query reads as
+    events or tuples is a :class:`ConfigError` that says where."""
+    tables = frozenset().union(*(q.tables for q in queries))
+    for relation in dict.fromkeys(declared):
+        if relation in tables:
+            continue
+        uses = [(q, a) for q in queries for a in q.atoms if a.relation == relation]
+        if uses:
+            query, atom = uses[0]
+            raise ConfigError(
+                f"{relation} is declared a table (--table, SGM_TABLES) but query "
+                f"'{query.name}' reads it as '{atom}' at line {atom.line}, column "
+                f"{atom.column}: a table holds one record per vertex and is read as "
+                f"{relation}(v) as x; a relation of events (src, dst) cannot be one"
+            )
+        raise ConfigError(
+            f"{relation} is declared a table (--table, SGM_TABLES) but no query reads it; "
+            f"read it as {relation}(v) as x"
+        )
+    return tables
 
 
 def names(relations: set[str]) -> str:

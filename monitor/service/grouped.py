@@ -104,15 +104,16 @@ class GroupedQuery:
         (None: no change) and whose watermark is ``watermark``."""
         phases: list[tuple[GroupChanges, str]] = []
         parts: list[tuple[Rows, str]] = []
+        updated: I64 = np.empty(0, np.int64)
         if self.window is not None:
             parts.append((self.window.expire(watermark), "expired"))
         if body is not None and len(body.diff):
-            rows, expired = self._rows(body, watermark)
+            rows, expired, updated = self._rows(body, watermark)
             parts += [(expired, "expired"), (rows, "deleted")]
         for rows, cause in parts:
             if len(rows):
                 phases.append((self.state.apply(rows.groups, rows.arguments, rows.diffs), cause))
-        out = self._output(phases)
+        out = self._output(phases, updated)
         self._compact()
         return out
 
@@ -134,19 +135,25 @@ class GroupedQuery:
             self.window.renumber(renumbered(live))
         self.heads = [head[:n][live] for head in self.heads]
 
-    def _rows(self, body: QueryOutput, watermark: float) -> tuple[Rows, Rows]:
+    def _rows(self, body: QueryOutput, watermark: float) -> tuple[Rows, Rows, I64]:
         """The body's changes as the aggregates count them: those retracted because their
-        events expired, and the others."""
+        events expired, and the others; and the groups whose other retractions were all
+        caused by a table's update (a group of them that stops holding stops ``updated``)."""
         groups = self._group_ids(body.columns[: self.width])
         rows = Rows(groups, self._arguments(body), body.diff)
         cause = body.extra.get("cause")
         expired = _is_expired(cause, body.diff)
+        by_update = _caused(cause, body.diff, "updated")
         if self.window is not None:
             keys = _hex_keys(body.extra["match_id"])
-            times = _earliest(body.edges, self.body.edges)
+            times = _earliest(body.edges, self.body.timed_edges)
             counted = self.window.counted(keys, times, rows, watermark)
-            rows, expired = _rows_at(rows, counted), expired[counted]
-        return _rows_at(rows, ~expired), _rows_at(rows, expired)
+            rows, expired, by_update = _rows_at(rows, counted), expired[counted], by_update[counted]
+        retracted = (rows.diffs < 0) & ~expired
+        updated = by_update & retracted
+        others = np.unique(rows.groups[retracted & ~updated])
+        updated_groups = np.setdiff1d(np.unique(rows.groups[updated]), others)
+        return _rows_at(rows, ~expired), _rows_at(rows, expired), updated_groups
 
     def _group_ids(self, columns: Sequence[npt.NDArray[np.generic]]) -> I64:
         """Dense ids of the groups of ``columns`` (the head's external ids), noting the ids of
@@ -186,8 +193,9 @@ class GroupedQuery:
                 out[condition.name] = id_hashes(_plain(events)).view(np.int64)
         return out
 
-    def _output(self, phases: list[tuple[GroupChanges, str]]) -> QueryOutput | None:
-        """One row per group whose satisfaction changed over the epoch's phases."""
+    def _output(self, phases: list[tuple[GroupChanges, str]], updated: I64) -> QueryOutput | None:
+        """One row per group whose satisfaction changed over the epoch's phases (``updated``:
+        the groups whose retractions a table's update caused, :meth:`_rows`)."""
         if not phases:
             return None
         groups = np.concatenate([p.groups for p, _ in phases])
@@ -203,7 +211,7 @@ class GroupedQuery:
         if not unique.shape[0]:
             return None
         rows = int(unique.shape[0])
-        causes = _causes(unique, phases)
+        causes = _causes(unique, phases, updated)
         # In the order of the groups' hashes, not of their dense ids: a rebuild numbers them
         # otherwise, and a rerun writes the same bytes.
         hashes = match_hashes(self.query.name, [head[unique] for head in self.heads], rows)
@@ -229,19 +237,29 @@ def _kind(kind: str) -> Kind:
     return kinds[kind]
 
 
-def _causes(groups: I64, phases: list[tuple[GroupChanges, str]]) -> Coded:
-    """``expired`` or ``deleted`` for each of ``groups`` (sorted) that stopped holding: the
-    cause of the phase in which it stopped (a ``+1`` row's group stopped in no phase: one that
-    stops and starts again has no row)."""
+def _causes(groups: I64, phases: list[tuple[GroupChanges, str]], updated: I64) -> Coded:
+    """``expired``, ``deleted`` or ``updated`` for each of ``groups`` (sorted) that stopped
+    holding: the cause of the phase in which it stopped (a ``+1`` row's group stopped in no
+    phase: one that stops and starts again has no row), ``updated`` for a group of ``updated``
+    that stopped in the phase of the deletions."""
     codes = np.full(groups.shape[0], -1, np.int64)
-    names = ["expired", "deleted"]
+    names = ["expired", "deleted", "updated"]
     for changes, cause in phases:
         stopped = changes.groups[changes.diffs < 0]
-        at = np.searchsorted(groups, stopped)
-        found = at < groups.shape[0]
-        found[found] = groups[at[found]] == stopped[found]
-        codes[at[found]] = names.index(cause)
+        if cause == "deleted" and updated.shape[0]:
+            by_update = np.isin(stopped, updated)
+            _mark(codes, groups, stopped[by_update], names.index("updated"))
+            stopped = stopped[~by_update]
+        _mark(codes, groups, stopped, names.index(cause))
     return Coded(codes, names)
+
+
+def _mark(codes: I64, groups: I64, stopped: I64, code: int) -> None:
+    """``codes[i] = code`` where ``groups[i]`` (sorted) is one of ``stopped``."""
+    at = np.searchsorted(groups, stopped)
+    found = at < groups.shape[0]
+    found[found] = groups[at[found]] == stopped[found]
+    codes[at[found]] = code
 
 
 def _hex_keys(ids: Member) -> I64:
@@ -279,10 +297,15 @@ def _plain(column: Column) -> npt.NDArray[np.generic]:
 
 def _is_expired(cause: Member | None, diff: I64) -> npt.NDArray[np.bool_]:
     """The ``-1`` rows whose cause is ``expired``."""
+    return _caused(cause, diff, "expired")
+
+
+def _caused(cause: Member | None, diff: I64, name: str) -> npt.NDArray[np.bool_]:
+    """The ``-1`` rows whose cause is ``name``."""
     if not isinstance(cause, Coded):
         return np.zeros(diff.shape[0], np.bool_)
-    expired = [k for k, v in enumerate(cause.values) if v == "expired"]
-    return (diff < 0) & np.isin(cause.codes, expired)
+    codes = [k for k, v in enumerate(cause.values) if v == name]
+    return (diff < 0) & np.isin(cause.codes, codes)
 
 
 def _rows_at(rows: Rows, keep: npt.NDArray[np.bool_]) -> Rows:

@@ -96,6 +96,13 @@ class Settings(BaseSettings):
         "dst always are); null: every field",
     )
 
+    tables: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="relations that are tables of vertex attributes, read as account(a) as x "
+        "(comma list): one record per key, the latest winning; the queries' unary 'as' atoms "
+        "make a relation one too, this declares it (and fails if a query reads it otherwise)",
+    )
+
     # -- event time (monitor.plan.windows, monitor.service.clock) ------------------------------
     retention: Annotated[dict[str, float], NoDecode] = Field(
         default_factory=dict,
@@ -214,7 +221,7 @@ class Settings(BaseSettings):
     def _empty_is_none(cls, value: Any) -> Any:
         return None if value == "" else value
 
-    @field_validator("input_topics", "output_fields", mode="before")
+    @field_validator("input_topics", "output_fields", "tables", mode="before")
     @classmethod
     def _comma_list(cls, value: Any) -> Any:
         if isinstance(value, str):

@@ -273,14 +273,6 @@ def test_equals_between_vertex_variables_is_still_refused() -> None:
             id="as-on-ternary",
         ),
         pytest.param(
-            "q(a) := flagged(a) as t.",
-            "atom 'flagged(a)' binds edge variable 't' with 'as', but only binary relations",
-            1,
-            23,
-            "t",
-            id="as-on-unary",
-        ),
-        pytest.param(
             "q(a, b) := e(a, b) as t,\n  e(b, a) as t.",
             "edge variable 't' is bound twice in query 'q' (first by 'e(a, b) as t' at line 1, "
             "column 12)",
