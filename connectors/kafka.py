@@ -124,6 +124,12 @@ class KafkaSource:
         json_scan.warm()  # (the first poll's decoding compiles or loads nothing)
         self.consumer.subscribe(self.topics, on_assign=self._assigned, on_revoke=self._revoked)
 
+    def holds_table(self, topic: str) -> bool:
+        """Whether ``topic``'s records are a table's (its relation, ``SGM_TOPIC_RELATIONS``,
+        is one): a new group reads it from its beginning."""
+        relation = self.topic_relations.get(topic, self.default_relation)
+        return self.events is not None and relation in self.events.tables
+
     def _assigned(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Called inside poll when partitions are assigned: start them where the service says."""
         self._rebalanced = True

@@ -20,6 +20,7 @@ from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
+import orjson
 from confluent_kafka import KafkaError, KafkaException, Message
 
 from connectors.events import EventRecord, FieldTypes, event_updates
@@ -148,8 +149,8 @@ def message_columns(messages: Sequence[Message]) -> Records:
     # A ``map`` of ``Message``'s own method per column: a C call per message and no Python
     # frame, half the time of a comprehension that builds a tuple per message.
     values: list[bytes | None] = list(map(Message.value, messages))
-    if None in values:
-        values = [b"" if value is None else value for value in values]
+    if None in values:  # (a tombstone: a table's delete of its key)
+        values = [_tombstone(m) if v is None else v for m, v in zip(messages, values, strict=True)]
     errors = list(map(Message.error, messages))
     records = Records(
         cast(list[str], list(map(Message.topic, messages))),
@@ -166,6 +167,17 @@ def message_columns(messages: Sequence[Message]) -> Records:
     if None in records.topics or None in records.partitions or None in records.offsets:
         raise KafkaException(f"a message without a position among {len(messages)} consumed")
     return records
+
+
+def _tombstone(message: Message) -> bytes:
+    """A message without a value: the delete of its key, ``{"op": "delete", "key": KEY}``
+    (the key's text; the topic names the table, ``SGM_TOPIC_RELATIONS``), as a compacted
+    topic of a table removes a record; ``b""`` without a key (a dead letter)."""
+    key = message.key()
+    if key is None:
+        return b""
+    text = key.decode("utf-8", "replace") if isinstance(key, bytes) else str(key)
+    return b'{"op":"delete","key":' + orjson.dumps(text) + b"}"
 
 
 @dataclass

@@ -145,6 +145,9 @@ def resume_at(
             # start of the partition, emitting nothing up to the committed offset.
             starts[partition] = OFFSET_BEGINNING
             positions.catch_up[partition] = kafka
+        elif source.holds_table(partition[0]):
+            starts[partition] = OFFSET_BEGINNING  # (a table's topic is read whole, whatever
+            # auto.offset.reset says: its compacted records are the table)
         elif source.reset_start is not None:
             # New to the group: where auto.offset.reset says, given now (faster than letting
             # librdkafka look for a committed offset again, :data:`~connectors.kafka.RESET_STARTS`)
