@@ -74,7 +74,10 @@ def test_times_are_read_from_milliseconds_and_iso_strings_with_an_offset() -> No
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("e(a, b) as t1, e(b, a) as t2, t1.amount <= t2.amount + 10m.", "one side compares a 'ts' field"),
+        (
+            "e(a, b) as t1, e(b, a) as t2, t1.amount <= t2.amount + 10m.",
+            "one side compares a 'ts' field",
+        ),
         ("e(a, b) as t1, e(b, a) as t2, t1.ts <= 2 * t2.ts.", "multiplies a time or an id"),
         ("e(a, b) as t1, e(b, a) as t2, t1.ts <= t2.ts + 5.", "expected a duration like 10m"),
         ("e(a, b) as t1, e(b, a) as t2, t1.amount <= t2.amount * 2.", "write the number first"),
