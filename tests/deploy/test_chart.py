@@ -178,8 +178,9 @@ def test_rendered_config_is_what_the_service_reads(render: Render, tmp_path: Pat
     assert settings.queries == "triangle"
     on = rendered_settings(render("--values", str(ALL_ON)), tmp_path)
     assert on.batch_size == 500
-    assert on.input_topics == ["transfers", "logins"]
-    assert on.topic_relations == {"transfers": "pays", "logins": "uses"}
+    assert on.input_topics == ["transfers", "logins", "accounts"]
+    assert on.topic_relations == {"transfers": "pays", "logins": "uses", "accounts": "account"}
+    assert on.tables == ["account"]
     assert on.kafka_config()["security.protocol"] == "SASL_SSL"
     assert on.kafka_config()["sasl.password"] == "pw"
     assert on.queries == "/etc/subgraph-monitor/queries/queries.q"

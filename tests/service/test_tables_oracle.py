@@ -25,7 +25,6 @@ from hypothesis import strategies as st
 from core.columns import Coded, python_values
 from core.fields import to_column
 from core.records import EventUpdates, UpdateBatch
-
 from monitor.query import parse_queries
 from monitor.service.epochs import EpochProcessor
 from monitor.service.settings import Settings
@@ -175,9 +174,10 @@ class Model:
             if a in acct and b in acct and acct[a][0] == "high" and acct[b][1] >= ts - 30 * MINUTE:
                 out[("new_account", ((a, b), (tx, str(a), str(b))))] = ({tx}, {a, b})
             for ux, (c, d, us) in live.items():
-                if (c, d) == (b, a) and a != b and abs(ts - us) <= 30 * MINUTE:
-                    if a in acct and acct[a][0] != "low":
-                        out[("ring", ((a, b), (tx, ux, str(a))))] = ({tx, ux}, {a})
+                if (c, d) != (b, a) or a == b or abs(ts - us) > 30 * MINUTE:
+                    continue
+                if a in acct and acct[a][0] != "low":
+                    out[("ring", ((a, b), (tx, ux, str(a))))] = ({tx, ux}, {a})
         payers: dict[int, set[int]] = {}
         bindings: dict[int, tuple[set[str], set[int]]] = {}
         for tx, (a, b, _) in live.items():
@@ -234,7 +234,7 @@ def check(ops: list[tuple[Any, ...]], cuts: list[int]) -> int:
             assert current[row] in (0, 1), row
             if diff < 0:
                 if row[0] == "fan_in":  # a group: stopped by the expiries, else by the rest
-                    transfers, accounts = before[row]
+                    transfers, _ = before[row]
                     left = {tx for tx in transfers if tx not in happened["expired"]}
                     payers = {model.previous[tx][0] for tx in left}
                     expected = "expired" if len(payers) < 2 else cause_of(before[row], happened)
