@@ -30,15 +30,18 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from bench.accounts import accounts_of, records, write_with_table
 from bench.end_to_end import run_cli
 from bench.flink_sql import MATCHES, missing, run_flink
 from bench.timed_payments import _rss_mib, stream_file, stream_of, write_stream
 from bench.timed_stream import batch, csv_lines, json_lines
+from core.records import UpdateBatch
 from monitor.query.parser import parse_queries
 from monitor.service.epochs import EpochProcessor
 from monitor.service.settings import Settings
@@ -61,22 +64,37 @@ QUERIES = {
         transfer{2,6}(a, a) as p,
         p.amount >= 1000, next(p).ts > p.ts, next(p).amount >= 0.8 * p.amount,
         within 7d, distinct.""",
+    "to_new_account": """to_new_account(a, b) :=
+        transfer(a, b) as t, account(a) as x, account(b) as y,
+        x.risk = "high", y.opened >= t.ts - 30d.""",
 }
+#: The queries that read the account table (:mod:`bench.accounts`): it comes first, whole,
+#: then its updates among the transfers.
+TABLES = {"to_new_account"}
+#: Retentions a query is run with: a single transfer's match has no span of its own, and an
+#: alert on one needs its transfer for a day, not forever.
+RETENTIONS = {"to_new_account": {"transfer": 86_400_000.0}}
 
 
 def ours(query: str, args: argparse.Namespace) -> dict[str, Any]:
     """The whole stream through ``query`` in epochs of ``args.batch``; the figures."""
     stream = stream_of(args)
-    settings = Settings(batch_size=args.batch, allowed_lateness=float(args.lateness_ms))
+    settings = Settings(
+        batch_size=args.batch,
+        allowed_lateness=float(args.lateness_ms),
+        retention=RETENTIONS.get(query, {}),
+    )
     processor = EpochProcessor(parse_queries(QUERIES[query]), settings)
     grouped = processor.grouped.get(query)  # (None: a path query, rows are its matches)
     n, size = len(stream), args.batch
     epochs: list[float] = []
     plus = minus = 0
     samples: list[dict[str, float]] = []
-    for lo in range(0, n, size):
-        hi = min(lo + size, n)
-        updates = batch(stream, lo, hi)
+    table = accounts_of(stream, args.accounts, args.days, args.seed) if query in TABLES else None
+    offset = 0  # (the table's records and updates come before a transfer's sequence number)
+
+    def timed(updates: UpdateBatch) -> None:
+        nonlocal plus, minus
         started = time.perf_counter()
         out = processor.process(updates)
         processor.commit()
@@ -84,6 +102,31 @@ def ours(query: str, args: argparse.Namespace) -> dict[str, Any]:
         for q in out.queries:
             up = int((q.diff > 0).sum())
             plus, minus = plus + up, minus + len(q) - up
+
+    if table is not None:
+        keys = np.arange(len(table), dtype=np.int64)
+        for lo in range(0, len(table), size):
+            hi = min(lo + size, len(table))
+            part = records(keys[lo:hi], table.risk[lo:hi], table.opened[lo:hi], lo)
+            timed(UpdateBatch({}, lo, hi - lo, None, {"account": part}))
+        offset = len(table)
+    for lo in range(0, n, size):
+        hi = min(lo + size, n)
+        updates = batch(stream, lo, hi)
+        if table is not None:
+            transfers = replace(
+                updates.events["transfer"], seq=updates.events["transfer"].seq + offset
+            )
+            events = {"transfer": transfers}
+            mine = (table.at >= lo) & (table.at < hi)
+            if mine.any():
+                keys = table.keys[mine]
+                new = records(keys, table.new_risk[mine], table.opened[keys], offset + hi)
+                events["account"] = new
+            count = hi - lo + int(mine.sum())
+            updates = UpdateBatch({}, offset + lo, count, None, events)
+            offset += int(mine.sum())
+        timed(updates)
         if hi * SAMPLES // n > lo * SAMPLES // n:
             live = sum(len(s) for s in processor.events.stores.values())
             groups = 0 if grouped is None else len(grouped.groups)
@@ -100,10 +143,11 @@ def ours(query: str, args: argparse.Namespace) -> dict[str, Any]:
             )
     seconds = sum(epochs)
     p50, p99 = np.percentile(np.array(epochs) * 1000, [50, 99])
+    total = n + (0 if table is None else len(table) + len(table.at))
     return {
         "query": query,
-        "events": n,
-        "events_s": n / seconds,
+        "events": total,
+        "events_s": total / seconds,
         "rows_s": (plus + minus) / seconds,
         "plus": plus,
         "minus": minus,
@@ -128,10 +172,20 @@ def run_ours(args: argparse.Namespace, query: str) -> dict[str, Any]:
 
 
 def end_to_end(query: str, args: argparse.Namespace, jsonl: Path) -> dict[str, Any]:
-    flags = ["--query", QUERIES[query], "--edges", str(jsonl), "--batch-size", str(args.batch)]
-    done = run_cli([*flags, "--allowed-lateness", f"{args.lateness_ms}ms"])
+    events = args.events
+    flags = ["--query", QUERIES[query], "--batch-size", str(args.batch)]
+    if query in TABLES:
+        stream = stream_of(args)
+        table = accounts_of(stream, args.accounts, args.days, args.seed)
+        jsonl = jsonl.with_name(jsonl.stem + "-accounts.jsonl")
+        write_with_table(stream, table, jsonl)
+        flags += ["--table", "account"]
+        events += len(table) + len(table.at)
+    for relation, ms in RETENTIONS.get(query, {}).items():
+        flags += ["--retention", f"{relation}={ms:.0f}ms"]
+    done = run_cli([*flags, "--edges", str(jsonl), "--allowed-lateness", f"{args.lateness_ms}ms"])
     return {
-        "events_s": args.events / done.wall_s,
+        "events_s": events / done.wall_s,
         "rss_mib": done.rss_mib,
         "plus": sum(done.plus(q.name) for q in parse_queries(QUERIES[query])),
         "minus": sum(done.minus(q.name) for q in parse_queries(QUERIES[query])),
