@@ -12,10 +12,12 @@ import json
 import signal
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
 
 from tests.kafka.test_serve import (
     Service,
@@ -50,6 +52,11 @@ def account(producer: Producer, topic: str, key: str, record: dict[str, object] 
     producer.produce(topic, value, key.encode())
 
 
+def seen(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """Each row's diff, receiving account and cause."""
+    return [(r["diff"], r["match"]["b"], r.get("cause")) for r in rows]
+
+
 def transfer(producer: Producer, topic: str, tx: str, src: str, dst: str) -> None:
     record = {"relation": "transfer", "id": tx, "src": src, "dst": dst, "amount": 10}
     producer.produce(topic, json.dumps(record).encode(), tx.encode(), 0)
@@ -81,16 +88,14 @@ def test_a_table_topic_updates_retracts_and_survives_a_kill(
         transfer(producer, svc.input, tx, "A", dst)
     assert producer.flush(30) == 0
     rows = wait_rows(svc, 2)
-    assert sorted((r["diff"], r["match"]["b"]) for r in rows) == [(1, "B"), (1, "C")], rows
+    assert sorted(seen(rows)) == [(1, "B", None), (1, "C", None)], rows
 
     account(producer, accounts, "B", {"risk": "low", "country": "DE"})  # breaks A->B
     account(producer, accounts, "C", {"risk": "high", "country": "FR"})  # keeps A->C
     producer.produce(accounts, b'{"risk": "high"}', b"E")  # no key in the record
     assert producer.flush(30) == 0
     rows = wait_rows(svc, 3)
-    assert [(r["diff"], r["match"]["b"], r.get("cause")) for r in rows[2:]] == [
-        (-1, "B", "updated")
-    ], rows
+    assert seen(rows[2:]) == [(-1, "B", "updated")], rows
 
     svc.stop(signal.SIGKILL)
     account(producer, accounts, "C", None)  # a tombstone: removes C
@@ -100,11 +105,18 @@ def test_a_table_topic_updates_retracts_and_survives_a_kill(
     wait_consumed(svc.bootstrap, svc.group, accounts, svc=svc)
     rows = wait_rows(svc, 5)
     assert svc.stop() == 0, svc.log_text()
-    assert sorted((r["diff"], r["match"]["b"], r.get("cause")) for r in rows[3:]) == [
+    assert sorted(seen(rows[3:])) == [
         (-1, "C", "deleted"),
         (1, "D", None),
     ], rows
-    assert rows[0]["edges"]["y"]["risk"] == "high"  # type: ignore[index]
+    first: dict[str, Any] = rows[0]
+    assert first["edges"]["y"] == {
+        "id": "B",
+        "src": "B",
+        "dst": "B",
+        "risk": "high",
+        "country": "DE",
+    }
     got = check_exactly_once(rows)
     assert {match for (_, match), n in got.items() if n} == {("A", "D")}, got
     dead = read_topic(svc.bootstrap, svc.dead)
