@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from bench.timed_stream import START_MS, Texts, TimedStream, format_rows, json_lines
+from core.columns import python_values
 from core.fields import to_column
 from core.records import EventUpdates
 
@@ -73,6 +74,23 @@ def records(keys: I64, risk: I64, opened: I64, first_seq: int) -> EventUpdates:
     )
 
 
+def concat(parts: list[EventUpdates]) -> EventUpdates:
+    """Account records one after another (the table's last ones, then updates)."""
+    return EventUpdates(
+        np.concatenate([p.ids for p in parts]),
+        np.concatenate([p.diff for p in parts]),
+        np.concatenate([p.seq for p in parts]),
+        np.concatenate([p.src for p in parts]),
+        np.concatenate([p.dst for p in parts]),
+        {
+            "risk": to_column(
+                "string", [v for p in parts for v in python_values(p.fields["risk"])]
+            ),
+            "opened": np.concatenate([p.fields["opened"] for p in parts]),
+        },
+    )
+
+
 def table_lines(keys: I64, risk: I64, opened: I64) -> bytes:
     return format_rows(
         b'{"relation":"account","key":',
@@ -85,9 +103,18 @@ def table_lines(keys: I64, risk: I64, opened: I64) -> bytes:
     )
 
 
+def positions(table: Accounts, transfers: int) -> tuple[I64, I64]:
+    """Where each transfer and each update stands in the stream of records: the table first,
+    then the transfers, each update right after the transfer it follows."""
+    before = np.searchsorted(table.at, np.arange(transfers), side="left")
+    transfer_at = len(table) + np.arange(transfers) + before
+    update_at = len(table) + table.at + 1 + np.arange(table.at.shape[0])
+    return transfer_at.astype(np.int64), update_at.astype(np.int64)
+
+
 def write_with_table(stream: TimedStream, table: Accounts, path: Path) -> None:
-    """The table, then the transfers with the updates among them, as JSON lines (unless
-    ``path`` is there)."""
+    """The table, then the transfers with the updates among them (:func:`positions`), as JSON
+    lines (unless ``path`` is there)."""
     if path.exists():
         return
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -98,10 +125,14 @@ def write_with_table(stream: TimedStream, table: Accounts, path: Path) -> None:
         for lo in range(0, len(table), chunk):
             hi = min(lo + chunk, len(table))
             handle.write(table_lines(keys[lo:hi], table.risk[lo:hi], table.opened[lo:hi]))
+        updates = table_lines(table.keys, table.new_risk, table.opened[table.keys])
+        lines = updates.split(b"\n")[:-1]
         for lo in range(0, len(stream), chunk):
             hi = min(lo + chunk, len(stream))
-            handle.write(json_lines(stream, lo, hi))
-            mine = (table.at >= lo) & (table.at < hi)
-            opened = table.opened[table.keys[mine]]
-            handle.write(table_lines(table.keys[mine], table.new_risk[mine], opened))
+            merged = json_lines(stream, lo, hi).split(b"\n")[:-1]
+            mine = np.flatnonzero((table.at >= lo) & (table.at < hi))
+            # each update after its transfer: insert from the last, so earlier places hold
+            for j in mine[::-1].tolist():
+                merged.insert(int(table.at[j]) - lo + 1, lines[j])
+            handle.write(b"\n".join(merged) + b"\n")
     part.replace(path)

@@ -213,7 +213,8 @@ def format_rows(*parts: Part) -> bytes:
             for k, byte in enumerate(part):
                 out[at + k] = byte
         elif isinstance(part, Texts):
-            letters = np.zeros((len(part.choices), int(width.max(initial=0))), np.uint8)
+            longest = max((len(c) for c in part.choices), default=0)
+            letters = np.zeros((len(part.choices), longest), np.uint8)
             for code, text in enumerate(part.choices):
                 letters[code, : len(text)] = np.frombuffer(text, np.uint8)
             for k in range(letters.shape[1]):

@@ -36,12 +36,12 @@ from typing import Any
 
 import numpy as np
 
-from bench.accounts import accounts_of, records, write_with_table
+from bench.accounts import accounts_of, concat, positions, records, write_with_table
 from bench.end_to_end import run_cli
 from bench.flink_sql import MATCHES, missing, run_flink
 from bench.timed_payments import _rss_mib, stream_file, stream_of, write_stream
 from bench.timed_stream import batch, csv_lines, json_lines
-from core.records import UpdateBatch
+from core.records import EventUpdates, UpdateBatch
 from monitor.query.parser import parse_queries
 from monitor.service.epochs import EpochProcessor
 from monitor.service.settings import Settings
@@ -91,7 +91,8 @@ def ours(query: str, args: argparse.Namespace) -> dict[str, Any]:
     plus = minus = 0
     samples: list[dict[str, float]] = []
     table = accounts_of(stream, args.accounts, args.days, args.seed) if query in TABLES else None
-    offset = 0  # (the table's records and updates come before a transfer's sequence number)
+
+    records_in = n + (0 if table is None else len(table) + len(table.at))
 
     def timed(updates: UpdateBatch) -> None:
         nonlocal plus, minus
@@ -102,32 +103,8 @@ def ours(query: str, args: argparse.Namespace) -> dict[str, Any]:
         for q in out.queries:
             up = int((q.diff > 0).sum())
             plus, minus = plus + up, minus + len(q) - up
-
-    if table is not None:
-        keys = np.arange(len(table), dtype=np.int64)
-        for lo in range(0, len(table), size):
-            hi = min(lo + size, len(table))
-            part = records(keys[lo:hi], table.risk[lo:hi], table.opened[lo:hi], lo)
-            timed(UpdateBatch({}, lo, hi - lo, None, {"account": part}))
-        offset = len(table)
-    for lo in range(0, n, size):
-        hi = min(lo + size, n)
-        updates = batch(stream, lo, hi)
-        if table is not None:
-            transfers = replace(
-                updates.events["transfer"], seq=updates.events["transfer"].seq + offset
-            )
-            events = {"transfer": transfers}
-            mine = (table.at >= lo) & (table.at < hi)
-            if mine.any():
-                keys = table.keys[mine]
-                new = records(keys, table.new_risk[mine], table.opened[keys], offset + hi)
-                events["account"] = new
-            count = hi - lo + int(mine.sum())
-            updates = UpdateBatch({}, offset + lo, count, None, events)
-            offset += int(mine.sum())
-        timed(updates)
-        if hi * SAMPLES // n > lo * SAMPLES // n:
+        lo, hi = updates.first_seq, updates.first_seq + updates.count
+        if hi * SAMPLES // records_in > lo * SAMPLES // records_in:
             live = sum(len(s) for s in processor.events.stores.values())
             groups = 0 if grouped is None else len(grouped.groups)
             samples.append(
@@ -141,9 +118,36 @@ def ours(query: str, args: argparse.Namespace) -> dict[str, Any]:
                     "group_b": 0 if grouped is None else grouped.nbytes / max(groups, 1),
                 }
             )
+
+    if table is None:
+        for lo in range(0, n, size):
+            timed(batch(stream, lo, min(lo + size, n)))
+    else:  # the records as the JSON lines hold them (bench.accounts.positions), cut alike
+        keys = np.arange(len(table), dtype=np.int64)
+        transfer_at, update_at = positions(table, n)
+        total = len(table) + n + len(table.at)
+        for lo in range(0, total, size):
+            hi = min(lo + size, total)
+            events: dict[str, EventUpdates] = {}
+            t_lo, t_hi = np.searchsorted(transfer_at, [lo, hi])
+            if t_hi > t_lo:
+                part = batch(stream, int(t_lo), int(t_hi)).events["transfer"]
+                events["transfer"] = replace(part, seq=transfer_at[t_lo:t_hi])
+            first, last = min(lo, len(table)), min(hi, len(table))
+            u_lo, u_hi = np.searchsorted(update_at, [lo, hi])
+            accounts = [
+                records(keys[first:last], table.risk[first:last], table.opened[first:last], first)
+            ]
+            mine = table.keys[u_lo:u_hi]
+            accounts.append(records(mine, table.new_risk[u_lo:u_hi], table.opened[mine], 0))
+            accounts[-1] = replace(accounts[-1], seq=update_at[u_lo:u_hi])
+            kept = [a for a in accounts if len(a)]
+            if kept:
+                events["account"] = kept[0] if len(kept) == 1 else concat(kept)
+            timed(UpdateBatch({}, lo, hi - lo, None, events))
     seconds = sum(epochs)
     p50, p99 = np.percentile(np.array(epochs) * 1000, [50, 99])
-    total = n + (0 if table is None else len(table) + len(table.at))
+    total = records_in
     return {
         "query": query,
         "events": total,

@@ -177,6 +177,13 @@ def main() -> None:
     "[default: every field].",
 )
 @click.option(
+    "--output-limit",
+    type=int,
+    default=None,
+    help="Aggregate rows: at most this many ids of the events that contribute to the group, "
+    "as 'events' (0: none) [default: 100].",
+)
+@click.option(
     "--emit",
     type=click.Choice(["changes", "appearances"]),
     default=None,
@@ -221,6 +228,7 @@ def run(
     strict: bool,
     max_prefixes: int | None,
     output_fields: str | None,
+    output_limit: int | None,
     emit: str | None,
     retention: str | None,
     tables: tuple[str, ...],
@@ -240,6 +248,7 @@ def run(
             max_prefixes=max_prefixes,
             state_dir=state_dir,
             output_fields=output_fields,
+            output_limit=output_limit,
             emit=emit,
             retention=retention,
             tables=",".join(tables) or None,

@@ -11,11 +11,12 @@ them (each distinct id once, at the shard that numbered it).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from core.fields import time_order_side
 from core.records import UpdateBatch
@@ -34,6 +35,7 @@ from monitor.plan.cut import Cut
 from monitor.plan.needs import unread
 from monitor.query.ast import Query
 from monitor.service.clock import EventClock
+from monitor.service.contributions import contributions, with_events
 from monitor.service.epochs import epoch_tick, event_field_types
 from monitor.service.event_plan import event_plan, positional_events
 from monitor.service.grouped import GroupedQuery, body_retention, emit_grouped, grouped_outputs
@@ -230,4 +232,45 @@ class ShardedEpochs:
         each edge variable's events with their fields, ``match_id``, and ``cause`` in a run
         with a window; an aggregate query's groups that start or stop holding instead of its
         body's changes. Once per epoch: the groups count the changes here."""
-        return grouped_outputs(self.grouped, outputs(self, deltas), self.clock.watermark)
+        began = self.clock.watermark
+        found = grouped_outputs(self.grouped, outputs(self, deltas), began)
+        if self.grouped and self.settings.output_limit:
+            found = [self._contributed(out, began) for out in found]
+        return found
+
+    def _contributed(self, out: QueryOutput, began: float) -> QueryOutput:
+        """An aggregate query's group rows with the events of their bindings, as the single
+        process finds them (:mod:`monitor.service.contributions`), over the shards."""
+        grouped = self.grouped.get(out.query)
+        if grouped is None or not len(out):
+            return out
+        i = next(k for k, r in enumerate(self.plan.rewritten) if r.source.name == out.query)
+        body, internal = self.plan.rewritten[i].source, self.internal[i]
+
+        def bindings(restrict: Mapping[str, I32], take: Callable[[QueryOutput], None]) -> None:
+            def send(columns: list[I32]) -> None:
+                diff = np.ones(columns[0].shape[0], np.int64)
+                for found in outputs(
+                    self, [MatchDeltas(internal.name, internal.head, columns, diff)]
+                ):
+                    take(found)
+
+            enumerate_matches(
+                internal,
+                self.index,
+                send,
+                max_prefixes=self.max_prefixes,
+                cut=Cut.NEW,
+                runner=ShardedStageRunner,
+                restrict=restrict,
+            )
+
+        def encode(columns: list[npt.NDArray[np.generic]]) -> list[I32]:
+            return self.index.vertices.encode(
+                columns, [np.zeros(c.shape[0], np.bool_) for c in columns]
+            )
+
+        window = None if grouped.window is None else (grouped.window.span, began)
+        limit = self.settings.output_limit
+        events = contributions(out, body.head, body.timed_edges, window, limit, encode, bindings)
+        return with_events(out, events)

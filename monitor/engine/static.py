@@ -7,7 +7,7 @@ counted or streamed out chunk by chunk within the prefix budget.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
@@ -28,13 +28,26 @@ def enumerate_matches(
     max_prefixes: int = 1 << 20,
     cut: Cut = Cut.NEW,
     runner: type[StageRunner] = StageRunner,
+    restrict: Mapping[str, I32] | None = None,
 ) -> None:
     """Pass every current match to ``emit``, in batches of binding columns in head order
-    (``runner``: the stage implementation, as :func:`~monitor.engine.pipeline.run_plan`'s)."""
+    (``runner``: the stage implementation, as :func:`~monitor.engine.pipeline.run_plan`'s).
+    With ``restrict`` (variable -> sorted dense ids), the seed's tuples are only those whose
+    variables it names take one of those ids: a superset of the matches so restricted (a
+    variable the seed does not bind is not restricted here; the caller filters)."""
     plan = static_plan(query)
     columns = index.tuples(plan.seed.relation, cut)
     if not columns or not columns[0].shape[0]:
         return
+    if restrict:
+        keep = np.ones(columns[0].shape[0], np.bool_)
+        for position, at in enumerate(plan.seed.columns):
+            allowed = restrict.get(plan.order[at])
+            if allowed is not None:
+                keep &= np.isin(columns[position], allowed)
+        columns = [c[keep] for c in columns]
+        if not columns[0].shape[0]:
+            return
     seeds = seed_prefixes(plan, columns, np.ones(columns[0].shape[0], np.int64), index)
     run_plan(plan, index, seeds, max_prefixes, lambda p: emit(list(p.columns)), runner)
 

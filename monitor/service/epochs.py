@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -42,6 +42,7 @@ from monitor.query.types import field_types, time_fields
 from monitor.service import match_ids as match_id_kernels
 from monitor.service.causes import causes
 from monitor.service.clock import FILE_PARTITION, EventClock
+from monitor.service.contributions import contributions, with_events
 from monitor.service.event_plan import event_plan, names, positional_events
 from monitor.service.grouped import GroupedQuery, body_retention, emit_grouped, grouped_outputs
 from monitor.service.match_ids import Hashed, match_ids
@@ -242,11 +243,10 @@ class EpochProcessor:
         started = time.perf_counter()
         began = self.clock.watermark  # (the window of the epoch: the watermark it begins with)
         staged = self.stage(batch)
-        out = replace(
-            staged,
-            queries=grouped_outputs(self.grouped, self.evaluate(staged.changes), began),
-            seconds=time.perf_counter() - started,
-        )
+        queries = grouped_outputs(self.grouped, self.evaluate(staged.changes), began)
+        if self.grouped and self.settings.output_limit:
+            queries = [self._contributed(q, began) for q in queries]
+        out = replace(staged, queries=queries, seconds=time.perf_counter() - started)
         self.totals.add(out)
         return out
 
@@ -336,6 +336,38 @@ class EpochProcessor:
         self.clock.abort()
         self.epoch -= 1
         self._regroup()
+
+    def _contributed(self, out: QueryOutput, began: float) -> QueryOutput:
+        """An aggregate query's group rows with the events of their bindings
+        (:mod:`monitor.service.contributions`); any other output as it is."""
+        grouped = self.grouped.get(out.query)
+        if grouped is None or not len(out):
+            return out
+        i = next(k for k, r in enumerate(self.rewritten) if r.source.name == out.query)
+        body = self.rewritten[i].source
+
+        def bindings(restrict: Mapping[str, I32], take: Callable[[QueryOutput], None]) -> None:
+            def send(columns: list[I32]) -> None:
+                take(self._output(i, columns, np.ones(columns[0].shape[0], np.int64)))
+
+            with self.events.complete():
+                enumerate_matches(
+                    self.internal[i],
+                    self.index,
+                    send,
+                    max_prefixes=self.settings.max_prefixes,
+                    cut=Cut.NEW,
+                    restrict=restrict,
+                )
+
+        def encode(columns: list[npt.NDArray[np.generic]]) -> list[I32]:
+            return [self.index.dictionary.encode(c, add=False) for c in columns]
+
+        window = None if grouped.window is None else (grouped.window.span, began)
+        events = contributions(
+            out, body.head, body.timed_edges, window, self.settings.output_limit, encode, bindings
+        )
+        return with_events(out, events)
 
     def _regroup(self) -> None:
         """The aggregate queries' groups rebuilt from their bodies' current bindings (after a

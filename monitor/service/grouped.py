@@ -184,7 +184,7 @@ class GroupedQuery:
             if argument is None:
                 continue
             if isinstance(argument, FieldRef):
-                out[condition.name] = _numbers(body.edges[argument.edge][argument.name])
+                out[condition.name] = numbers(body.edges[argument.edge][argument.name])
             elif argument in body.variables:
                 column = body.columns[body.variables.index(argument)]
                 out[condition.name] = id_hashes(column).view(np.int64)
@@ -272,12 +272,12 @@ def _hex_keys(ids: Member) -> I64:
 
 def _earliest(edges: dict[str, dict[str, Column]], variables: Sequence[str]) -> F64:
     """Per row, the least ``ts`` of its events."""
-    times = [_numbers(edges[v]["ts"]) for v in variables]
+    times = [numbers(edges[v]["ts"]) for v in variables]
     least: F64 = np.minimum.reduce(times) if len(times) > 1 else times[0]
     return least
 
 
-def _numbers(column: Column) -> F64:
+def numbers(column: Column) -> F64:
     """A number column as ``float64``, NaN where a row has none."""
     if isinstance(column, Coded):
         raise TypeError("an aggregate reads a number field; this one holds text")

@@ -90,6 +90,12 @@ class Settings(BaseSettings):
         "values); arrow, as an Apache Arrow IPC stream, a third of the bytes and a fraction "
         "of the encoding time (README, Output records)",
     )
+    output_limit: int = Field(
+        100,
+        ge=0,
+        description="aggregate rows: at most this many ids of the events that contribute to "
+        "the group, listed as 'events' (0: none)",
+    )
     output_fields: Annotated[list[str] | None, NoDecode] = Field(
         None,
         description="fields of matched events copied into the output (comma list; id, src and "

@@ -1,0 +1,88 @@
+"""The events that contribute to an aggregate group's row: ``"events": ["tx-1", ...]``.
+
+A group's row says that it started or stopped holding; an analyst wants the transfers behind
+it. The groups keep no binding (:mod:`monitor.service.grouped`: counts, sums and distinct
+values only), so the events are found when a row is written: one static evaluation of the
+query's body over the staged index, its seed restricted to the vertices of the epoch's group
+rows (:func:`~monitor.engine.static.enumerate_matches`), its bindings kept where their group
+is one of those rows and, when the aggregate keeps a window of its own, where the binding is
+counted (its earliest event within ``over`` of the watermark the epoch began with). Each row
+lists the distinct ids of its bindings' events, sorted as text, at most ``--output-limit``
+(0: no list): the same bytes in a rerun. The work (a scan of the seed relation for the groups'
+vertices, and the groups' bindings) is done on the epochs that write group rows only, by
+either engine (:class:`Bindings`: the single process's or the partitioned one's evaluation).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+
+import numpy as np
+import numpy.typing as npt
+
+from core.columns import Coded, python_values
+from core.times import TIME_FIELD
+from monitor.index.levels import I32
+from monitor.service.grouped import numbers
+from monitor.service.match_ids import match_hashes
+from monitor.service.query_output import QueryOutput
+
+#: ``bindings(restrict, take)``: the body's current bindings, those of the variables in
+#: ``restrict`` (variable -> sorted dense vertex ids) among them, to ``take`` as outputs.
+Bindings = Callable[[Mapping[str, I32], Callable[[QueryOutput], None]], None]
+#: External vertex id columns -> dense ids (-1: unknown).
+Encode = Callable[[list[npt.NDArray[np.generic]]], list[I32]]
+
+
+def contributions(
+    groups: QueryOutput,
+    body_head: Sequence[str],
+    timed: Sequence[str],
+    window: tuple[float, float] | None,
+    limit: int,
+    encode: Encode,
+    bindings: Bindings,
+) -> Coded:
+    """Per row of ``groups`` (an aggregate query's group rows), the sorted ids of the events
+    of its bindings, at most ``limit``: the bindings ``bindings`` gives (the body's, whose
+    variables ``body_head`` start with the group's), those counted in ``window`` (span,
+    watermark the epoch began with; by the earliest ``ts`` of the ``timed`` edge variables)
+    when the aggregate keeps one."""
+    rows, width = len(groups), len(groups.variables)
+    dense = encode([np.asarray(c) for c in groups.columns])
+    known = np.logical_and.reduce([d >= 0 for d in dense])
+    wanted = match_hashes(groups.query, groups.columns, rows)
+    order = np.argsort(wanted[known], kind="stable")
+    sorted_keys, rows_of = wanted[known][order], np.flatnonzero(known)[order]
+    found: list[set[str]] = [set() for _ in range(rows)]
+
+    def take(out: QueryOutput) -> None:
+        keys = match_hashes(groups.query, out.columns[:width], len(out))
+        at = np.minimum(np.searchsorted(sorted_keys, keys), sorted_keys.shape[0] - 1)
+        keep = sorted_keys[at] == keys
+        if window is not None and timed:
+            span, began = window
+            times = [numbers(out.edges[v][TIME_FIELD]) for v in timed]
+            earliest = np.minimum.reduce(times) if len(times) > 1 else times[0]
+            keep &= earliest + span >= began
+        picked = np.flatnonzero(keep)
+        if not picked.shape[0]:
+            return
+        owners = rows_of[at[picked]].tolist()
+        for fields in out.edges.values():
+            ids = python_values(fields["id"][picked])
+            for owner, event in zip(owners, ids, strict=True):
+                found[owner].add(str(event))
+
+    if sorted_keys.shape[0]:
+        restrict = {body_head[k]: np.unique(dense[k][known]) for k in range(width)}
+        bindings(restrict, take)
+    return Coded(np.arange(rows, dtype=np.int64), [sorted(events)[:limit] for events in found])
+
+
+def with_events(out: QueryOutput, events: Coded) -> QueryOutput:
+    """``out`` with its rows' ``events`` beside their ``values``."""
+    extra = dict(out.extra)
+    values = extra.pop("values")
+    return replace(out, extra={"values": values, "events": events, **extra})
