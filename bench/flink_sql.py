@@ -95,6 +95,33 @@ MATCHES = {
         HAVING COUNT(DISTINCT b) >= 5
     """,
 }
+
+
+def round_trip_sql(low: int = 2, high: int = 4) -> str:
+    """``round_trip`` (issue #35) for paths of ``low`` to ``high`` hops as a ``UNION ALL`` of
+    chains of interval joins: each hop after the previous one (by at most 7 days), at least
+    1,000 and at least 80% of the one before, the last within 7 days of the first (on the plain
+    ``ts`` column, no time attribute), back to the first hop's source, no account twice."""
+    parts = []
+    for k in range(low, high + 1):
+        chain = """SELECT t1.src AS v0, t1.dst AS v1, t1.ts AS ts1, t1.amount AS m1, t1.rt AS rt1
+            FROM transfers t1 WHERE t1.amount >= 1000 AND t1.src <> t1.dst"""
+        for i in range(2, k + 1):
+            seen = " AND ".join(f"t{i}.dst <> p.v{j}" for j in range(1, i))
+            closes = f"t{i}.dst = p.v0" if i == k else f"t{i}.dst <> p.v0 AND {seen}"
+            keep = ", ".join(f"p.v{j} AS v{j}" for j in range(i))
+            chain = f"""SELECT {keep}, t{i}.dst AS v{i}, p.ts1 AS ts1, t{i}.amount AS m{i},
+                    t{i}.rt AS rt{i}
+                FROM ({chain}) p, transfers t{i}
+                WHERE t{i}.src = p.v{i - 1} AND {closes}
+                  AND t{i}.amount >= 1000 AND t{i}.amount >= CAST(0.8 AS DOUBLE) * p.m{i - 1}
+                  AND t{i}.rt > p.rt{i - 1} AND t{i}.rt <= p.rt{i - 1} + INTERVAL '7' DAY
+                  AND t{i}.ts <= p.ts1 + 604800000"""
+        parts.append(f"SELECT rt{k} AS rt FROM ({chain})")
+    return "\nUNION ALL\n".join(parts)
+
+
+MATCHES["round_trip"] = round_trip_sql()
 #: The matches counted per day of event time: an append-only window aggregate, so the job
 #: sends a row per day to the client, not one per match, and holds no watermark back.
 COUNT = """
