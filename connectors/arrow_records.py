@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from connectors.event_batch import Identities
-from connectors.events import MAX_FIELD_LENGTH, RESERVED, FieldTypes
+from connectors.events import MAX_FIELD_LENGTH, RESERVED, TABLE_RESERVED, FieldTypes
 from connectors.formats import MAX_ID_LENGTH, is_relation_name
 from core.fields import absent_column
 from core.records import EventUpdates, RelationUpdates, UpdateBatch
@@ -172,8 +172,6 @@ class TableDecoder:
 
     def decode(self, arities: dict[str, int]) -> DecodedRecords:
         wanted = set() if self.events is None else self.events.relations
-        if self.events is not None and self.events.tables & set(self.names):
-            raise Refused  # (a table's records, keyed, go the per-relation way)
         is_event = [name in wanted for name in self.names]
         tuples = [name for name, event in zip(self.names, is_event, strict=True) if not event]
         if any(arities.get(name, 2) != 2 for name in tuples):
@@ -251,6 +249,14 @@ class TableDecoder:
         insert = diffs > 0
         everything = bool(insert.all())
         inserts = at if everything else at[insert]
+        if relation in self.events.tables:  # (a table's record: its key is id, src and dst)
+            keys = self._ids("key", rows, required=True)
+            ends = keys if everything else keys[insert]
+            if not everything:
+                ends = _spread(ends, insert)
+            fields = self._fields(relation, inserts, insert, everything, learned, TABLE_RESERVED)
+            identity = keys.astype(object) if keys.dtype != object else keys
+            return EventUpdates(identity, diffs, at.astype(np.int64), ends, ends, fields)
         ids_column = self._take("id", rows)
         identity = np.full(at.shape[0], None, dtype=object)
         anonymous = insert
@@ -277,6 +283,7 @@ class TableDecoder:
         insert: npt.NDArray[np.bool_],
         everything: bool,
         learned: dict[str, dict[str, str]],
+        reserved: frozenset[str] = RESERVED,
     ) -> dict[str, npt.NDArray[Any]]:
         """The field columns of a relation's events, in the order the per-record decoder meets
         them (first event with the field, then its place in that record)."""
@@ -284,7 +291,7 @@ class TableDecoder:
         known = self.events.types.get(relation, {})
         found: list[tuple[int, str, str, npt.NDArray[Any]]] = []
         for name in self.table.column_names:
-            if name in RESERVED:
+            if name in reserved:
                 continue
             column = column_of(self.table, name)
             assert column is not None

@@ -401,3 +401,58 @@ def test_fields_that_first_appear_together_keep_their_record_order() -> None:
     assert list(found[0].events["t"].fields) == ["a", "c", "b"]
     assert list(types.types["t"]) == ["a", "c", "b"]
     assert both(values, {"t": {}}, {})
+
+
+def table_types() -> FieldTypes:
+    """``transfer`` events and the ``account`` table, whose ``opened`` holds times."""
+    return FieldTypes.of({"transfer": {}, "account": {}}, {"account"}, {"account": {"opened"}})
+
+
+TABLE_RECORDS = st.fixed_dictionaries(
+    {"relation": st.just("account"), "risk": st.sampled_from(["high", "low", None])},
+    optional={
+        "key": st.one_of(st.integers(0, 5), st.sampled_from(["acct-1", "acct-2"])),
+        "op": st.sampled_from(["insert", "delete"]),
+        "opened": st.one_of(
+            st.integers(0, 10**12),
+            st.sampled_from(["2026-11-02T00:00:00Z", "2026-01-01T00:00:00+01:00"]),
+        ),
+        "ts": st.integers(0, 10),
+    },
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(TABLE_RECORDS, event(clean=True)), min_size=1, max_size=25))
+def test_table_records_decode_alike_both_ways(records: list[dict[str, Any]]) -> None:
+    """A table's records (``key`` their id and ends, no ``ts``, times in ``opened``) among
+    events: the fast path decodes them as the slow path, or declines, never otherwise."""
+    values = [json.dumps(r).encode() for r in records]
+    slow_types, fast_types = table_types(), table_types()
+    slow = decode_records(values, "e", identities, slow_types, {}, 1 << 20, fast_path=False)
+    took = decode_lines(b"\n".join(values), "e", identities, fast_types, {}, rows=len(values))
+    if took is not None:
+        assert slow.errors == []
+        same_decoded(slow, took[0])
+        assert learned(fast_types) == learned(slow_types)
+    via_types = table_types()
+    same_decoded(slow, decode_records(values, "e", identities, via_types, {}, 1 << 20))
+
+
+def test_clean_table_records_take_the_fast_path() -> None:
+    accounts = [
+        orjson.dumps({"relation": "account", "key": f"acct-{i}", "risk": "high", "opened": i})
+        for i in range(200)
+    ]
+    accounts += [b'{"op":"delete","relation":"account","key":"acct-3"}']
+    transfers = [
+        orjson.dumps({"relation": "transfer", "id": f"tx-{i}", "src": 1, "dst": 2, "ts": i})
+        for i in range(200)
+    ]
+    values = [v for pair in zip(accounts, transfers, strict=False) for v in pair]
+    took = decode_lines(b"\n".join(values), "e", identities, table_types(), {}, rows=len(values))
+    assert took is not None
+    slow = decode_records(values, "e", identities, table_types(), {}, 1 << 20, fast_path=False)
+    same_decoded(slow, took[0])
+    table = took[0].events["account"]
+    assert table.ids[:2].tolist() == ["acct-0", "acct-1"] and "ts" not in table.fields
