@@ -13,7 +13,12 @@ the same run, on one core (``--cpu``):
   ``/dev/null``: what a user gets, the JSON decoding and the output included.
 - **Flink SQL** (:mod:`bench.flink_sql`, when ``make flink`` installed it): ``fan_in`` and
   ``outflow`` as ``GROUP BY ... HAVING`` over HOP windows (size the query's window, slide
-  ``--hop``), ``scatter_gather`` as an interval join into the same; counted per day.
+  ``--hop``), ``scatter_gather`` as an interval join into the same, ``round_trip`` as a union
+  of chains of interval joins of 2 to 4 hops; counted per day.
+- ``to_new_account`` reads the account table of :mod:`bench.accounts`: every account's record
+  first, then one update per 50 transfers among them, the same records in the same epochs in
+  process and end to end; its events/s count every record (table, transfers, updates). Its
+  transfers live a day (``--retention transfer=1d``): one transfer's match has no span.
 
 Where the semantics differ: ours slides with every epoch (a group is re-checked whenever its
 bindings change or leave the window, and reported once per episode of holding); Flink's HOP
