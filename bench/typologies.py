@@ -69,6 +69,11 @@ QUERIES = {
         transfer{2,6}(a, a) as p,
         p.amount >= 1000, next(p).ts > p.ts, next(p).amount >= 0.8 * p.amount,
         within 7d, distinct.""",
+    # (the lengths Flink SQL's union of interval joins covers: the counts should agree)
+    "round_trip_4": """round_trip_4(a) :=
+        transfer{2,4}(a, a) as p,
+        p.amount >= 1000, next(p).ts > p.ts, next(p).amount >= 0.8 * p.amount,
+        within 7d, distinct.""",
     "to_new_account": """to_new_account(a, b) :=
         transfer(a, b) as t, account(a) as x, account(b) as y,
         x.risk = "high", y.opened >= t.ts - 30d.""",

@@ -19,7 +19,8 @@ def test_in_process_and_end_to_end_agree_and_the_report_prints(tmp_path: Path) -
     jsonl = tmp_path / "stream.jsonl"
     write_stream(stream_of(args), jsonl, json_lines)
     results = {}
-    for query in QUERIES:
+    queries = [q for q in QUERIES if q != "round_trip_4"]  # (round_trip's shorter twin)
+    for query in queries:
         figures = ours(query, args)
         e2e = end_to_end(query, args, jsonl)
         assert (e2e["plus"], e2e["minus"]) == (figures["plus"], figures["minus"]), query
@@ -28,4 +29,4 @@ def test_in_process_and_end_to_end_agree_and_the_report_prints(tmp_path: Path) -
             assert figures["minus"] >= 1, (query, figures)
         results[query] = {"ours": figures, "e2e": e2e}
     text = report(args, results)
-    assert all(f"| {query} | " in text for query in QUERIES), text
+    assert all(f"| {query} | " in text for query in queries), text
