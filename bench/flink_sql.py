@@ -121,7 +121,8 @@ def round_trip_sql(low: int = 2, high: int = 4) -> str:
     return "\nUNION ALL\n".join(parts)
 
 
-MATCHES["round_trip"] = MATCHES["round_trip_4"] = round_trip_sql(2, 4)
+#: (``round_trip``'s 5 and 6 hops are not written: Flink runs the lengths up to 4 only)
+MATCHES["round_trip_4"] = round_trip_sql(2, 4)
 #: The matches counted per day of event time: an append-only window aggregate, so the job
 #: sends a row per day to the client, not one per match, and holds no watermark back.
 COUNT = """
