@@ -241,12 +241,17 @@ def build(query: Query, seed: int, *, delta: bool) -> DeltaQuery:
 class RangeStep:
     """Binding an edge variable from a time-ordered atom, then the far end of its event.
 
-    Taken when the atom's vertex is bound and some bound edge variable (the *anchor*) bounds
-    the edge variable's time to ``anchor.ts + [low, high]``, and the far end is a variable
-    no other atom holds (a chain, such as ``pass_through``'s ``c``): the far end is then
-    bound by the event alone, and the events of the vertex in that time range are far fewer
-    than its neighbours' events in the whole window. A far end that another atom holds (the
-    closing vertex of a ring) is bound by count / propose / intersect as before.
+    Taken when the atom's vertex is bound and some bound edge variable (the *anchor*: the
+    narrowest range, and of equal ones the one bound last) bounds the edge variable's time to
+    ``anchor.ts + [low, high]``, and the far end is a variable that no other atom holds with
+    only bound variables besides it (a chain, such as ``pass_through``'s ``c``, or the next
+    vertex of a round trip, whose other atoms bind it again with the next hop): the far end is
+    then bound by the event, and the events of the vertex in that time range are far fewer
+    than its neighbours' events in the whole window. Hop after hop, each bound from the range
+    after the one before, a round trip of six hops prunes by the hops' order at every step
+    instead of enumerating paths of vertices first (4.5x on ``bench.typologies``' round trips
+    at 600k events). A far end that another atom holds with bound variables only (the closing
+    vertex of a ring) is bound by count / propose / intersect as before.
     """
 
     atom: int
@@ -286,13 +291,19 @@ def range_step(query: Query, order: Sequence[str]) -> RangeStep | None:
         implied = frozenset({events} | {j for j, e in projected.items() if e == events})
         if far in bound or far == vertex:
             continue
-        if any(far in a.variables for j, a in enumerate(query.atoms) if j not in implied):
-            continue
+        if any(
+            far in a.variables and set(a.variables) - {far} <= bound | {edge}
+            for j, a in enumerate(query.atoms)
+            if j not in implied
+        ):
+            continue  # (an atom whose other variables are bound would need a check of far)
         if bounds is None:
             bounds = time_bounds(edges, query.predicates)
+        # the narrowest range; of equal ones, from the edge variable bound last (in a chain of
+        # hops each after the previous one, the hop before: the range starts latest)
         anchors = [
-            (bounds[t, edge] + bounds[edge, t], k, t)
-            for k, t in enumerate(edges)
+            (bounds[t, edge] + bounds[edge, t], -list(order).index(t), t)
+            for t in edges
             if t in bound and t != edge and math.isfinite(bounds[t, edge] + bounds[edge, t])
         ]
         if not anchors:
