@@ -105,7 +105,7 @@ def partitioned_file_job(path: Path, source: Input, workers: int) -> tuple[float
         "from monitor.distributed.filejob import PartitionedJob, run_partitioned\n"
         "from monitor.plan.events import event_relations\n"
         "from monitor.query.load import load_queries\n"
-        "from monitor.service.epochs import event_field_types\n"
+        "from monitor.service.event_plan import event_field_types\n"
         "from monitor.service.settings import Settings\n"
         "path, query, undirected, workers = sys.argv[1], sys.argv[2], sys.argv[3] == '1', "
         "int(sys.argv[4])\n"

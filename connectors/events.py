@@ -121,14 +121,7 @@ def decode_event(
             f"an inserted event needs 'src' and 'dst'; missing {' and '.join(map(repr, missing))}"
         )
     src, dst = _json_id(record["src"], "src"), _json_id(record["dst"], "dst")
-    fields: dict[str, object] = {}
-    for name, value in record.items():
-        if name in RESERVED or value is None:
-            continue
-        if types.is_time(relation, name):
-            value = parse_time(value, name)
-        types.check(relation, name, value)
-        fields[name] = value
+    fields = _fields(record, relation, types, RESERVED)
     return EventRecord(relation, position if event_id is None else event_id, 1, src, dst, fields)
 
 
@@ -138,22 +131,27 @@ def _table_record(
     """A record of table ``relation``: the attributes of vertex ``key`` (its id, source and
     destination), without a time (a ``ts`` is ignored: a table never expires)."""
     if "key" not in record:
-        raise InputError(
-            f"a record of table {relation!r} needs 'key', the vertex it describes (or, in "
-            "Kafka, a message key)"
-        )
+        raise InputError(f"a record of table {relation!r} needs 'key', the vertex it describes")
     key = _json_id(record["key"], "key")
     if diff < 0:
         return EventRecord(relation, key, -1, key, key, {})
+    return EventRecord(relation, key, 1, key, key, _fields(record, relation, types, TABLE_RESERVED))
+
+
+def _fields(
+    record: dict[str, Any], relation: str, types: FieldTypes, reserved: frozenset[str]
+) -> dict[str, object]:
+    """The fields of an inserted record: every key but ``reserved`` and the nulls, times
+    parsed, each checked against (or fixing) its type."""
     fields: dict[str, object] = {}
     for name, value in record.items():
-        if name in TABLE_RESERVED or value is None:
+        if name in reserved or value is None:
             continue
         if types.is_time(relation, name):
             value = parse_time(value, name)
         types.check(relation, name, value)
         fields[name] = value
-    return EventRecord(relation, key, 1, key, key, fields)
+    return fields
 
 
 def parse_json_event(

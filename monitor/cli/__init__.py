@@ -52,7 +52,8 @@ from monitor.plan.planner import delta_queries, static_plan
 from monitor.plan.windows import describe, retentions, span
 from monitor.query.ast import Query
 from monitor.query.load import load_queries_many
-from monitor.service.epochs import EpochProcessor, event_field_types
+from monitor.service.epochs import EpochProcessor
+from monitor.service.event_plan import event_field_types
 from monitor.service.filejob import FileJob, run_file_job
 from monitor.service.settings import Settings, load_settings
 from monitor.service.stop import Stop, stop_on_signals

@@ -36,8 +36,8 @@ from monitor.plan.needs import unread
 from monitor.query.ast import Query
 from monitor.service.clock import EventClock
 from monitor.service.contributions import contributions, with_events
-from monitor.service.epochs import epoch_tick, event_field_types
-from monitor.service.event_plan import event_plan, positional_events
+from monitor.service.epochs import epoch_tick
+from monitor.service.event_plan import event_field_types, event_plan, positional_events
 from monitor.service.grouped import GroupedQuery, body_retention, emit_grouped, grouped_outputs
 from monitor.service.query_output import QueryOutput
 from monitor.service.settings import Settings

@@ -18,12 +18,12 @@ import numpy.typing as npt
 
 from core.columns import Coded, Column, Member
 from monitor.distributed.routing import Split
+from monitor.engine.consolidate import by_identity as by_identity_of
 from monitor.engine.delta import MatchDeltas
 from monitor.index.levels import I32, I64
 from monitor.index.unique import first_appearances
 from monitor.plan.events import EventQuery
 from monitor.service.causes import causes
-from monitor.service.epochs import by_identity as by_identity_of
 from monitor.service.match_ids import Hashed, match_ids
 from monitor.service.query_output import QueryOutput
 
@@ -181,7 +181,7 @@ def by_identity(
     events: ShardedEvents, rewritten: EventQuery, columns: list[I32], diff: I64
 ) -> tuple[list[I32], I64]:
     """The deltas consolidated by what a binding is outside, with the slots of the events'
-    ids read at their shards (:func:`~monitor.service.epochs.by_identity`)."""
+    ids read at their shards (:func:`~monitor.engine.consolidate.by_identity`)."""
     width = len(rewritten.source.head)
     slots = [
         events.reads.slots(relation, columns[width + k])

@@ -101,3 +101,23 @@ def sort_keys(columns: Sequence[I32]) -> list[npt.NDArray[np.int64]]:
             key = (key << bits) | column
         keys.append(key)
     return keys
+
+
+def by_identity(
+    columns: Sequence[I32], diff: I64, width: int, slots: Sequence[npt.NDArray[np.integer]]
+) -> tuple[list[I32], I64]:
+    """The deltas consolidated by what a binding is outside: its vertices (the first ``width``
+    columns) and its events' ids (``slots``, one column per edge variable). An id deleted and
+    inserted again within the epoch is a new event, so a binding that holds with the old event
+    and with the new one comes as -1 and +1 of two internal bindings; they cancel (at most one
+    of each per identity: the old and the new event are never alive at once)."""
+    keys = [*columns[:width], *slots]
+    order = np.lexsort(keys[::-1])
+    n = order.shape[0]
+    starts = np.ones(n, np.bool_)
+    if n > 1:
+        starts[1:] = np.logical_or.reduce([k[order][1:] != k[order][:-1] for k in keys])
+    group = np.cumsum(starts) - 1
+    sums = np.add.reduceat(diff[order], np.flatnonzero(starts)) if n else diff[:0]
+    keep = np.sort(order[diff[order] == np.sign(sums)[group]])
+    return [c[keep] for c in columns], diff[keep]

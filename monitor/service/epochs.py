@@ -18,13 +18,13 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import numpy.typing as npt
 
-from connectors.events import FieldTypes
 from core.columns import Column, Member
 from core.errors import StateError
 from core.fields import time_order_side
 from core.records import UpdateBatch, mirrored
 from core.times import TIME_FIELD
 from monitor.engine import sorting
+from monitor.engine.consolidate import by_identity
 from monitor.engine.delta import DeltaEvaluator
 from monitor.engine.owned import ChangedTuples, decide
 from monitor.engine.static import count_matches, enumerate_matches
@@ -38,12 +38,11 @@ from monitor.index.window import Tick
 from monitor.plan.cut import Cut
 from monitor.plan.needs import unread
 from monitor.query.ast import Query
-from monitor.query.types import field_types, time_fields
 from monitor.service import match_ids as match_id_kernels
 from monitor.service.causes import causes
 from monitor.service.clock import FILE_PARTITION, EventClock
 from monitor.service.contributions import contributions, with_events
-from monitor.service.event_plan import event_plan, names, positional_events
+from monitor.service.event_plan import event_field_types, event_plan, names, positional_events
 from monitor.service.grouped import GroupedQuery, body_retention, emit_grouped, grouped_outputs
 from monitor.service.match_ids import Hashed, match_ids
 from monitor.service.query_output import QueryOutput
@@ -434,26 +433,6 @@ class EpochProcessor:
             )
 
 
-def by_identity(
-    columns: Sequence[I32], diff: I64, width: int, slots: Sequence[npt.NDArray[np.integer]]
-) -> tuple[list[I32], I64]:
-    """The deltas consolidated by what a binding is outside: its vertices (the first ``width``
-    columns) and its events' ids (``slots``, one column per edge variable). An id deleted and
-    inserted again within the epoch is a new event, so a binding that holds with the old event
-    and with the new one comes as -1 and +1 of two internal bindings; they cancel (at most one
-    of each per identity: the old and the new event are never alive at once)."""
-    keys = [*columns[:width], *slots]
-    order = np.lexsort(keys[::-1])
-    n = order.shape[0]
-    starts = np.ones(n, np.bool_)
-    if n > 1:
-        starts[1:] = np.logical_or.reduce([k[order][1:] != k[order][:-1] for k in keys])
-    group = np.cumsum(starts) - 1
-    sums = np.add.reduceat(diff[order], np.flatnonzero(starts)) if n else diff[:0]
-    keep = np.sort(order[diff[order] == np.sign(sums)[group]])
-    return [c[keep] for c in columns], diff[keep]
-
-
 def epoch_tick(clock: EventClock, batch: UpdateBatch) -> Tick:
     """The step of event time ``batch`` makes: the watermark before it, the one it advances
     the clock to (staged), and its last ``seq``."""
@@ -470,19 +449,3 @@ def _inserted_times(batch: UpdateBatch) -> npt.NDArray[np.float64]:
         if TIME_FIELD in part.fields and part.fields[TIME_FIELD].dtype == np.float64
     ]
     return np.concatenate(found) if found else np.empty(0, np.float64)
-
-
-def event_field_types(queries: Sequence[Query], relations: set[str]) -> FieldTypes | None:
-    """The event relations with the field types the queries' predicates fix, the tables, and
-    the fields that hold times."""
-    if not relations:
-        return None
-    types: dict[str, dict[str, str]] = {r: {} for r in relations}
-    for (relation, name), kind in field_types(queries).items():
-        if relation in types:
-            types[relation][name] = kind
-    times: dict[str, set[str]] = {}
-    for relation, name in time_fields(queries):
-        times.setdefault(relation, set()).add(name)
-    tables = set().union(*(q.tables for q in queries)) & relations
-    return FieldTypes.of(types, tables, times)

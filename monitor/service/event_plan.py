@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from connectors.events import FieldTypes
 from core.errors import ConfigError
 from core.records import EventUpdates, RelationUpdates, UpdateBatch
 from monitor.index.event_relations import selections_of
@@ -23,6 +24,7 @@ from monitor.plan.plan import DeltaQuery
 from monitor.plan.planner import static_plan
 from monitor.plan.windows import retentions
 from monitor.query.ast import Query
+from monitor.query.types import field_types, time_fields
 
 
 @dataclass(frozen=True)
@@ -133,3 +135,19 @@ def positional_events(
         known = events.get(name)
         events[name] = positional if known is None else EventUpdates.concat([known, positional])
     return parts, events
+
+
+def event_field_types(queries: Sequence[Query], relations: set[str]) -> FieldTypes | None:
+    """The event relations with the field types the queries' predicates fix, the tables, and
+    the fields that hold times."""
+    if not relations:
+        return None
+    types: dict[str, dict[str, str]] = {r: {} for r in relations}
+    for (relation, name), kind in field_types(queries).items():
+        if relation in types:
+            types[relation][name] = kind
+    times: dict[str, set[str]] = {}
+    for relation, name in time_fields(queries):
+        times.setdefault(relation, set()).add(name)
+    tables = set().union(*(q.tables for q in queries)) & relations
+    return FieldTypes.of(types, tables, times)

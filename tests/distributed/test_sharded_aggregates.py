@@ -7,23 +7,20 @@ driver keeps the groups."""
 
 from __future__ import annotations
 
-import tempfile
 from typing import Any
 
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from monitor.distributed.shard_calls import LocalShards
-from monitor.service.epochs import EpochProcessor
 from monitor.service.settings import Settings
 from tests.distributed.test_sharded_events import (
     CUTS,
     MINUTE,
     STEPS,
     cut,
-    records,
-    run_until,
     same_records,
+    same_through_deaths,
 )
 from tests.engine import test_time_oracle as time_oracle
 from tests.service import test_grouped_oracle as grouped_oracle
@@ -88,22 +85,5 @@ def test_aggregates_restarted_at_any_step_write_the_single_process_s_records(
     shards' restored index, at the watermark its record says the last epoch began with."""
     overrides = {} if retention is None else {"transfer": retention * MINUTE}
     run = Settings(allowed_lateness=MINUTE, retention=overrides)
-    queries = grouped_oracle.WINDOWED
     batches = cut(time_oracle.batch, ops, cuts)
-    single = EpochProcessor(queries, run)
-    expected = []
-    for epoch, batch in enumerate(batches, 1):
-        expected.append(records(single.process(batch).queries, epoch))
-        single.commit()
-    got: list[list[str]] = []
-    record: tuple[int, dict[str, Any]] = (-1, {})
-    with tempfile.TemporaryDirectory() as state:
-        for stop, step in deaths:
-            stop = max(record[0], 0) + stop
-            record, out = run_until(state, shards, run, batches, record, stop, step, queries)
-            got += out
-        end = len(batches) + 1
-        record, out = run_until(state, shards, run, batches, record, end, "", queries)
-        got += out
-    assert record[0] == len(batches)
-    assert got == expected
+    same_through_deaths(grouped_oracle.WINDOWED, batches, shards, run, deaths)

@@ -279,20 +279,33 @@ def test_a_run_restarted_at_any_step_writes_the_single_process_s_records(
         event_compaction_min=0 if compacting else 65_536,
     )
     batches = cut(time_oracle.batch, ops, cuts)
-    single = EpochProcessor(WINDOW_QUERIES, run)
+    with snapshots_at_every_commit() if snapshots else nullcontext():
+        same_through_deaths(WINDOW_QUERIES, batches, shards, run, deaths)
+
+
+def same_through_deaths(
+    queries: Sequence[Query],
+    batches: list[UpdateBatch],
+    shards: int,
+    run: Settings,
+    deaths: list[tuple[int, str]],
+) -> None:
+    """The partitioned engine dying at ``deaths`` (epochs after the last record, steps of the
+    protocol) and restored each time writes the single process's records of every epoch."""
+    single = EpochProcessor(queries, run)
     expected = []
     for epoch, batch in enumerate(batches, 1):
         expected.append(records(single.process(batch).queries, epoch))
         single.commit()
     got: list[list[str]] = []
     record: tuple[int, dict[str, Any]] = (-1, {})
-    often = snapshots_at_every_commit() if snapshots else nullcontext()
-    with tempfile.TemporaryDirectory() as state, often:
+    with tempfile.TemporaryDirectory() as state:
         for stop, step in deaths:
             stop = max(record[0], 0) + stop
-            record, out = run_until(state, shards, run, batches, record, stop, step)
+            record, out = run_until(state, shards, run, batches, record, stop, step, queries)
             got += out
-        record, out = run_until(state, shards, run, batches, record, len(batches) + 1, "")
+        end = len(batches) + 1
+        record, out = run_until(state, shards, run, batches, record, end, "", queries)
         got += out
     assert record[0] == len(batches)
     assert got == expected

@@ -8,7 +8,6 @@ protocol, the attributes are state the restored run still judges by."""
 
 from __future__ import annotations
 
-import tempfile
 from typing import Any
 
 from hypothesis import given, settings
@@ -16,9 +15,14 @@ from hypothesis import strategies as st
 
 from monitor.distributed.shard_calls import LocalShards
 from monitor.query import parse_queries
-from monitor.service.epochs import EpochProcessor
 from monitor.service.settings import Settings
-from tests.distributed.test_sharded_events import CUTS, STEPS, cut, records, run_until, same_records
+from tests.distributed.test_sharded_events import (
+    CUTS,
+    STEPS,
+    cut,
+    same_records,
+    same_through_deaths,
+)
 from tests.service import test_tables_oracle as tables_oracle
 
 QUERIES = parse_queries(tables_oracle.QUERIES)
@@ -60,20 +64,4 @@ def test_the_sharded_tables_see_updates() -> None:
 def test_tables_restarted_at_any_step_write_the_single_process_s_records(
     ops: list[Any], cuts: list[int], shards: int, deaths: list[tuple[int, str]]
 ) -> None:
-    batches = cut(tables_oracle.batch, ops, cuts)
-    single = EpochProcessor(QUERIES, RUN)
-    expected = []
-    for epoch, batch in enumerate(batches, 1):
-        expected.append(records(single.process(batch).queries, epoch))
-        single.commit()
-    got: list[list[str]] = []
-    record: tuple[int, dict[str, Any]] = (-1, {})
-    with tempfile.TemporaryDirectory() as state:
-        for stop, step in deaths:
-            stop = max(record[0], 0) + stop
-            record, out = run_until(state, shards, RUN, batches, record, stop, step, QUERIES)
-            got += out
-        end = len(batches) + 1
-        record, out = run_until(state, shards, RUN, batches, record, end, "", QUERIES)
-        got += out
-    assert got == expected
+    same_through_deaths(QUERIES, cut(tables_oracle.batch, ops, cuts), shards, RUN, deaths)
