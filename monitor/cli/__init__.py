@@ -36,17 +36,25 @@ from core.times import format_duration
 from monitor.cli.options import (
     edges_option,
     format_option,
+    output_limit_option,
     prefixes_option,
     query_option,
     ray_address_option,
     relation_option,
     shards_option,
     strict_option,
+    table_option,
     undirected_option,
     workers_option,
 )
 from monitor.cli.partitioned import count_on_shards, inspect_shards, run_on_shards
-from monitor.cli.reports import dead_letter_reporter, print_progress, print_state, print_summary
+from monitor.cli.reports import (
+    dead_letter_reporter,
+    describe_groups,
+    print_progress,
+    print_state,
+    print_summary,
+)
 from monitor.plan.events import event_relations, rewrite
 from monitor.plan.planner import delta_queries, static_plan
 from monitor.plan.windows import describe, retentions, span
@@ -77,18 +85,6 @@ def _fail(error: MonitorError) -> NoReturn:
     click.echo(f"subgraph-monitor: error: {error}", err=True)
     code = next((c for kind, c in _EXIT_CODES if isinstance(error, kind)), EXIT_ERROR)
     sys.exit(code)
-
-
-def describe_groups(query: Query) -> str:
-    """What ``explain`` says of an aggregate query's groups."""
-    conditions = ", ".join(str(c) for c in query.aggregates)
-    line = f"groups by ({', '.join(query.head)}), kept from the body's changes: {conditions}"
-    if query.over is not None:
-        line += (
-            f"; counting the bindings whose earliest event lies within "
-            f"{format_duration(query.over)} of the watermark"
-        )
-    return line
 
 
 def _queries(specs: tuple[str, ...]) -> tuple[Query, ...]:
@@ -177,13 +173,7 @@ def main() -> None:
     help="Fields of matched events in the output, comma separated (id, src, dst always) "
     "[default: every field].",
 )
-@click.option(
-    "--output-limit",
-    type=int,
-    default=None,
-    help="Aggregate rows: at most this many ids of the events that contribute to the group, "
-    "as 'events' (0: none) [default: 100].",
-)
+@output_limit_option
 @click.option(
     "--emit",
     type=click.Choice(["changes", "appearances"]),
@@ -197,14 +187,7 @@ def main() -> None:
     help="How long events live after their ts, per relation: transfer=24h,logins=1h "
     "('none': until deleted) [default: the longest span of the queries reading it].",
 )
-@click.option(
-    "--table",
-    "tables",
-    multiple=True,
-    help="A relation that is a table of vertex attributes, read as account(a) as x: its "
-    "records name their vertex by 'key', the latest per key wins, a delete removes it "
-    "(repeat or comma separate; a query's account(a) as x makes one too, this checks it).",
-)
+@table_option
 @click.option(
     "--allowed-lateness",
     type=str,

@@ -72,3 +72,19 @@ ray_address_option = click.option(
     envvar="SGM_RAY_ADDRESS",
     help="Join this Ray cluster instead of starting a local one (with --workers).",
 )
+
+output_limit_option = click.option(
+    "--output-limit",
+    type=int,
+    default=None,
+    help="Aggregate rows: at most this many ids of the events that contribute to the group, "
+    "as 'events' (0: none) [default: 100].",
+)
+table_option = click.option(
+    "--table",
+    "tables",
+    multiple=True,
+    help="A relation that is a table of vertex attributes, read as account(a) as x: its "
+    "records name their vertex by 'key', the latest per key wins, a delete removes it "
+    "(repeat or comma separate; a query's account(a) as x makes one too, this checks it).",
+)

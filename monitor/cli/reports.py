@@ -11,9 +11,10 @@ import click
 
 from core.errors import StateError
 from core.records import DeadLetter
-from core.times import format_time
+from core.times import format_duration, format_time
 from monitor.index.graph import GraphIndex
 from monitor.index.store import StateStore
+from monitor.query.ast import Query
 from monitor.service.epochs import RunTotals
 from monitor.service.filejob import Progress
 
@@ -124,3 +125,15 @@ def run_lines(
         "queries",
         *(f"  {q}" for q in queries),
     ]
+
+
+def describe_groups(query: Query) -> str:
+    """What ``explain`` says of an aggregate query's groups."""
+    conditions = ", ".join(str(c) for c in query.aggregates)
+    line = f"groups by ({', '.join(query.head)}), kept from the body's changes: {conditions}"
+    if query.over is not None:
+        line += (
+            f"; counting the bindings whose earliest event lies within "
+            f"{format_duration(query.over)} of the watermark"
+        )
+    return line

@@ -35,7 +35,7 @@ from monitor.plan.cut import Cut
 from monitor.plan.needs import unread
 from monitor.query.ast import Query
 from monitor.service.clock import EventClock
-from monitor.service.contributions import contributions, with_events
+from monitor.service.contributions import contributed
 from monitor.service.epochs import epoch_tick
 from monitor.service.event_plan import event_field_types, event_plan, positional_events
 from monitor.service.grouped import GroupedQuery, body_retention, emit_grouped, grouped_outputs
@@ -270,7 +270,6 @@ class ShardedEpochs:
                 columns, [np.zeros(c.shape[0], np.bool_) for c in columns]
             )
 
-        window = None if grouped.window is None else (grouped.window.span, began)
+        span = None if grouped.window is None else grouped.window.span
         limit = self.settings.output_limit
-        events = contributions(out, body.head, body.timed_edges, window, limit, encode, bindings)
-        return with_events(out, events)
+        return contributed(out, body, span, began, limit, encode, bindings)

@@ -24,6 +24,7 @@ import numpy.typing as npt
 from core.columns import Coded, python_values
 from core.times import TIME_FIELD
 from monitor.index.levels import I32
+from monitor.query.ast import Query
 from monitor.service.grouped import numbers
 from monitor.service.match_ids import match_hashes
 from monitor.service.query_output import QueryOutput
@@ -79,6 +80,22 @@ def contributions(
         restrict = {body_head[k]: np.unique(dense[k][known]) for k in range(width)}
         bindings(restrict, take)
     return Coded(np.arange(rows, dtype=np.int64), [sorted(events)[:limit] for events in found])
+
+
+def contributed(
+    out: QueryOutput,
+    body: Query,
+    window_span: float | None,
+    began: float,
+    limit: int,
+    encode: Encode,
+    bindings: Bindings,
+) -> QueryOutput:
+    """``out`` (group rows of the aggregate whose body is ``body``; ``window_span``: the span
+    of the window the aggregate keeps of its own, None: none) with its rows' ``events``."""
+    window = None if window_span is None else (window_span, began)
+    events = contributions(out, body.head, body.timed_edges, window, limit, encode, bindings)
+    return with_events(out, events)
 
 
 def with_events(out: QueryOutput, events: Coded) -> QueryOutput:

@@ -41,7 +41,7 @@ from monitor.query.ast import Query
 from monitor.service import match_ids as match_id_kernels
 from monitor.service.causes import causes
 from monitor.service.clock import FILE_PARTITION, EventClock
-from monitor.service.contributions import contributions, with_events
+from monitor.service.contributions import contributed
 from monitor.service.event_plan import event_field_types, event_plan, names, positional_events
 from monitor.service.grouped import GroupedQuery, body_retention, emit_grouped, grouped_outputs
 from monitor.service.match_ids import Hashed, match_ids
@@ -362,11 +362,9 @@ class EpochProcessor:
         def encode(columns: list[npt.NDArray[np.generic]]) -> list[I32]:
             return [self.index.dictionary.encode(c, add=False) for c in columns]
 
-        window = None if grouped.window is None else (grouped.window.span, began)
-        events = contributions(
-            out, body.head, body.timed_edges, window, self.settings.output_limit, encode, bindings
-        )
-        return with_events(out, events)
+        span = None if grouped.window is None else grouped.window.span
+        limit = self.settings.output_limit
+        return contributed(out, body, span, began, limit, encode, bindings)
 
     def _regroup(self) -> None:
         """The aggregate queries' groups rebuilt from their bodies' current bindings (after a
