@@ -185,13 +185,16 @@ class KafkaSource:
         max_updates: int,
         max_delay: float,
         stop_at: Mapping[Partition, int] | None = None,
+        interrupted: Callable[[], bool] | None = None,
     ) -> Polled:
         """Records until ``max_updates`` updates or ``max_delay`` seconds, whichever is first.
 
         With ``stop_at``, only records of its partitions below the given offsets are taken;
         the others are left for the next poll (the consumer is rewound to them). When partitions are
         assigned or revoked during the poll, it returns nothing: whatever it had taken is given
-        back (the consumer rewound), so that the caller sees the new assignment first.
+        back (the consumer rewound), so that the caller sees the new assignment first. So it is
+        when ``interrupted`` says so (a stop requested): the service stops at once, not after
+        ``max_delay``, and the epoch it was reading is read again at the next start.
 
         Records are decoded as one batch when they could make ``max_updates`` updates (dead
         letters make fewer: then more are consumed and decoded) and at the end.
@@ -212,11 +215,11 @@ class KafkaSource:
             messages = self.consumer.consume(
                 num_messages=min(CONSUME_BATCH, wanted), timeout=min(remaining, wait)
             )
-            if self._rebalanced:
+            if self._rebalanced or (interrupted is not None and interrupted()):
                 self._give_back(
                     [*taken, message_columns([m for m in messages if m.error() is None])]
                 )
-                return Polled(UpdateBatch(first_seq=self._seq), rebalanced=True)
+                return Polled(UpdateBatch(first_seq=self._seq), rebalanced=self._rebalanced)
             records = message_columns(messages)
             if stop_at is not None:
                 records = _below(records, stop_at, rewind)

@@ -9,6 +9,7 @@ made and the bytes each way per shard (:class:`Traffic`).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from typing import Any, Protocol
@@ -17,6 +18,11 @@ import numpy as np
 
 from core.errors import WorkerLost
 from monitor.distributed.shard import ShardIndex
+
+log = logging.getLogger(__name__)
+
+#: Seconds without a shard's answer before the service says so (again at twice as long, ...).
+SLOW_ANSWER_SECONDS = 30.0
 
 
 def payload_bytes(value: Any) -> int:
@@ -150,7 +156,7 @@ class RayShards:
         now, asked = time.monotonic(), dict(self._asked)
         return [now - asked[s] if s in asked else 0.0 for s in range(len(self.actors))]
 
-    def _wait_watched(self, pending: dict[int, Any]) -> None:
+    def _wait_watched(self, method: str, pending: dict[int, Any]) -> None:
         """Wait for ``pending``'s answers, noting each shard's when it comes: a shard that does
         not answer stands out in :meth:`waiting` (one ``ray.wait`` when all answer within a
         second, as they do)."""
@@ -158,10 +164,23 @@ class RayShards:
         self._asked.update(dict.fromkeys(pending, asked))
         which = {ref: s for s, ref in pending.items()}
         left = list(pending.values())
+        warn_at = SLOW_ANSWER_SECONDS
         while left:
             ready, left = self._ray.wait(left, num_returns=len(left), timeout=1.0)
             for ref in ready:
                 self._asked.pop(which[ref], None)
+            if left and (waited := time.monotonic() - asked) >= warn_at:
+                warn_at *= 2
+                log.warning(
+                    "shards have not answered",
+                    extra={
+                        "method": method,
+                        "shards": sorted(which[ref] for ref in left),
+                        "seconds": round(waited),
+                        "reason": "a shard not yet placed (no node with a free CPU joined?), "
+                        "or one busy with a large epoch",
+                    },
+                )
 
     def call(self, method: str, arguments: Sequence[tuple[Any, ...] | None]) -> list[Any]:
         pending = {
@@ -172,7 +191,7 @@ class RayShards:
         waiting = time.perf_counter()
         try:
             if self.watched:
-                self._wait_watched(pending)
+                self._wait_watched(method, pending)
             answered = dict(zip(pending, self._ray.get(list(pending.values())), strict=True))
         except self._ray.exceptions.RayActorError as error:
             ids = [a._actor_id.hex() for a in self.actors]

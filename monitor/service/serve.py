@@ -42,7 +42,7 @@ from monitor.service.prefetch import Prefetch
 from monitor.service.recovery import Positions, assigned, catch_up, resume_at, revoked
 from monitor.service.settings import Settings
 from monitor.service.stop import Stop, stop_on_signals
-from monitor.service.watchdog import WATCHDOG_SECONDS, Watchdog
+from monitor.service.watchdog import Watchdog
 
 log = logging.getLogger(__name__)
 
@@ -104,9 +104,7 @@ def _run(settings: Settings, engine: ServiceEngine, metrics: Metrics, health: He
     if connection is None:
         return 0
     source, sink = connection
-    # Past the transaction time-out the broker has aborted the epoch: a call still blocked
-    # then is librdkafka stuck, not a slow epoch.
-    watchdog = Watchdog(max(WATCHDOG_SECONDS, settings.transaction_timeout_s() + 30.0))
+    watchdog = Watchdog(settings.watchdog_s())
     ahead: Prefetch | None = None  # the next epoch's records, read while an epoch commits
     try:
         while not Stop.requested:
@@ -135,7 +133,11 @@ def _run(settings: Settings, engine: ServiceEngine, metrics: Metrics, health: He
 
 
 def _poll(settings: Settings, source: KafkaSource) -> Polled:
-    return source.poll(settings.batch_size, settings.max_batch_delay_ms / 1000.0)
+    return source.poll(
+        settings.batch_size,
+        settings.max_batch_delay_ms / 1000.0,
+        interrupted=lambda: Stop.requested,
+    )
 
 
 def _connect(

@@ -162,6 +162,14 @@ class Settings(BaseSettings):
         "worker with the same instance id starts first (a transaction.timeout.ms in SGM_KAFKA "
         "wins over it)",
     )
+    watchdog_seconds: float = Field(
+        90.0,
+        ge=5.0,
+        le=3600.0,
+        description="how long one epoch's Kafka transaction may block before the service exits "
+        "(code 75) to be restarted and recover exactly, a way out of librdkafka calls that "
+        "block past their time-out; never less than the transaction time-out and 10 s",
+    )
     consolidate_across_workers: bool = Field(
         True,
         description="scale-out: publish each changed binding once per epoch, by one worker, so "
@@ -325,6 +333,12 @@ class Settings(BaseSettings):
         """The producers' effective ``transaction.timeout.ms``, in seconds."""
         value = self.kafka_config().get("transaction.timeout.ms", self.transaction_timeout_ms)
         return int(value) / 1000.0
+
+    def watchdog_s(self) -> float:
+        """The watchdog's effective seconds: past the transaction time-out the broker has
+        aborted the epoch, so a call still blocked 10 s later is librdkafka stuck, not a slow
+        epoch."""
+        return max(self.watchdog_seconds, self.transaction_timeout_s() + 10.0)
 
     def kafka_secrets(self) -> dict[str, str]:
         """The settings of ``kafka_secrets_dir``; hidden files (a mounted Secret's ``..data``

@@ -9,10 +9,6 @@ import time
 
 log = logging.getLogger(__name__)
 
-#: How long one epoch's transaction may take before the watchdog ends the process (at least;
-#: never less than the transaction time-out and half a minute).
-WATCHDOG_SECONDS = 90.0
-
 
 class Watchdog:
     """Ends the process when a Kafka call blocks far past its time-out.

@@ -80,6 +80,13 @@ class RayPod:
             stderr=(directory / "ray-start.log").open("wb"),
         )
 
+    def exited(self) -> str | None:
+        """None while the node runs; else its exit code and the end of its log."""
+        if self.proc.poll() is None:
+            return None
+        log = (self.directory / "ray-start.log").read_text(errors="replace")[-2000:]
+        return f"{self.directory.name}'s ray start exited with {self.proc.returncode}:\n{log}"
+
     def delete(self) -> None:
         """The pod deleted: its first process killed, and with it the node's processes."""
         if self.proc.poll() is None:
@@ -88,9 +95,12 @@ class RayPod:
 
 
 def worker_ports(seed: int) -> list[str]:
-    """Ray's flags for a range of 200 worker ports of its own, outside Ray's default range
-    (10002-19999), picked by ``seed``: pods here share the machine's network."""
-    low = 40000 + (seed % 100) * 200
+    """Ray's flags for a range of 200 worker ports of its own, picked by ``seed``: pods here
+    share the machine's network. The ranges lie in 20000-29999, above Ray's default range
+    (10002-19999) and below the kernel's ephemeral ports (32768 and up), away from the ports
+    every Ray node takes (the dashboard's 8265, its agent's 52365: a range holding one makes
+    ``ray start`` refuse to start)."""
+    low = 20000 + (seed % 50) * 200
     return [f"--min-worker-port={low}", f"--max-worker-port={low + 199}"]
 
 

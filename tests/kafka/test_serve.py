@@ -335,6 +335,32 @@ def expected_matches(
     return check_exactly_once(rows)
 
 
+def test_sigterm_during_a_long_epoch_stops_at_once_and_the_epoch_is_read_again(
+    service: Callable[..., Service], tmp_path: Path
+) -> None:
+    """An epoch that closes by count or after ten minutes is half read when SIGTERM comes: the
+    service stops without waiting for it (a pod's grace period is shorter), commits nothing of
+    it, and the next start reads it again; the output is exactly once."""
+    svc = service(partitions=1, SGM_BATCH_SIZE="1000", SGM_MAX_BATCH_DELAY_MS="600000")
+    records = stream_records(2500, seed=9)
+    produce(svc.bootstrap, svc.input, records)
+    svc.start()
+    deadline = time.monotonic() + 120
+    while committed(svc.bootstrap, svc.group, svc.input, [0]) != {0: 2000}:
+        assert time.monotonic() < deadline, svc.log_text()
+        time.sleep(0.5)
+    time.sleep(1.0)  # (the third epoch's 500 records read, 500 more awaited)
+    assert svc.stop() == 0, svc.log_text()  # (waits 60 s at most: far less than the epoch)
+    assert committed(svc.bootstrap, svc.group, svc.input, [0]) == {0: 2000}
+    assert "stopping after epoch 2 as requested" in svc.log_text()
+    svc.env["SGM_MAX_BATCH_DELAY_MS"] = "300"
+    svc.start()
+    wait_consumed(svc.bootstrap, svc.group, svc.input, svc=svc)
+    assert svc.stop() == 0, svc.log_text()
+    got = check_exactly_once(deltas(read_topic(svc.bootstrap, svc.output)))
+    assert got == expected_matches(records, tmp_path)
+
+
 def test_one_partition_output_equals_the_file_job_line_for_line(
     service: Callable[..., Service], tmp_path: Path
 ) -> None:
@@ -577,7 +603,16 @@ def test_broker_restart_mid_stream_loses_and_duplicates_nothing(
 ) -> None:
     if kafka.broker is None:
         pytest.skip("the broker is not ours to restart (external cluster or container)")
-    svc = service(partitions=3, SGM_BATCH_SIZE="100", SGM_MAX_BATCH_DELAY_MS="100")
+    # (librdkafka may stay stuck in the transaction the restart cut: the watchdog ends the
+    # service after SGM_WATCHDOG_SECONDS, shortened with the transaction time-out, and its
+    # supervisor, the fixture, restarts it)
+    svc = service(
+        partitions=3,
+        SGM_BATCH_SIZE="100",
+        SGM_MAX_BATCH_DELAY_MS="100",
+        SGM_TRANSACTION_TIMEOUT_MS="10000",
+        SGM_WATCHDOG_SECONDS="20",
+    )
     records = stream_records(5000, seed=5)
     producing = produce_slowly(svc.bootstrap, svc.input, records[:2500])
     svc.start()

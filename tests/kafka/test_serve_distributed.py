@@ -362,8 +362,13 @@ def test_the_charts_driver_joins_its_ray_cluster_as_a_node(
                 *pods.worker_ports(port),
             )
         )
-        run_to_the_end(svc)
-        assert not made[0].proc.poll() and not made[1].proc.poll()
+        try:
+            run_to_the_end(svc)
+        except AssertionError as error:
+            raise AssertionError(
+                "\n".join(filter(None, [str(error), *map(pods.RayPod.exited, made)]))
+            ) from error
+        assert [pod.exited() for pod in made] == [None, None]
     finally:
         for pod in made:
             pod.delete()

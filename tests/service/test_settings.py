@@ -130,3 +130,12 @@ def test_event_time_settings_from_a_file_the_environment_and_flags(
     assert load_settings(allowed_lateness="250").allowed_lateness == 250
     with pytest.raises(ValueError, match="transfer=24h"):
         load_settings(retention="transfer")
+
+
+def test_the_watchdog_never_fires_before_the_transaction_time_out() -> None:
+    assert Settings().watchdog_s() == 90.0
+    assert Settings(watchdog_seconds=20.0, transaction_timeout_ms=5_000).watchdog_s() == 20.0
+    assert Settings(watchdog_seconds=20.0, transaction_timeout_ms=60_000).watchdog_s() == 70.0
+    # (a transaction.timeout.ms in SGM_KAFKA wins over the setting, and so here too)
+    lifted = Settings(watchdog_seconds=20.0, kafka={"transaction.timeout.ms": "120000"})
+    assert lifted.watchdog_s() == 130.0
