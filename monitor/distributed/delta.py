@@ -177,8 +177,9 @@ class ShardedEpochs:
 
     def initial(self, emit: Callable[[QueryOutput], None]) -> None:
         """Every current match of every query, as +1 rows in batches (made ``static``); of an
-        aggregate query, the groups that hold, its groups rebuilt on the way."""
-        self._initial(emit, None)
+        aggregate query, the groups that hold (with the events of their bindings), its groups
+        rebuilt on the way."""
+        self._initial(lambda out: emit(self._contributed(out, self.clock.began)), None)
 
     def _initial(self, emit: Callable[[QueryOutput], None], names: set[str] | None) -> None:
         if self.events is not None and self.events.unread:

@@ -66,6 +66,8 @@ class EventIndex:
     kept: list[SelectionRelations] = field(default_factory=list)
     #: The event relations that are tables of vertex attributes (latest record per key wins).
     tables: frozenset[str] = frozenset()
+    #: How deep :meth:`complete` is entered (a static evaluation inside another loads nothing).
+    _completing: int = field(default=0, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.graph.event_stores = self.stores
@@ -110,14 +112,17 @@ class EventIndex:
     @contextmanager
     def complete(self) -> Iterator[None]:
         """Every derived relation loaded, the unread ones too, for a static evaluation
-        (between epochs: nothing staged); the unread ones are emptied again after it."""
-        loaded = [r for r in self.kept if r.unread]
+        (between epochs: nothing staged); the unread ones are emptied again after it. Entered
+        again inside, as the events of ``--initial``'s group rows are found, it does nothing."""
+        loaded = [r for r in self.kept if r.unread] if not self._completing else []
+        self._completing += 1
         for relations in loaded:
             relation = relations.selection.relation
             relations.load(self.stores[relation], self.pair_keys[relation], relations.unread)
         try:
             yield
         finally:
+            self._completing -= 1
             for relations in loaded:
                 relations.release(self.pair_keys[relations.selection.relation])
 

@@ -72,3 +72,21 @@ def test_a_sum_of_a_string_field_is_a_query_error_at_its_place(tmp_path: Path) -
     assert "line 3, column 3: field 'channel' of relation 'transfer' is compared with a number" in (
         done.stderr.decode()
     )
+
+
+def test_initial_group_rows_carry_their_events_as_streamed_rows_do(tmp_path: Path) -> None:
+    """``--preload`` then ``--initial``: epoch 0's row of a group that holds lists the events
+    of its bindings, as a row of a streamed epoch does (here, with a single process and with
+    workers)."""
+    base = [*EPISODES[:2], transfer("t0", "F", "B", 2 * MIN)]
+    (tmp_path / "base.jsonl").write_text("\n".join(json.dumps(r) for r in base) + "\n")
+    later = [transfer("t5", "G", "B", 3 * MIN)]
+    (tmp_path / "in.jsonl").write_text("\n".join(json.dumps(r) for r in later) + "\n")
+    query = "payers(b) := transfer(a, b) as t, count(distinct a) >= 2."
+    args = ("-q", query, "--preload", str(tmp_path / "base.jsonl"), "--initial")
+    args += ("--edges", str(tmp_path / "in.jsonl"), "--output-limit", "2")
+    for workers in ((), ("--workers", "1", "--shards", "2")):
+        out = rows(cli("run", *args, *workers))
+        assert [(r["epoch"], r["diff"], r["values"], r["events"]) for r in out] == [
+            (0, 1, {"count_distinct_a": 3}, ["t0", "t1"]),  # (the first 2 of t0, t1, t2)
+        ], workers
