@@ -21,6 +21,7 @@ changelog at a time: its keys in one ``orjson`` call, each relation's ids as col
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -171,10 +172,12 @@ def _events(
             f"queries do not read as events; deploy the queries that wrote it, or a new changelog"
         )
     found: dict[str, list[tuple[int, EventRecord]]] = {}
+    # (a table's record is kept as the event it became: id, src and dst its key)
+    stored = replace(types, tables=set())
     for i, value in zip(at, loads_all([records[i] for i in at]), strict=True):
         relation = str(decoded[i][0])
         position = f"changelog {keys[i].decode(errors='replace')}"
-        event = decode_event(value["event"], relation, 1, position, types)
+        event = decode_event(value["event"], relation, 1, position, stored)
         found.setdefault(relation, []).append((i, event))
     return {
         relation: event_updates(events, seq, types.types.get(relation, {}))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -116,17 +116,46 @@ def decode_epoch(
 
 
 def owned_changes(
-    changes: Mapping[str, Change], data: EpochInput, partitions: set[Partition]
+    changes: Mapping[str, Change],
+    data: EpochInput,
+    partitions: set[Partition],
+    tables: Collection[str] = (),
 ) -> dict[str, Change]:
-    """The changes decided by updates from ``partitions``."""
+    """The changes decided by updates from ``partitions``; of the relations kept from tables
+    (``tables``), all or none: see :func:`owns_tables`."""
     out: dict[str, Change] = {}
     for name, change in changes.items():
         if change.seq is None:
             raise StateError("staged changes carry no sequence numbers")
-        mask = data.from_partitions(change.seq, partitions)
+        if name in tables:
+            mask = np.full(len(change), owns_tables(data, partitions), np.bool_)
+        else:
+            mask = data.from_partitions(change.seq, partitions)
         if mask.any():
             out[name] = change.take(mask)
     return out
+
+
+def owns_tables(data: EpochInput, partitions: set[Partition]) -> bool:
+    """Whether the worker publishing ``partitions`` of the epoch seeds and decides every change
+    of a table's relations: the one publishing its first partition. A table record replaced
+    makes a match's old binding ``-1`` and its new one ``+1``, of one identity; when two
+    records of one match change in an epoch, the old binding is decided by its first changed
+    atom and the new one by its last, so with records of different workers deciding, the
+    ``-1`` and the ``+1`` would be published apart, not cancelled. With one worker deciding
+    every table change they cancel as in a single worker."""
+    return bool(data.partitions) and data.partitions[0] in partitions
+
+
+def table_relations(processor: EpochProcessor) -> frozenset[str]:
+    """The index relations kept from the queries' tables."""
+    events = processor.events
+    return frozenset(
+        name
+        for kept in events.kept
+        if kept.selection.relation in events.tables
+        for name in kept.names
+    )
 
 
 def owned_events(
@@ -301,7 +330,8 @@ class Worker:
         """One transaction: the deltas seeded by ``mine``'s changes, their dead letters and
         changelog records, and ``mine``'s offsets at the epoch's end. Returns the deltas."""
         commit_started = time.perf_counter()
-        changes = owned_changes(staged.changes, data, mine)
+        tables = table_relations(self.processor)
+        changes = owned_changes(staged.changes, data, mine, tables)
         if mine >= set(data.partitions):
             # Every partition in one transaction: no other worker publishes any of this epoch,
             # so the sum over this worker's seeds is already the single worker's output.
@@ -311,6 +341,8 @@ class Worker:
             changed = ChangedTuples.of(
                 self.processor.index, staged.changes, lambda seq: wanted[data.owners(seq)]
             )
+            for name in tables & changed.tables.keys():
+                changed.tables[name].owned[:] = owns_tables(data, mine)
             outputs = self.processor.evaluate_decided(changes, changed)
         else:
             outputs = self.processor.evaluate(changes)
