@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 BASE   := $(VENV)/.base-stamp
 DEV    := $(VENV)/.dev-stamp
 
-.PHONY: run test lint unit bench bench-quick bench-windows bench-reference bench-distributed flink clean lock tools
+.PHONY: run test lint unit docs bench bench-quick bench-windows bench-reference bench-distributed flink clean lock tools
 
 $(BASE): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
@@ -37,6 +37,10 @@ lint: $(DEV)
 # (-n auto: a worker per core, each with its own broker; worksteal balances the long tests)
 unit: $(DEV)
 	$(BIN)/pytest -n auto --dist worksteal
+
+## docs: the documentation site into site/ (mkdocs build --strict: a broken link fails)
+docs: $(DEV)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 ## tools: helm, k8s-validate, promtool and prometheus for the chart tests (built or installed
 ## once, cached; the test fixtures do the same on demand)

@@ -40,7 +40,7 @@ of a consumer's partitions) stops fetching once it holds ``queued.min.messages``
 already had, 10 ms does not. The two limits bound the queue's memory whatever the records' size
 (a queued record holds ~350 bytes beside its value): 53-56 MiB resident with the queue full,
 against 282-357 MiB with the 1,000,000 records and 64 MiB of before, while the bare consumer
-reads as fast or faster (README, *Input throughput and consumer settings*; bench/NOTES.md,
+reads as fast or faster (docs/kafka.md, *Input throughput and consumer settings*; bench/NOTES.md,
 *Kafka input ceiling*)."""
 
 #: Messages asked of one ``consume``: the poll takes their columns after each call, while the

@@ -53,7 +53,7 @@ PRODUCER_DEFAULTS: dict[str, object] = {
     "message.max.bytes": 1_000_000,
 }
 """librdkafka settings of the sink's producer, each overridden by the same key in ``SGM_KAFKA``
-(README, *Output throughput and producer settings*, says why these)."""
+(docs/kafka.md, *Output throughput and producer settings*, says why these)."""
 
 
 class KafkaSink:

@@ -1,4 +1,4 @@
-"""The module map holds: every import of the product points down (DESIGN.md, README "How it works").
+"""The module map holds: every import of the product points down (DESIGN.md, docs/how-it-works.md).
 
 Each package may import itself and the layers listed for it, nothing else; a new import that
 points up, or sideways between ``connectors`` and the engine, fails here with the line that

@@ -82,13 +82,13 @@ class Settings(BaseSettings):
     output_format: Literal["records", "batches"] = Field(
         "records",
         description="Kafka output: records, one record per match delta; batches, one record per "
-        "query and epoch holding its deltas as JSON lines (README, Output records)",
+        "query and epoch holding its deltas as JSON lines (docs/kafka.md, Reading the output)",
     )
     batch_encoding: Literal["jsonl", "arrow"] = Field(
         "jsonl",
         description="batches only: jsonl, each batch's deltas as JSON lines (the records' "
         "values); arrow, as an Apache Arrow IPC stream, a third of the bytes and a fraction "
-        "of the encoding time (README, Output records)",
+        "of the encoding time (docs/kafka.md, Reading the output)",
     )
     output_limit: int = Field(
         100,
@@ -180,7 +180,7 @@ class Settings(BaseSettings):
         "embedded",
         description="embedded: the index in this process (scale out with control_topic); "
         "distributed: the index partitioned over shards on Ray, whose capacity grows with "
-        "the workers (README, Scale-out)",
+        "the workers (docs/scale-out.md)",
     )
     workers: int = Field(
         2, ge=1, description="distributed: CPUs of the local Ray cluster (without ray_address)"

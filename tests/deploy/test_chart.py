@@ -345,17 +345,17 @@ def test_schema_describes_every_value_and_closes_every_object() -> None:
     closed(schema, "values")
 
 
-def readme_chart_section() -> str:
-    text = (ROOT / "README.md").read_text()
-    match = re.search(r"^## Helm chart\n(.*?)(?=^## )", text, re.S | re.M)
-    assert match, "README has a 'Helm chart' section"
+def docs_chart_section() -> str:
+    text = (ROOT / "docs" / "helm.md").read_text()
+    match = re.search(r"^## Helm chart\n(.*?)(?=^## |\Z)", text, re.S | re.M)
+    assert match, "docs/helm.md has a 'Helm chart' section"
     return match.group(1)
 
 
-def test_readme_lists_every_value() -> None:
+def test_the_docs_list_every_value() -> None:
     schema = json.loads((CHART / "values.schema.json").read_text())
     values = yaml.safe_load((CHART / "values.yaml").read_text())
-    section = readme_chart_section()
+    section = docs_chart_section()
     listed = set(re.findall(r"^\| `([^`]+)` \|", section, re.M))
     paths = value_paths(values, schema)
     leaves = {p for p in paths if not any(q.startswith(p + ".") for q in paths)}
@@ -364,8 +364,8 @@ def test_readme_lists_every_value() -> None:
         for leaf in leaves
         if not any(leaf == row or leaf.startswith(row + ".") for row in listed)
     }
-    assert unlisted == set(), "values missing from the README's table"
-    assert listed - paths == set(), "README lists values the chart does not have"
+    assert unlisted == set(), "values missing from the table in docs/helm.md"
+    assert listed - paths == set(), "docs/helm.md lists values the chart does not have"
 
 
 def test_dashboard_configmap_carries_the_dashboard_and_the_sidecar_label(render: Render) -> None:

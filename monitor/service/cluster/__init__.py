@@ -35,7 +35,7 @@ Roles and topics:
 
 A binding may get +1 from one worker and -1 from another in the same epoch (two of its edges
 changed, in partitions of different owners); the single worker would have published nothing.
-Summed per epoch, the output is the same; the README explains it.
+Summed per epoch, the output is the same; docs/scale-out.md explains it.
 """
 
 from __future__ import annotations
