@@ -406,13 +406,10 @@ class EpochProcessor:
     def initial(
         self, emit: Callable[[QueryOutput], None], queries: Sequence[Query] | None = None
     ) -> None:
-        """Emit every current match of every query (or of ``queries``) as +1 deltas; an
-        aggregate query's group rows with the events of their bindings."""
+        """Every current match (of ``queries``; default all) as +1 rows, group rows with events."""
+        names = None if queries is None else {q.name for q in queries}
         with self.events.complete():
-            self._initial(
-                lambda out: emit(self._contributed(out, self.clock.began)),
-                None if queries is None else {q.name for q in queries},
-            )
+            self._initial(lambda out: emit(self._contributed(out, self.clock.began)), names)
 
     def _initial(self, emit: Callable[[QueryOutput], None], names: set[str] | None) -> None:
         """Every current match of the queries named (all: None) as +1 rows to ``emit``; of an

@@ -76,31 +76,41 @@ def single_worker(
     return out
 
 
+def kill_and_rebuild(
+    workers: Workers, values: list[tuple[bytes, bytes]], env: dict[str, str]
+) -> None:
+    """``values`` in thirds: w0 and w1 read the first, w1 is killed inside the transaction of
+    its fourth epoch while the second comes, w2 starts on a new volume (rebuilt from the
+    changelog) and the third comes; every worker stopped once all is read."""
+    third = len(values) // 3
+    produce_values(workers.bootstrap, workers.input, values[:third])
+    workers.start("w0", **env)
+    workers.start(
+        "w1",
+        **env,
+        SGM_FAILPOINT="worker_before_commit",
+        SGM_FAILPOINT_HIT="4",
+        SGM_TRANSACTION_TIMEOUT_MS="5000",
+    )
+    produce_values(workers.bootstrap, workers.input, values[third : 2 * third])
+    dying = workers.procs.pop("w1")
+    assert dying.wait(timeout=120) == -signal.SIGKILL, workers.log_text()
+    assert last_stable_lag(workers.bootstrap, *workers.written) > 0, "no open transaction left"
+    workers.start("w2", **env)  # a new volume: rebuilt from the changelog
+    workers.wait_log("w2", "state rebuilt from the changelog")
+    produce_values(workers.bootstrap, workers.input, values[2 * third :])
+    workers.wait_consumed()
+    for name in list(workers.procs):
+        assert workers.stop(name) == 0, workers.log_text()
+
+
 def test_events_in_scale_out_equal_the_single_worker_through_a_kill_and_a_rebuild(
     workers: Workers,
 ) -> None:
     (workers.tmp / "queries.q").write_text("\n".join(str(q) for q in QUERIES) + "\n")
     records, model = event_records(4500, seed=31)
     values = [(key_of(r), json.dumps(r).encode()) for r in records]
-    produce_values(workers.bootstrap, workers.input, values[:1500])
-    workers.start("w0", **ENV)
-    workers.start(
-        "w1",
-        **ENV,
-        SGM_FAILPOINT="worker_before_commit",
-        SGM_FAILPOINT_HIT="4",
-        SGM_TRANSACTION_TIMEOUT_MS="5000",
-    )
-    produce_values(workers.bootstrap, workers.input, values[1500:3000])
-    dying = workers.procs.pop("w1")
-    assert dying.wait(timeout=120) == -signal.SIGKILL, workers.log_text()
-    assert last_stable_lag(workers.bootstrap, *workers.written) > 0, "no open transaction left"
-    workers.start("w2", **ENV)  # a new volume: rebuilt from the changelog
-    workers.wait_log("w2", "state rebuilt from the changelog")
-    produce_values(workers.bootstrap, workers.input, values[3000:])
-    workers.wait_consumed()
-    for name in list(workers.procs):
-        assert workers.stop(name) == 0, workers.log_text()
+    kill_and_rebuild(workers, values, ENV)
     rows = output_rows(workers)
     # Per epoch each binding comes once (ids deleted and inserted again within it included),
     # and the running sums, record by record, stay in {0, 1}.

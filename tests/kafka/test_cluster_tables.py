@@ -9,16 +9,14 @@ whose receiving account is currently high-risk.
 from __future__ import annotations
 
 import json
-import signal
 from collections import Counter, defaultdict
 
 import numpy as np
 import pytest
 
 from monitor.service.settings import Settings
-from tests.kafka.test_cluster import Workers, last_stable_lag, output_rows
-from tests.kafka.test_cluster_events import Binding, binding, single_worker
-from tests.kafka.test_serve_events import produce_values
+from tests.kafka.test_cluster import Workers, output_rows
+from tests.kafka.test_cluster_events import Binding, binding, kill_and_rebuild, single_worker
 
 pytestmark = pytest.mark.kafka
 
@@ -80,25 +78,7 @@ def test_a_table_in_scale_out_equals_the_single_worker_through_a_kill_and_a_rebu
 ) -> None:
     (workers.tmp / "queries.q").write_text(QUERIES)
     values, final = stream(3600, seed=41)
-    produce_values(workers.bootstrap, workers.input, values[:1200])
-    workers.start("w0", **ENV)
-    workers.start(
-        "w1",
-        **ENV,
-        SGM_FAILPOINT="worker_before_commit",
-        SGM_FAILPOINT_HIT="4",
-        SGM_TRANSACTION_TIMEOUT_MS="5000",
-    )
-    produce_values(workers.bootstrap, workers.input, values[1200:2400])
-    dying = workers.procs.pop("w1")
-    assert dying.wait(timeout=120) == -signal.SIGKILL, workers.log_text()
-    assert last_stable_lag(workers.bootstrap, *workers.written) > 0, "no open transaction left"
-    workers.start("w2", **ENV)  # a new volume: rebuilt from the changelog, the table with it
-    workers.wait_log("w2", "state rebuilt from the changelog")
-    produce_values(workers.bootstrap, workers.input, values[2400:])
-    workers.wait_consumed()
-    for name in list(workers.procs):
-        assert workers.stop(name) == 0, workers.log_text()
+    kill_and_rebuild(workers, values, ENV)
     rows = output_rows(workers)
     per_epoch: dict[int, Counter[tuple[Binding, int]]] = defaultdict(Counter)
     current: Counter[Binding] = Counter()
