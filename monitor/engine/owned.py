@@ -100,16 +100,23 @@ class ChangedTuples:
         index: IndexReader,
         changes: Mapping[str, Change],
         owned_seq: Callable[[npt.NDArray[np.int64]], npt.NDArray[np.bool_]],
+        owned_whole: Mapping[str, bool] | None = None,
     ) -> ChangedTuples:
         """The table of ``changes`` (all of the epoch's); ``owned_seq`` says of an update's
-        sequence number whether its partition is this worker's."""
+        sequence number whether its partition is this worker's; ``owned_whole``, of some
+        relations, whether all their changes are (or none)."""
         tables: dict[str, Table] = {}
+        whole = owned_whole or {}
         for name, change in changes.items():
             if change.seq is None or not len(change):
                 continue
             ids = tuple_ids(index, name, change.columns)
             order = np.argsort(ids, kind="stable")
-            tables[name] = Table.of(ids[order], change.diff[order], owned_seq(change.seq[order]))
+            if name in whole:
+                owned = np.full(order.shape[0], whole[name], np.bool_)
+            else:
+                owned = owned_seq(change.seq[order])
+            tables[name] = Table.of(ids[order], change.diff[order], owned)
         return cls(index, tables)
 
     def lookup(self, relation: str, columns: Sequence[I32]) -> tuple[I8, npt.NDArray[np.bool_]]:

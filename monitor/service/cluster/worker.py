@@ -339,10 +339,11 @@ class Worker:
         elif self.settings.consolidate_across_workers:
             wanted = np.array([p in mine for p in data.partitions], np.bool_)
             changed = ChangedTuples.of(
-                self.processor.index, staged.changes, lambda seq: wanted[data.owners(seq)]
+                self.processor.index,
+                staged.changes,
+                lambda seq: wanted[data.owners(seq)],
+                dict.fromkeys(tables, owns_tables(data, mine)),
             )
-            for name in tables & changed.tables.keys():
-                changed.tables[name].owned[:] = owns_tables(data, mine)
             outputs = self.processor.evaluate_decided(changes, changed)
         else:
             outputs = self.processor.evaluate(changes)
