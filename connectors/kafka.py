@@ -25,6 +25,7 @@ from connectors.kafka_records import (
     message_columns,
     metadata_epoch,
 )
+from connectors.registry_records import RecordFormats, RegistryUnavailable
 from core.records import UpdateBatch
 
 CONSUMER_DEFAULTS: dict[str, object] = {
@@ -92,6 +93,7 @@ class KafkaSource:
         on_stats: Callable[[str], object] | None = None,
         events: FieldTypes | None = None,
         arities: dict[str, int] | None = None,
+        formats: RecordFormats | None = None,
     ) -> None:
         settings: dict[str, object] = {
             "enable.auto.commit": False,
@@ -116,6 +118,8 @@ class KafkaSource:
         #: Each tuple relation's arity: given (the queries'), else its first tuple's, learned
         #: here; a tuple of another length is a dead letter.
         self.arities = {} if arities is None else arities
+        #: How values of each topic are read (None: all JSON).
+        self.formats = formats
         self._on_assign = on_assign
         self._on_revoke = on_revoke
         self._seq = 0
@@ -197,13 +201,29 @@ class KafkaSource:
         ``max_delay``, and the epoch it was reading is read again at the next start.
 
         Records are decoded as one batch when they could make ``max_updates`` updates (dead
-        letters make fewer: then more are consumed and decoded) and at the end.
+        letters make fewer: then more are consumed and decoded) and at the end. When the schema
+        registry does not answer, what was taken is given back and
+        :class:`~connectors.registry_records.RegistryUnavailable` raised.
         """
+        taken: list[Records] = []
+        try:
+            return self._poll(max_updates, max_delay, stop_at, interrupted, taken)
+        except RegistryUnavailable:
+            self._give_back(taken)
+            raise
+
+    def _poll(
+        self,
+        max_updates: int,
+        max_delay: float,
+        stop_at: Mapping[Partition, int] | None,
+        interrupted: Callable[[], bool] | None,
+        taken: list[Records],
+    ) -> Polled:
         deadline = time.monotonic() + max_delay
         chunks: list[Polled] = []
         decoded = 0  # updates and events in the chunks
         pending = Records()
-        taken: list[Records] = []
         rewind: dict[Partition, int] = {}
         self._rebalanced = False
         while decoded + len(pending) < max_updates:
@@ -247,7 +267,13 @@ class KafkaSource:
             self.topic_relations,
             self.events,
             self.arities,
+            self.formats,
         )
+
+    @property
+    def next_seq(self) -> int:
+        """The sequence number the next poll's first update takes."""
+        return self._seq
 
     def _give_back(self, taken: Sequence[Records]) -> None:
         """Rewind the still assigned partitions to the first record this poll took of them."""

@@ -25,6 +25,7 @@ from confluent_kafka import KafkaError, KafkaException, Message
 
 from connectors.events import EventRecord, FieldTypes, event_updates
 from connectors.json_batch import decode_records
+from connectors.registry_records import RecordFormats
 from core.records import EventUpdates, Update, UpdateBatch
 from core.times import TIME_FIELD
 
@@ -90,7 +91,15 @@ DEAD_LETTER_CATEGORIES = (
     "invalid_field",
     "late",
     "missing_time",
+    # a topic of a schema-registry format (connectors.registry_records): a schema id the
+    # registry does not know, a value that does not decode, a field the map names or the
+    # queries compare that the record does not have
+    "unknown_schema",
+    "undecodable",
+    "missing_field",
 )
+#: How a message without a value (a table's tombstone) begins once made a record.
+TOMBSTONE = b'{"op":"delete","key":'
 
 
 @dataclass
@@ -177,7 +186,7 @@ def _tombstone(message: Message) -> bytes:
     if key is None:
         return b""
     text = key.decode("utf-8", "replace") if isinstance(key, bytes) else str(key)
-    return b'{"op":"delete","key":' + orjson.dumps(text) + b"}"
+    return TOMBSTONE + orjson.dumps(text) + b"}"
 
 
 @dataclass
@@ -253,12 +262,15 @@ def decode_messages(
     topic_relations: Mapping[str, str],
     events: FieldTypes | None = None,
     arities: dict[str, int] | None = None,
+    formats: RecordFormats | None = None,
 ) -> Polled:
     """Decode consumed records as one batch (:mod:`connectors.json_batch`), numbered from
     ``first_seq`` in record order; records of the ``events`` relations as events. A record
     that cannot be decoded becomes a dead letter, and so does a tuple whose length is not its
     relation's arity: the one in ``arities``, else the first tuple's (learned there; None:
-    learned for this batch only)."""
+    learned for this batch only). With ``formats``, the values of topics of a schema-registry
+    format are first made JSON records (:mod:`connectors.registry_records`; raises
+    :class:`~connectors.registry_records.RegistryUnavailable`)."""
     if not len(records):
         return Polled(UpdateBatch(first_seq=first_seq))
     relation_of = {t: topic_relations.get(t, default_relation) for t in set(records.topics)}
@@ -271,13 +283,33 @@ def decode_messages(
     if len(set(relation_of.values())) > 1:
         defaults = list(map(relation_of.__getitem__, records.topics))
     known = {} if arities is None else arities
-    decoded = decode_records(records.values, defaults, identities, events, known, MAX_RECORD_BYTES)
+    values, failures = records.values, {}
+    if formats is not None and formats.registry_formats:
+        translated = formats.translate(records.topics, records.values, relation_of, TOMBSTONE)
+        values, failures = translated.values, translated.failures
+    decoded = decode_records(values, defaults, identities, events, known, MAX_RECORD_BYTES)
     seq_of_row = decoded.seq_of_rows(first_seq)
     batch = decoded.batch(first_seq)
     polled = Polled(batch, records=len(records))
     polled.sources = _sources(records, decoded.events, seq_of_row)
     batch.times = _times(records, polled.sources, decoded.events)
-    polled.dead_letters = [_dead_letter(records, row, message) for row, message in decoded.errors]
+    polled.dead_letters = [
+        _dead_letter(records, row, message)
+        for row, message in decoded.errors
+        if row not in failures
+    ]
+    if failures:
+        polled.dead_letters += [
+            KafkaDeadLetter(
+                records.topics[row],
+                records.partitions[row],
+                records.offsets[row],
+                failure.reason,
+                records.values[row],
+                failure.category,
+            )
+            for row, failure in failures.items()
+        ]
     polled.first_offsets, polled.next_offsets = records.offset_ranges()
     polled.per_topic = dict(Counter(records.topics))
     kinds, stamps = (np.array(column, np.int64) for column in zip(*records.stamps, strict=True))

@@ -2,9 +2,10 @@
 
 :class:`KafkaSink` is the transactional producer: per epoch ``begin``, the deltas and dead
 letters, then ``commit`` with the consumer's offsets, so that output and input positions are
-committed together or not at all. Its deltas go out in one of two formats: ``records`` (below),
-or ``batches``, one record per query and epoch (:mod:`connectors.batches`, as JSON Lines or
-Arrow). Scale-out workers also write the changelog and the control topic through it.
+committed together or not at all. Its deltas go out in one of three formats: ``records``
+(below), ``avro`` (the same records in Avro, :mod:`connectors.avro_output`), or ``batches``, one
+record per query and epoch (:mod:`connectors.batches`, as JSON Lines or Arrow). Scale-out
+workers also write the changelog and the control topic through it.
 
 Output records: key ``[query, [id, ...]]`` (JSON; the binding in head order, so a compacted topic
 or a keyed consumer tracks current matches), value ``{"query", "epoch", "diff", "match"}``; a
@@ -12,7 +13,8 @@ query with edge variables adds ``"edges"`` (per edge variable the matched event 
 to the value and the events' ids to the key, ``[query, [id, ...], [event id, ...]]``; no
 headers (the value says everything, and two headers made each ``produce`` two to three times
 slower).
-Dead letters carry the raw value and headers ``reason``, ``source-topic``,
+Dead letters carry the raw value and headers ``reason``, ``category`` (the metric's label),
+``source-topic``,
 ``source-partition``, ``source-offset``.
 """
 
@@ -30,6 +32,7 @@ from confluent_kafka import Producer, TopicPartition
 
 from connectors import json_place
 from connectors.arrow_batch import arrow
+from connectors.avro_output import AvroDeltas
 from connectors.batches import RECORD_OVERHEAD, BatchEncoding, batches
 from connectors.changelog_json import Record, clock_record, event_records, tuple_records
 from connectors.delta_json import EdgeColumns, chunks, keys_and_values
@@ -41,8 +44,9 @@ from connectors.kafka_records import (
 from connectors.sinks import CHUNK_ROWS, check_deltas
 from core.columns import Column, Member
 
-OutputFormat = Literal["records", "batches"]
-"""``records``: one Kafka record per match delta; ``batches``: one per query and epoch."""
+OutputFormat = Literal["records", "batches", "avro"]
+"""``records``: one Kafka record per match delta; ``batches``: one per query and epoch;
+``avro``: one per match delta, in Avro (:mod:`connectors.avro_output`)."""
 
 PRODUCER_DEFAULTS: dict[str, object] = {
     "compression.type": "lz4",
@@ -71,12 +75,17 @@ class KafkaSink:
         transaction_timeout_ms: int = 30_000,
         output_format: OutputFormat = "records",
         batch_encoding: BatchEncoding = "jsonl",
+        avro: AvroDeltas | None = None,
     ) -> None:
         self.output_topic = output_topic
         self.dead_letter_topic = dead_letter_topic
         self.version = version.encode()
         self.timeout = timeout
         self.output_format = output_format
+        if output_format == "avro" and avro is None:
+            raise ValueError("the avro output format needs its encoder (a schema registry)")
+        #: The Avro encoder of the deltas (``avro`` only).
+        self.avro = avro
         #: How a batch's deltas are written (``batches`` only): JSON Lines or Arrow.
         self.batch_encoding = batch_encoding
         settings: dict[str, object] = {
@@ -139,6 +148,8 @@ class KafkaSink:
             return rows
         for part in chunks(columns, diffs, edges, extra, CHUNK_ROWS):
             keys, values = keys_and_values(query, epoch, variables, part)
+            if self.avro is not None:
+                values = self.avro.encode(values)
             self._produce_records(self.output_topic, keys, values)
         return rows
 
@@ -154,6 +165,7 @@ class KafkaSink:
     def write_dead_letter(self, letter: KafkaDeadLetter) -> None:
         headers: list[tuple[str, str | bytes | None]] = [
             ("reason", letter.reason.encode()),
+            ("category", letter.category.encode()),
             ("source-topic", letter.topic.encode()),
             ("source-partition", str(letter.partition).encode()),
             ("source-offset", str(letter.offset).encode()),

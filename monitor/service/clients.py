@@ -5,9 +5,11 @@ from __future__ import annotations
 import logging
 from importlib.metadata import PackageNotFoundError, version
 
+from connectors.avro_output import AvroDeltas
 from connectors.kafka_sink import (
     KafkaSink,
 )
+from connectors.registry_decoders import registry_client
 from monitor.service.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -52,4 +54,14 @@ def new_sink(settings: Settings) -> KafkaSink:
         transaction_timeout_ms=settings.transaction_timeout_ms,
         output_format=settings.output_format,
         batch_encoding=settings.batch_encoding,
+        avro=avro_deltas(settings),
     )
+
+
+def avro_deltas(settings: Settings) -> AvroDeltas | None:
+    """The Avro encoder of the output topic's deltas (``SGM_OUTPUT_FORMAT=avro``), else None."""
+    if settings.output_format != "avro":
+        return None
+    assert settings.schema_registry_url is not None  # (the settings refuse it missing)
+    client = registry_client(settings.schema_registry_url, settings.registry_config())
+    return AvroDeltas(client, settings.output_topic)

@@ -21,7 +21,12 @@ from dataclasses import dataclass
 log = logging.getLogger(__name__)
 
 #: Readiness conditions, in the order ``/readyz`` lists what is missing.
-CONDITIONS = ("partitions_assigned", "state_recovered", "broker_reachable")
+CONDITIONS = (
+    "partitions_assigned",
+    "state_recovered",
+    "broker_reachable",
+    "schema_registry_reachable",
+)
 
 
 @dataclass(frozen=True)
@@ -73,6 +78,7 @@ class Health:
         self._lock = threading.Lock()
         self._last_beat = clock()
         self._conditions = dict.fromkeys(CONDITIONS, False)
+        self._conditions["schema_registry_reachable"] = True  # (until a poll finds it down)
 
     def beat(self) -> None:
         """The loop made progress (call it on every turn of the loop)."""
@@ -91,6 +97,11 @@ class Health:
     def set_broker_reachable(self, value: bool) -> None:
         """The Kafka broker answers (False while retrying a connection)."""
         self._set("broker_reachable", value)
+
+    def set_registry_reachable(self, value: bool) -> None:
+        """The schema registry answers (False while a poll waits for it; always true without
+        one)."""
+        self._set("schema_registry_reachable", value)
 
     def liveness(self) -> Liveness:
         """Whether the loop beat within the liveness timeout."""

@@ -23,6 +23,7 @@ from core.errors import StateError
 from core.records import UpdateBatch
 from monitor.index.store import StateStore
 from monitor.index.stored_meta import StoredMeta
+from monitor.service import registry
 from monitor.service.epochs import EpochProcessor
 from monitor.service.health import Health
 from monitor.service.metrics import Metrics
@@ -195,7 +196,7 @@ def catch_up(
                 f"retention?"
             )
         health.beat()
-        polled = source.poll(settings.batch_size, 1.0, stop_at=positions.catch_up)
+        polled = registry.poll(source, health, settings.batch_size, 1.0, stop_at=positions.catch_up)
         batches.append(polled.batch)
         reached.update(polled.next_offsets)
         log.debug(

@@ -31,6 +31,7 @@ from monitor.failpoints import InjectedFailure, failpoint
 from monitor.plan.events import event_relations, rewrite
 from monitor.plan.planner import delta_queries
 from monitor.query.load import load_queries
+from monitor.service import registry
 from monitor.service.allocator import keep_freed_memory
 from monitor.service.clients import client_config, new_sink
 from monitor.service.cluster import run_cluster
@@ -116,7 +117,7 @@ def _run(settings: Settings, engine: ServiceEngine, metrics: Metrics, health: He
                 except WorkerLost as error:
                     _reload(engine, source, positions, {}, error, metrics, health)
                 continue
-            polled = ahead.result() if ahead is not None else _poll(settings, source)
+            polled = ahead.result() if ahead is not None else _poll(settings, source, health)
             ahead = None
             if not polled.records and not engine.expiry_due():
                 continue
@@ -132,8 +133,10 @@ def _run(settings: Settings, engine: ServiceEngine, metrics: Metrics, health: He
         sink.flush()
 
 
-def _poll(settings: Settings, source: KafkaSource) -> Polled:
-    return source.poll(
+def _poll(settings: Settings, source: KafkaSource, health: Health) -> Polled:
+    return registry.poll(
+        source,
+        health,
         settings.batch_size,
         settings.max_batch_delay_ms / 1000.0,
         interrupted=lambda: Stop.requested,
@@ -196,6 +199,7 @@ def _open_source(
         on_stats=metrics.observe_librdkafka_stats,
         events=engine.field_types,
         arities=engine.arities,
+        formats=registry.record_formats(settings, engine.field_types),
     )
     holder.append(source)
     return source
@@ -252,7 +256,7 @@ def _epoch(
                     sink.write_dead_letter(letter)
                 group = source.group_metadata()
                 if not Stop.requested:
-                    ahead = Prefetch(lambda: _poll(settings, source))
+                    ahead = Prefetch(lambda: _poll(settings, source, health))
                 failpoint("serve_before_kafka_commit")
                 sink.commit(polled.next_offsets, group, out.epoch)
                 watchdog.disarm()

@@ -15,7 +15,7 @@ import socket
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
@@ -34,6 +34,9 @@ SECRET_KAFKA_KEYS = (
     "sasl.oauthbearer.client.secret",
     "ssl.key.pem",
     "ssl_key",
+    # the schema registry client's (SGM_SCHEMA_REGISTRY)
+    "basic.auth.user.info",
+    "bearer.auth.token",
 )
 
 
@@ -79,10 +82,12 @@ class Settings(BaseSettings):
         "changes",
         description="changes: every +1 and -1; appearances: only +1 records (alerting)",
     )
-    output_format: Literal["records", "batches"] = Field(
+    output_format: Literal["records", "batches", "avro"] = Field(
         "records",
         description="Kafka output: records, one record per match delta; batches, one record per "
-        "query and epoch holding its deltas as JSON lines (docs/kafka.md, Reading the output)",
+        "query and epoch holding its deltas as JSON lines; avro, one Avro record per match "
+        "delta, its schema registered under the output topic's subject (docs/kafka.md, "
+        "Reading the output)",
     )
     batch_encoding: Literal["jsonl", "arrow"] = Field(
         "jsonl",
@@ -217,6 +222,37 @@ class Settings(BaseSettings):
     topic_relations: Annotated[dict[str, str], NoDecode] = Field(
         default_factory=dict, description="topic=relation pairs: records of a topic name none"
     )
+    input_format: Literal["json", "avro", "protobuf", "jsonschema"] = Field(
+        "json",
+        description="format of the input topics' values: json, or avro, protobuf, jsonschema "
+        "framed for a schema registry (SGM_SCHEMA_REGISTRY_URL; docs/kafka.md, Schema registry "
+        "formats)",
+    )
+    topic_formats: Annotated[dict[str, str], NoDecode] = Field(
+        default_factory=dict,
+        description="topic=format pairs where topics differ (payments=avro,accounts=json); the "
+        "others are SGM_INPUT_FORMAT",
+    )
+    field_map: Annotated[dict[str, str], NoDecode] = Field(
+        default_factory=dict,
+        description="registry formats: name=path pairs telling where op, relation, id, key, "
+        "src, dst, ts and event fields are (src=from_account,ts=booked_at,amount=payment."
+        "amount); a name not given is the field of the same name",
+    )
+    schema_registry_url: str | None = Field(
+        None, description="the schema registry (Confluent-compatible API; a comma list for several)"
+    )
+    schema_registry: dict[str, str | SecretStr] = Field(
+        default_factory=dict,
+        description="schema registry client settings passed through (JSON object: "
+        "basic.auth.user.info, ssl.ca.location, ...); secrets are masked",
+    )
+    schema_registry_secrets_dir: str | None = Field(
+        None,
+        description="directory of schema registry client settings, one file each (a mounted "
+        "Secret: basic.auth.user.info, ...); they win over SGM_SCHEMA_REGISTRY and are always "
+        "treated as secret",
+    )
     max_batch_delay_ms: int = Field(1000, ge=1, description="an epoch closes after this delay")
     http_port: int = Field(8080, ge=0, le=65535, description="port of /metrics, /healthz, /readyz")
     liveness_timeout_s: float = Field(120.0, gt=0, description="/healthz fails after this stall")
@@ -259,20 +295,31 @@ class Settings(BaseSettings):
     def _lateness(cls, value: Any) -> Any:
         return parse_duration(value) if isinstance(value, str) and value[-1:].isalpha() else value
 
-    @field_validator("topic_relations", mode="before")
+    @field_validator("topic_relations", "topic_formats", "field_map", mode="before")
     @classmethod
-    def _pairs(cls, value: Any) -> Any:
+    def _pairs(cls, value: Any, info: ValidationInfo) -> Any:
+        what = {"topic_relations": "topic=relation", "topic_formats": "topic=format"}
         if isinstance(value, str):
             pairs = {}
             for item in filter(None, (p.strip() for p in value.split(","))):
                 topic, sep, relation = item.partition("=")
                 if not sep or not topic.strip() or not relation.strip():
-                    raise ValueError(f"expected topic=relation pairs, got {item!r}")
+                    expected = what.get(info.field_name or "", "name=path")
+                    raise ValueError(f"expected {expected} pairs, got {item!r}")
                 pairs[topic.strip()] = relation.strip()
             return pairs
         return value
 
-    @field_validator("kafka", mode="before")
+    @field_validator("topic_formats")
+    @classmethod
+    def _formats(cls, value: dict[str, str]) -> dict[str, str]:
+        formats = ("json", "avro", "protobuf", "jsonschema")
+        for topic, name in value.items():
+            if name not in formats:
+                raise ValueError(f"topic {topic}: format {name!r} is not one of {formats}")
+        return value
+
+    @field_validator("kafka", "schema_registry", mode="before")
     @classmethod
     def _secrets(cls, value: Any) -> Any:
         if isinstance(value, dict):
@@ -292,7 +339,29 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _secrets_dir_readable(self) -> Settings:
         self.kafka_secrets()  # a missing or unreadable directory is a settings error at start
+        self.registry_config()
         return self
+
+    @model_validator(mode="after")
+    def _registry_given(self) -> Settings:
+        uses = {self.input_format, *self.topic_formats.values()} - {"json"}
+        if self.output_format == "avro":
+            uses.add("avro output")
+        if uses and not self.schema_registry_url:
+            raise ValueError(
+                f"{', '.join(sorted(uses))} needs a schema registry: set SGM_SCHEMA_REGISTRY_URL"
+            )
+        return self
+
+    def registry_config(self) -> dict[str, str]:
+        """The schema registry client's settings with their secret values revealed:
+        ``schema_registry``, then one per file of ``schema_registry_secrets_dir``."""
+        config = {
+            k: v.get_secret_value() if isinstance(v, SecretStr) else v
+            for k, v in self.schema_registry.items()
+        }
+        config.update(_secrets_dir(self.schema_registry_secrets_dir, "schema_registry_secrets_dir"))
+        return config
 
     @model_validator(mode="after")
     def _one_scale_out(self) -> Settings:
@@ -343,24 +412,35 @@ class Settings(BaseSettings):
     def kafka_secrets(self) -> dict[str, str]:
         """The settings of ``kafka_secrets_dir``; hidden files (a mounted Secret's ``..data``
         links) are skipped, a trailing newline is dropped."""
-        if self.kafka_secrets_dir is None:
-            return {}
-        directory = Path(self.kafka_secrets_dir)
-        try:
-            files = sorted(f for f in directory.iterdir() if not f.name.startswith("."))
-            return {f.name: f.read_text().rstrip("\r\n") for f in files if f.is_file()}
-        except OSError as exc:
-            raise ValueError(f"kafka_secrets_dir {directory}: {exc.strerror or exc}") from exc
+        return _secrets_dir(self.kafka_secrets_dir, "kafka_secrets_dir")
 
     def printable(self) -> dict[str, Any]:
         """Every setting, secrets masked: what ``serve --print-config`` shows."""
         data = self.model_dump(mode="json")
         data["kafka"] = {k: "***" if _secret(k) else v for k, v in data["kafka"].items()}
         data["kafka"].update(dict.fromkeys(self.kafka_secrets(), "***"))
+        data["schema_registry"] = {
+            k: "***" if _secret(k) else v for k, v in data["schema_registry"].items()
+        }
+        secrets = _secrets_dir(self.schema_registry_secrets_dir, "schema_registry_secrets_dir")
+        data["schema_registry"].update(dict.fromkeys(secrets, "***"))
         data["retention"] = {  # as it is written: a duration, or none (JSON has no infinity)
             k: "none" if math.isinf(v) else format_duration(v) for k, v in self.retention.items()
         }
         return data
+
+
+def _secrets_dir(directory: str | None, setting: str) -> dict[str, str]:
+    """The settings in a directory, one per file (file name = setting, content = value); hidden
+    files (a mounted Secret's ``..data`` links) are skipped, a trailing newline is dropped."""
+    if directory is None:
+        return {}
+    path = Path(directory)
+    try:
+        files = sorted(f for f in path.iterdir() if not f.name.startswith("."))
+        return {f.name: f.read_text().rstrip("\r\n") for f in files if f.is_file()}
+    except OSError as exc:
+        raise ValueError(f"{setting} {path}: {exc.strerror or exc}") from exc
 
 
 def _secret(key: str) -> bool:

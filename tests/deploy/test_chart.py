@@ -34,6 +34,7 @@ CHART_SETS = {
     "http_port",
     "queries",
     "kafka_secrets_dir",
+    "schema_registry_secrets_dir",
     "instance_id",
     "transactional_id",
 }
@@ -162,12 +163,16 @@ def rendered_settings(docs: list[dict[str, Any]], tmp_path: Path) -> Settings:
     path = tmp_path / "config.yaml"
     path.write_text(config)
     data = yaml.safe_load(config)
-    if "kafka_secrets_dir" in data:  # the Secret's mount; stand in a directory for it
-        secrets = tmp_path / "kafka-secrets"
-        secrets.mkdir(exist_ok=True)
-        (secrets / "sasl.password").write_text("pw")
-        data["kafka_secrets_dir"] = str(secrets)
-        path.write_text(yaml.safe_dump(data))
+    for setting, key in (
+        ("kafka_secrets_dir", "sasl.password"),
+        ("schema_registry_secrets_dir", "basic.auth.user.info"),
+    ):
+        if setting in data:  # the Secret's mount; stand in a directory for it
+            secrets = tmp_path / setting
+            secrets.mkdir(exist_ok=True)
+            (secrets / key).write_text("pw")
+            data[setting] = str(secrets)
+            path.write_text(yaml.safe_dump(data))
     return load_settings(str(path))
 
 
@@ -259,6 +264,34 @@ def test_kafka_credentials_come_from_an_existing_secret(render: Render) -> None:
     assert mounts["kafka-secrets"]["readOnly"] is True
     config = yaml.safe_load(one(docs, "ConfigMap", "-config")["data"]["config.yaml"])
     assert config["kafka_secrets_dir"] == mounts["kafka-secrets"]["mountPath"]
+    assert not [d for d in docs if d["kind"] == "Secret"], "the chart never holds credentials"
+
+
+def test_schema_registry_credentials_come_from_an_existing_secret(
+    render: Render, tmp_path: Path
+) -> None:
+    assert "schema-registry-secrets" not in json.dumps(render())
+    docs = render(
+        "--set",
+        "schemaRegistry.existingSecret=registry-creds",
+        "--set",
+        "config.input_format=avro",
+        "--set",
+        "config.schema_registry_url=http://registry:8081",
+        "--set",
+        "config.field_map.src=from_account",
+    )
+    pod = one(docs, "StatefulSet")["spec"]["template"]["spec"]
+    vols = {v["name"]: v for v in pod["volumes"]}
+    assert vols["schema-registry-secrets"]["secret"]["secretName"] == "registry-creds"
+    mounts = {m["name"]: m for m in pod["containers"][0]["volumeMounts"]}
+    assert mounts["schema-registry-secrets"]["readOnly"] is True
+    config = yaml.safe_load(one(docs, "ConfigMap", "-config")["data"]["config.yaml"])
+    assert config["schema_registry_secrets_dir"] == mounts["schema-registry-secrets"]["mountPath"]
+    settings = rendered_settings(docs, tmp_path)
+    assert settings.input_format == "avro" and settings.field_map == {"src": "from_account"}
+    assert settings.registry_config() == {"basic.auth.user.info": "pw"}
+    assert settings.printable()["schema_registry"] == {"basic.auth.user.info": "***"}
     assert not [d for d in docs if d["kind"] == "Secret"], "the chart never holds credentials"
 
 

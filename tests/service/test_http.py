@@ -137,6 +137,7 @@ def test_readyz_lists_what_is_missing(server: HealthServer, health: Health) -> N
         "partitions_assigned": True,
         "state_recovered": True,
         "broker_reachable": True,
+        "schema_registry_reachable": True,
     }
 
     health.set_broker_reachable(False)

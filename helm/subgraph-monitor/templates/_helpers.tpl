@@ -57,6 +57,7 @@ app.kubernetes.io/part-of: subgraph-monitor
 {{- define "sgm.configMount" -}}/etc/subgraph-monitor{{- end -}}
 {{- define "sgm.queriesMount" -}}/etc/subgraph-monitor/queries{{- end -}}
 {{- define "sgm.secretsMount" -}}/etc/subgraph-monitor/kafka{{- end -}}
+{{- define "sgm.registrySecretsMount" -}}/etc/subgraph-monitor/schema-registry{{- end -}}
 
 {{/* The queries setting: a file of the mounted ConfigMap, or a built-in name. */}}
 {{- define "sgm.queries" -}}
@@ -109,6 +110,9 @@ head's GCS port; the shards replace the replicated scale-out, so there is no con
 {{- $_ := set $config "queries" (include "sgm.queries" .) -}}
 {{- if .Values.kafka.existingSecret -}}
 {{- $_ := set $config "kafka_secrets_dir" (include "sgm.secretsMount" .) -}}
+{{- end -}}
+{{- if .Values.schemaRegistry.existingSecret -}}
+{{- $_ := set $config "schema_registry_secrets_dir" (include "sgm.registrySecretsMount" .) -}}
 {{- end -}}
 {{- toYaml $config -}}
 {{- end -}}
