@@ -21,7 +21,6 @@ directory, so that a stopped broker starts again on the same port with the same 
 from __future__ import annotations
 
 import base64
-import contextlib
 import json
 import os
 import re
@@ -37,14 +36,9 @@ from pathlib import Path
 from typing import IO, Any
 
 from scripts.kafka_config import BROKER_SETTINGS, LOG4J2_PROPERTIES
-from scripts.kafka_jars import (
-    KafkaLocalError,
-    fetch_jars,
-    find_java,
-    kafka_version,
-    tail_text,
-)
+from scripts.kafka_jars import KafkaLocalError, fetch_jars, find_java, kafka_version
 from scripts.kafka_protocol import ProtocolError, fetch_metadata, free_port, port_is_free
+from scripts.local_jvm import set_parent_death_signal, stop_process, tail_text, terminate
 
 HOST = "127.0.0.1"
 NODE_ID = 1
@@ -86,17 +80,6 @@ def _pid_alive(pid: int) -> bool:
     except OSError:
         return True
     return stat.rsplit(")", 1)[-1].split()[0] != "Z"
-
-
-def _set_parent_death_signal() -> None:
-    """In the child before exec: SIGKILL it when its parent dies (Linux), so no orphan survives."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
 
 
 class KafkaBroker:
@@ -328,14 +311,14 @@ class KafkaBroker:
                 stderr=subprocess.STDOUT,
                 cwd=self.run_dir,
                 start_new_session=True,
-                preexec_fn=_set_parent_death_signal if self.die_with_parent else None,
+                preexec_fn=set_parent_death_signal if self.die_with_parent else None,
             )
         self._pid = self._process.pid
         self._write_state()
         try:
             self._wait_ready(began)
         except BaseException:
-            self._terminate(signal.SIGKILL, 10.0)
+            terminate(self._pid, signal.SIGKILL, 10.0, self._alive)
             raise
         self.started_in = time.monotonic() - began
         return self.bootstrap
@@ -365,34 +348,15 @@ class KafkaBroker:
             f"(last probe: {last}); the end of {self.log_path}:\n{_tail_file(self.log_path)}"
         )
 
-    def _terminate(self, sig: signal.Signals, timeout: float) -> bool:
-        """Send sig and wait up to timeout for the exit; True if it exited."""
-        pid = self._pid
-        if pid is None or not self._alive():
-            return True
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, sig)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if not self._alive():
-                return True
-            time.sleep(0.1)
-        return not self._alive()
-
     def stop(self) -> None:
         """SIGTERM (a clean shutdown), SIGKILL after stop_timeout; the data stays."""
-        if not self._terminate(signal.SIGTERM, self.stop_timeout):
-            print(
-                f"kafka-local: the broker did not stop within {self.stop_timeout:.0f}s "
-                "of SIGTERM; killing it",
-                file=self.log,
-            )
-            self._terminate(signal.SIGKILL, 30.0)
+        who = "kafka-local: the broker"
+        stop_process(self._pid, self._alive, self.stop_timeout, who=who, log=self.log)
         self._finish()
 
     def kill(self) -> None:
         """SIGKILL (a crash); the data stays and start() recovers it."""
-        self._terminate(signal.SIGKILL, 30.0)
+        terminate(self._pid, signal.SIGKILL, 30.0, self._alive)
         self._finish()
 
     def _finish(self) -> None:

@@ -36,14 +36,21 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 from pathlib import Path
 from typing import IO
 
-from scripts.kafka_jars import _locked, _pom_digest, tail_text
-from scripts.kafka_local import _set_parent_death_signal
 from scripts.kafka_protocol import free_port, port_is_free
+from scripts.local_jvm import (
+    fetch_once,
+    pom_property,
+    set_parent_death_signal,
+    stop_process,
+    tail_text,
+    terminate,
+    user_cache_dir,
+)
+from scripts.local_jvm import java_major as _java_major
 
 HERE = Path(__file__).resolve().parent
 POM = HERE / "registry" / "pom.xml"
@@ -54,6 +61,10 @@ DEFAULT_HEAP = "256m"
 DEFAULT_START_TIMEOUT = 180.0
 DEFAULT_STOP_TIMEOUT = 30.0
 JVM_DIRS = (Path("/usr/lib/jvm"), Path("/usr/local/lib/jvm"), Path("/opt/java"))
+MVN_HINT = (
+    "Apicurio Registry is fetched from Maven Central once with Maven (e.g. `apt-get install "
+    "maven`), or point SGM_REGISTRY_CACHE at a directory whose quarkus-app/ already holds it"
+)
 
 
 class RegistryLocalError(RuntimeError):
@@ -66,34 +77,22 @@ class RegistryLocalError(RuntimeError):
 
 def apicurio_version(pom: Path = POM) -> str:
     """The Apicurio Registry version that ``scripts/registry/pom.xml`` fetches."""
-    ns = {"m": "http://maven.apache.org/POM/4.0.0"}
-    node = ET.parse(pom).getroot().find("m:properties/m:apicurio.version", ns)
-    if node is None or not (node.text or "").strip():
-        raise RegistryLocalError(f"{pom} has no <apicurio.version> property")
-    return (node.text or "").strip()
+    return pom_property(pom, "apicurio.version", RegistryLocalError)
 
 
 def default_cache_dir(version: str | None = None) -> Path:
-    env = os.environ.get("SGM_REGISTRY_CACHE")
-    if env:
-        return Path(env).expanduser()
-    name = f"apicurio-registry-{version or apicurio_version()}"
-    return Path.home() / ".cache" / "subgraph-monitor" / name
+    """``$SGM_REGISTRY_CACHE``, else ``~/.cache/subgraph-monitor/apicurio-registry-VERSION``."""
+    return user_cache_dir(
+        "SGM_REGISTRY_CACHE", lambda: f"apicurio-registry-{version or apicurio_version()}"
+    )
 
 
 def java_major(java: str) -> int | None:
     """The major version of a ``java`` executable (None if it does not run)."""
     try:
-        out = subprocess.run(
-            [java, "-version"], capture_output=True, text=True, timeout=60, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired):
+        return _java_major(java, RegistryLocalError)
+    except RegistryLocalError:
         return None
-    match = re.search(r'version "(\d+)(?:\.(\d+))?', out.stderr + out.stdout)
-    if not match:
-        return None
-    major = int(match.group(1))
-    return int(match.group(2) or 0) if major == 1 else major
 
 
 def find_java(min_major: int = MIN_JAVA) -> str:
@@ -128,17 +127,6 @@ def find_java(min_major: int = MIN_JAVA) -> str:
     )
 
 
-def find_mvn() -> str:
-    mvn = shutil.which("mvn")
-    if mvn is None:
-        raise RegistryLocalError(
-            "mvn not found on PATH: Apicurio Registry is fetched from Maven Central once with "
-            "Maven (e.g. `apt-get install maven`), or point SGM_REGISTRY_CACHE at a directory "
-            "whose quarkus-app/ already holds it"
-        )
-    return mvn
-
-
 def fetch_registry(
     cache_dir: Path | None = None, *, pom: Path = POM, log: IO[str] | None = None
 ) -> Path:
@@ -147,57 +135,19 @@ def fetch_registry(
     It is complete when ``quarkus-app/.complete`` holds the digest of the pom that fetched it; a
     changed pom fetches again. A lock makes concurrent callers wait for one fetch.
     """
-    log = log if log is not None else sys.stderr
     version = apicurio_version(pom)
-    cache = cache_dir if cache_dir is not None else default_cache_dir(version)
-    app = cache / "quarkus-app"
-    marker = app / ".complete"
-    digest = _pom_digest(pom)
-    if marker.is_file() and marker.read_text().strip() == digest:
-        return app
-    with _locked(cache / ".lock"):
-        if marker.is_file() and marker.read_text().strip() == digest:
-            return app
-        mvn = find_mvn()
-        staging = cache / f"quarkus-app.partial-{os.getpid()}"
-        shutil.rmtree(staging, ignore_errors=True)
-        print(
-            f"registry-local: fetching Apicurio Registry {version} with Maven into {app}",
-            file=log,
-        )
-        started = time.monotonic()
-        cmd = [
-            mvn,
-            "-B",
-            "-q",
-            "-f",
-            str(pom),
-            "dependency:unpack",
-            f"-DoutputDirectory={staging}",
-        ]
-        try:
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, check=False)
-        except subprocess.TimeoutExpired as exc:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise RegistryLocalError(
-                f"Maven did not fetch Apicurio Registry in 30 minutes: {' '.join(cmd)}"
-            ) from exc
-        if done.returncode != 0 or not (staging / "quarkus-run.jar").is_file():
-            shutil.rmtree(staging, ignore_errors=True)
-            output = tail_text(done.stdout + done.stderr, 40)
-            raise RegistryLocalError(
-                f"Maven could not fetch Apicurio Registry {version} (exit {done.returncode}):\n"
-                f"  {' '.join(cmd)}\n{output}"
-            )
-        shutil.rmtree(app, ignore_errors=True)
-        staging.rename(app)
-        marker.write_text(digest + "\n")
-        print(
-            f"registry-local: Apicurio Registry {version} fetched in "
-            f"{time.monotonic() - started:.1f}s",
-            file=log,
-        )
-    return app
+    return fetch_once(
+        pom,
+        ["dependency:unpack"],
+        cache_dir if cache_dir is not None else default_cache_dir(version),
+        "quarkus-app",
+        complete=lambda staging: (staging / "quarkus-run.jar").is_file(),
+        what=f"Apicurio Registry {version}",
+        error=RegistryLocalError,
+        tool="registry-local",
+        mvn_hint=MVN_HINT,
+        log=log,
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -376,12 +326,12 @@ class SchemaRegistry:
                 stderr=subprocess.STDOUT,
                 cwd=self.run_dir,
                 start_new_session=True,
-                preexec_fn=_set_parent_death_signal if self.die_with_parent else None,
+                preexec_fn=set_parent_death_signal if self.die_with_parent else None,
             )
         try:
             self._wait_ready(began)
         except BaseException:
-            self._terminate(signal.SIGKILL, 10.0)
+            terminate(self.pid, signal.SIGKILL, 10.0, lambda: self.running)
             self._finish()
             raise
         self.started_in = time.monotonic() - began
@@ -413,28 +363,10 @@ class SchemaRegistry:
             f"{self.start_timeout:g}s (last probe: {last}):\n{log_excerpt(self.log_path)}"
         )
 
-    def _terminate(self, sig: signal.Signals, timeout: float) -> bool:
-        """Send sig and wait up to timeout for the exit; True if it exited."""
-        process = self._process
-        if process is None or process.poll() is not None:
-            return True
-        with contextlib.suppress(ProcessLookupError):
-            process.send_signal(sig)
-        try:
-            process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            return False
-        return True
-
     def stop(self) -> None:
         """SIGTERM (a clean shutdown), SIGKILL after stop_timeout. The schemas are gone."""
-        if not self._terminate(signal.SIGTERM, self.stop_timeout):
-            print(
-                f"registry-local: the registry did not stop within {self.stop_timeout:.0f}s "
-                "of SIGTERM; killing it",
-                file=self.log,
-            )
-            self._terminate(signal.SIGKILL, 30.0)
+        who = "registry-local: the registry"
+        stop_process(self.pid, lambda: self.running, self.stop_timeout, who=who, log=self.log)
         self._finish()
 
     def _finish(self) -> None:
