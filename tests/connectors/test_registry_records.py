@@ -42,6 +42,8 @@ def test_the_field_map_moves_renames_and_reaches_nested_records() -> None:
         "ts": 1_796_206_500_000,  # 2026-12-02T10:15:00Z
         "amount": 1500.5,
     }
+    swapped = FieldMap.parse({"src": "dst", "dst": "src"}).apply({"src": 1, "dst": 2, "x": 3})
+    assert swapped == {"src": 2, "dst": 1, "x": 3}
     missing = fields.apply({"from_account": "A", "booked_at": 0})
     assert missing == "field 'to.account' (mapped to 'dst') is not in the record"
 
@@ -103,9 +105,10 @@ def test_a_poll_of_a_registry_format_decodes_maps_and_dead_letters_with_reasons(
         b"\0" + orjson.dumps({"from": 1, "amount": 5}),
         b"\0" + orjson.dumps({"from": 2, "to": 3}),
         b"\0" + orjson.dumps({"from": 3, "to": 1, "amount": 7}),
+        b"\0" + orjson.dumps({"op": "delete", "from": 3, "to": 1}),  # (a delete: no amount)
     ]
     polled = decode_messages(_records(values), 0, "e", {}, formats=formats)
-    assert polled.batch.count == 2
+    assert polled.batch.count == 3
     letters = {d.offset: (d.category, d.reason) for d in polled.dead_letters}
     assert sorted(letters) == [1, 2, 3, 4]
     assert letters[1] == ("unknown_schema", "schema id 99 is not in the registry")

@@ -51,6 +51,19 @@ def test_the_settings_reference_is_the_settings_model(site: Path) -> None:
     assert "&lt;!-- settings" not in html and "<!-- settings" not in html
 
 
+def test_the_performance_page_holds_the_reports_as_written(site: Path) -> None:
+    """The benchmark tables are the reports' own: each report's first table row is on the
+    page, and no marker is left (a report that is missing fails the build)."""
+    html = (site / "performance" / "index.html").read_text()
+    assert "<!-- report" not in html and "&lt;!-- report" not in html
+    for report in re.findall(r"<!-- report: (\S+) -->", (ROOT / "docs/performance.md").read_text()):
+        rows = [line for line in (ROOT / report).read_text().splitlines() if line.startswith("| ")]
+        first = rows[2] if len(rows) > 2 else None  # (after the header and its rule)
+        if first is not None:
+            cell = first.split("|")[1].strip().strip("*`")
+            assert cell in html, f"{report}: {cell!r} is not on the performance page"
+
+
 def query_blocks() -> list[tuple[str, str]]:
     found = []
     for page in [*PAGES, ROOT / "README.md"]:
