@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any
 
 import orjson
@@ -42,6 +43,9 @@ SERIALIZER = {"auto.register.schemas": True, "subject.name.strategy.type": "TOPI
 #: The members every delta has, and their Avro types.
 FIXED = {"query": "string", "epoch": "long", "diff": "int"}
 _PRIMITIVE = {bool: "boolean", int: "long", float: "double", str: "string"}
+_KINDS: dict[type, str] = {**_PRIMITIVE, type(None): "null"}
+_SCALAR_TYPES = frozenset(_KINDS)
+_NOT_MEMBERS = frozenset({*FIXED, "match"})
 
 
 @dataclass
@@ -71,6 +75,16 @@ class Shape:
         grew = kind not in self.kinds
         self.kinds.add(kind)
         return grew
+
+    def add_all(self, values: list[Any]) -> bool:
+        """Take every one of ``values`` in (a set of their types at once where they are all
+        scalars); whether the shape grew."""
+        kinds = {type(v) for v in values}
+        if kinds <= _SCALAR_TYPES:
+            new = {_KINDS[k] for k in kinds} - self.kinds
+            self.kinds |= new
+            return bool(new)
+        return any([self.add(v) for v in values])
 
     @classmethod
     def of(cls, avro: Any) -> Shape:
@@ -132,6 +146,37 @@ class DeltaSchema:
                 schema.members[name].kinds.discard("null")  # (added back: every member is)
         return schema
 
+    def add_all(self, records: list[dict[str, Any]]) -> bool:
+        """Take a chunk of deltas in, a place at a time (one set of types per place, not a
+        walk per delta); whether the schema grew."""
+        grew = False
+        if self.match.values is None:
+            self.match.values = Shape()
+            grew = True
+        grew = self.match.values.add_all([v for r in records for v in r["match"].values()]) or grew
+        by_member: dict[str, list[Any]] = {}
+        for record in records:
+            for name, value in record.items():
+                if name not in _NOT_MEMBERS:
+                    by_member.setdefault(name, []).append(value)
+        events = [e for edges in by_member.pop("edges", ()) for e in edges.values()]
+        if events:
+            if "edges" not in self.members:
+                self.members["edges"] = Shape()
+                grew = True
+            names = set(chain.from_iterable(events))
+            for name in sorted(names.difference(self.event)):
+                self.event[name] = Shape()
+                grew = True
+            for name, shape in self.event.items():
+                grew = shape.add_all([e.get(name) for e in events]) or grew
+        for name, values in by_member.items():
+            if name not in self.members:
+                self.members[name] = Shape()
+                grew = True
+            grew = self.members[name].add_all(values) or grew
+        return grew
+
     def add(self, record: dict[str, Any]) -> bool:
         """Take a delta in; whether the schema grew."""
         grew = self.match.add(record["match"])
@@ -162,7 +207,8 @@ class DeltaSchema:
         fields: list[dict[str, Any]] = [{"name": n, "type": t} for n, t in FIXED.items()]
         match = self.match.values.avro() if self.match.values else "string"
         fields.append({"name": "match", "type": {"type": "map", "values": match}})
-        for name, shape in self.members.items():
+        for name in sorted(self.members, key=_member_order):
+            shape = self.members[name]
             kind = self._event_map() if name == "edges" else shape.avro(optional=True)
             fields.append({"name": name, "type": kind, "default": None})
         return {
@@ -175,7 +221,8 @@ class DeltaSchema:
 
     def _event_map(self) -> list[Any]:
         fields = []
-        for name, shape in self.event.items():
+        for name in sorted(self.event, key=_event_order):
+            shape = self.event[name]
             optional = name not in ("id", "src", "dst")
             entry: dict[str, Any] = {"name": name, "type": shape.avro(optional=optional)}
             if optional:
@@ -183,6 +230,20 @@ class DeltaSchema:
             fields.append(entry)
         event = {"type": "record", "name": "Event", "fields": fields}
         return ["null", {"type": "map", "values": event}]
+
+
+#: Where the members and an event's fields go in the schema: as the JSON writes them, the
+#: others by name (so that the schema is the same whatever order they were first seen in).
+_MEMBERS = ("edges", "cause", "match_id", "values", "events")
+_EVENT = ("id", "src", "dst")
+
+
+def _member_order(name: str) -> tuple[int, str]:
+    return (_MEMBERS.index(name) if name in _MEMBERS else len(_MEMBERS), name)
+
+
+def _event_order(name: str) -> tuple[int, str]:
+    return (_EVENT.index(name) if name in _EVENT else len(_EVENT), name)
 
 
 class AvroDeltas:
@@ -218,7 +279,7 @@ class AvroDeltas:
     def encode(self, values: Sequence[bytes]) -> list[bytes]:
         """The deltas' JSON values (:mod:`connectors.delta_json`) as Avro values."""
         records = list(map(orjson.loads, values))
-        if any([self.schema.add(r) for r in records]) or self._serializer is None:
+        if self.schema.add_all(records) or self._serializer is None:
             text = orjson.dumps(self.schema.avro()).decode()
             self._serializer = AvroSerializer(self.client, text, conf=SERIALIZER)
         serialize, context = self._serializer, self.context

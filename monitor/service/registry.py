@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from connectors.events import FieldTypes
 from connectors.kafka import KafkaSource
@@ -27,6 +27,7 @@ from monitor.service.settings import Settings
 from monitor.service.stop import Stop
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: Longest wait between two tries of a registry that does not answer.
 MAX_RETRY_SECONDS = 30.0
@@ -63,28 +64,38 @@ def poll(
 ) -> Polled:
     """``source.poll``, tried again while the schema registry does not answer (nothing while
     a stop is requested)."""
+    polled = retrying(
+        lambda: source.poll(max_updates, max_delay, stop_at=stop_at, interrupted=interrupted),
+        health,
+        "the records are read again",
+        _positions(source),
+    )
+    return polled if polled is not None else Polled(UpdateBatch(first_seq=source.next_seq))
+
+
+def retrying(
+    work: Callable[[], T], health: Health, then: str, where: Mapping[str, Any]
+) -> T | None:
+    """``work()``, done again with backoff while it raises :class:`RegistryUnavailable`
+    (readiness false meanwhile, a warning saying ``then`` and ``where`` at each try); None if
+    a stop is requested while waiting."""
     delay = 1.0
     while True:
         try:
-            polled = source.poll(max_updates, max_delay, stop_at=stop_at, interrupted=interrupted)
+            done = work()
         except RegistryUnavailable as error:
             health.set_registry_reachable(False)
-            log.warning(
-                "%s; the records are read again in %.0f s (not ready meanwhile)",
-                error,
-                delay,
-                extra=_positions(source),
-            )
+            log.warning("%s; %s in %.0f s (not ready meanwhile)", error, then, delay, extra=where)
             end = time.monotonic() + delay
             while time.monotonic() < end and not Stop.requested:
                 health.beat()
                 time.sleep(0.2)
             if Stop.requested:
-                return Polled(UpdateBatch(first_seq=source.next_seq))
+                return None
             delay = min(delay * 2, MAX_RETRY_SECONDS)
             continue
         health.set_registry_reachable(True)
-        return polled
+        return done
 
 
 def _positions(source: KafkaSource) -> dict[str, Any]:

@@ -172,10 +172,13 @@ def test_the_output_schema_reads_back_every_delta_as_written(chunks: list[list[A
     they were (an event's missing field as null), and the older chunks' schemas are read
     by the newer ones (backward compatible: what a registry checks)."""
     schema = DeltaSchema()
+    at_once = DeltaSchema()
     written: list[tuple[Any, list[Any]]] = []
     for chunk in chunks:
         for delta in chunk:
             schema.add(delta)
+        at_once.add_all(chunk)
+        assert at_once.avro() == schema.avro()  # (a chunk at once: the same as one by one)
         assert DeltaSchema.of(schema.avro()).avro() == schema.avro()  # (read back, restarted)
         parsed = fastavro.parse_schema(schema.avro())
         for old_schema, old_deltas in written:

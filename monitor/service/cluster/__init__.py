@@ -48,6 +48,7 @@ from confluent_kafka.admin import AdminClient
 
 from connectors.kafka_records import Partition
 from monitor.index.store import StateStore
+from monitor.service import registry
 from monitor.service.clients import client_config, new_sink, service_version
 from monitor.service.cluster.changelog import rebuild_from_changelog
 from monitor.service.cluster.control import control_topic, ensure_topics, input_partitions
@@ -106,6 +107,7 @@ def run_cluster(
         lambda: new_sink(settings),
         new_sink(settings),
         applied=stored_spec(meta),
+        formats=registry.record_formats(settings, processor.field_types),
     )
     log.info(
         "worker started",

@@ -23,6 +23,7 @@ from connectors.kafka_records import (
     partition_key,
 )
 from connectors.kafka_sink import KafkaSink
+from connectors.registry_records import RecordFormats
 from core.errors import ConfigError, StateError
 from core.records import UpdateBatch
 from monitor.engine.owned import ChangedTuples, supports
@@ -32,6 +33,7 @@ from monitor.index.graph import Change
 from monitor.index.store import StateStore
 from monitor.index.stored_meta import StoredMeta
 from monitor.query.ast import Query
+from monitor.service import registry
 from monitor.service.cluster.barrier import wait_for_epoch
 from monitor.service.cluster.control import (
     EpochSpec,
@@ -90,11 +92,13 @@ def decode_epoch(
     settings: Settings,
     events: FieldTypes | None = None,
     arities: dict[str, int] | None = None,
+    formats: RecordFormats | None = None,
 ) -> EpochInput:
     """The epoch's records in the fixed order, partition by partition, each partition's
     decoded as one batch (records of the ``events`` relations as events, numbered in the
     same order; a relation's tuples of other lengths than its arity in ``arities``, or
-    learned there from its first tuple, are dead letters)."""
+    learned there from its first tuple, are dead letters; the values of topics of a schema
+    registry format read with ``formats``)."""
     arities = {} if arities is None else arities
     partitions = sorted(messages)
     bounds = np.zeros(len(partitions), np.int64)
@@ -109,6 +113,7 @@ def decode_epoch(
             settings.topic_relations,
             events,
             arities,
+            formats,
         )
         count += polled[p].batch.count
     batch = UpdateBatch.concat([part.batch for part in polled.values()])
@@ -190,6 +195,8 @@ class Worker:
     #: epoch must start, and what a new leader numbers on from.
     applied: EpochSpec | None = None
     leader: Leader | None = None
+    #: How the input topics' values are read (None: all JSON).
+    formats: RecordFormats | None = None
 
     def step(self, timeout: float = 0.1) -> None:
         """Serve the group and the leadership, then process the next epoch if there is one."""
@@ -234,9 +241,20 @@ class Worker:
         until every partition is done, then commit the epoch to the index and the store."""
         started = time.perf_counter()
         messages = self.reader.read_epoch(spec, self.health)
-        data = decode_epoch(
-            messages, self.settings, self.processor.field_types, self.processor.arities
+        data = registry.retrying(
+            lambda: decode_epoch(
+                messages,
+                self.settings,
+                self.processor.field_types,
+                self.processor.arities,
+                self.formats,
+            ),
+            self.health,
+            f"epoch {spec.epoch} is decoded again",
+            {"epoch": spec.epoch},
         )
+        if data is None:  # (a stop requested while the registry did not answer)
+            return
         read = time.perf_counter()
         vertices = len(self.processor.index.dictionary)
         staged = self.processor.stage(data.batch)
