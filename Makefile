@@ -42,7 +42,7 @@ unit: $(DEV)
 docs: $(DEV)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
-## tools: helm, k8s-validate, promtool and prometheus for the chart tests (built or installed
+## tools: helm, k8s-validate, promtool, prometheus and chromium for the chart and site tests (built or installed
 ## once, cached; the test fixtures do the same on demand)
 tools:
 	scripts/deploy-tools ensure

@@ -1,9 +1,11 @@
-"""The binaries the Helm chart's tests need: helm, k8s-validate, promtool and prometheus.
+"""The binaries the deployment and site tests need: helm, k8s-validate, promtool, prometheus and
+chromium.
 
-One implementation for both users: ``scripts/deploy-tools ensure`` (builds or installs them all and
-prints their paths) is a thin command line over :func:`main`, and ``tests/deploy/conftest.py``
-calls :func:`helm`, :func:`k8s_validate`, :func:`promtool` and :func:`prometheus`. Python 3.11
-standard library only.
+One implementation for every user: ``scripts/deploy-tools ensure`` (builds or installs them all
+and prints their paths) is a thin command line over :func:`main`, ``tests/deploy/conftest.py``
+calls :func:`helm`, :func:`k8s_validate`, :func:`promtool` and :func:`prometheus`, and
+``tests/docs/test_browser.py`` calls :func:`chromium` (the documentation site in a headless
+browser). Python 3.11 standard library only.
 
 Layout, under ``${SGM_TOOLS_CACHE:-~/.cache/subgraph-monitor/tools}``:
 
@@ -12,10 +14,11 @@ Layout, under ``${SGM_TOOLS_CACHE:-~/.cache/subgraph-monitor/tools}``:
 * ``k8s-validate-HASH/k8s-validate``: built by ``go build`` from ``tools/k8s-validate``, keyed by a
   hash of its ``go.mod``, ``go.sum`` and ``*.go``, so that an edit rebuilds it.
 
-``promtool`` and ``prometheus`` are taken from ``PATH`` (Debian/Ubuntu package ``prometheus``); when
-missing they are installed with ``apt-get install -y prometheus`` if running as root, otherwise
-the error says what to install. Builds hold a file lock, so that concurrent pytest processes do
-not build the same tool at once.
+``promtool`` and ``prometheus`` are taken from ``PATH`` (Debian/Ubuntu package ``prometheus``), and
+``chromium`` likewise (Debian package ``chromium``, which runs headless: ``--headless=new``); when
+missing they are installed with ``apt-get install -y prometheus`` (or ``chromium``) if running as
+root, otherwise the error says what to install. Builds and installs hold a file lock, so that
+concurrent pytest processes do not build the same tool at once.
 """
 
 from __future__ import annotations
@@ -39,6 +42,15 @@ HELM_VERSION = "v3.22.0"
 HELM_PACKAGE = "helm.sh/helm/v3/cmd/helm"
 GO_FALLBACKS = (Path("/usr/local/go/bin/go"), Path.home() / "go" / "bin" / "go")
 APT_PACKAGE = "prometheus"
+CHROMIUM_PACKAGE = "chromium"
+PROMETHEUS_HINT = (
+    "install the Prometheus tools, e.g. `sudo apt-get install {package}` (Debian/Ubuntu) or a "
+    "release from https://prometheus.io/download/ with {name} on PATH"
+)
+CHROMIUM_HINT = (
+    "install Chromium, e.g. `sudo apt-get install {package}` (Debian) or `sudo snap install "
+    "chromium` (Ubuntu), with {name} on PATH"
+)
 
 
 class DeployToolsError(RuntimeError):
@@ -166,24 +178,28 @@ def k8s_validate(log: IO[str] | None = None, *, src: Path = VALIDATOR_SRC) -> Pa
     return binary
 
 
-def _from_path_or_apt(name: str, log: IO[str] | None) -> Path:
+def _from_path_or_apt(
+    name: str,
+    log: IO[str] | None,
+    *,
+    package: str = APT_PACKAGE,
+    hint: str = PROMETHEUS_HINT,
+) -> Path:
+    """``name`` from ``PATH``, else the Debian ``package`` installed with apt-get when running as
+    root, else an error with ``hint`` (formatted with ``name`` and ``package``)."""
     found = shutil.which(name)
     if found:
         return Path(found)
     apt_get = shutil.which("apt-get")
     if os.geteuid() != 0 or apt_get is None:
-        raise DeployToolsError(
-            f"{name} is not on PATH: install the Prometheus tools, e.g. `sudo apt-get install "
-            f"{APT_PACKAGE}` (Debian/Ubuntu) or a release from https://prometheus.io/download/ "
-            f"with {name} on PATH"
-        )
+        raise DeployToolsError(f"{name} is not on PATH: {hint.format(name=name, package=package)}")
     with _locked(cache_dir() / ".apt.lock"):
         found = shutil.which(name)
         if found:
             return Path(found)
-        _log(log, f"{name} is missing: installing the Debian package {APT_PACKAGE} with apt-get")
+        _log(log, f"{name} is missing: installing the Debian package {package} with apt-get")
         env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        for args in (["update"], ["install", "-y", "--no-install-recommends", APT_PACKAGE]):
+        for args in (["update"], ["install", "-y", "--no-install-recommends", package]):
             result = subprocess.run(
                 [apt_get, *args], env=env, capture_output=True, text=True, check=False
             )
@@ -194,7 +210,7 @@ def _from_path_or_apt(name: str, log: IO[str] | None) -> Path:
                 )
     found = shutil.which(name)
     if not found:
-        raise DeployToolsError(f"apt-get installed {APT_PACKAGE} but {name} is still not on PATH")
+        raise DeployToolsError(f"apt-get installed {package} but {name} is still not on PATH")
     return Path(found)
 
 
@@ -208,6 +224,12 @@ def prometheus(log: IO[str] | None = None) -> Path:
     return _from_path_or_apt("prometheus", log)
 
 
+def chromium(log: IO[str] | None = None) -> Path:
+    """``chromium`` (headless-capable) from ``PATH``, installed with apt-get (as root) when
+    missing."""
+    return _from_path_or_apt("chromium", log, package=CHROMIUM_PACKAGE, hint=CHROMIUM_HINT)
+
+
 def ensure_all(log: IO[str] | None = None) -> dict[str, Path]:
     """Every tool, built or installed as needed: name -> path."""
     return {
@@ -215,17 +237,20 @@ def ensure_all(log: IO[str] | None = None) -> dict[str, Path]:
         "k8s-validate": k8s_validate(log),
         "promtool": promtool(log),
         "prometheus": prometheus(log),
+        "chromium": chromium(log),
     }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="deploy-tools",
-        description="Build or install the tools the Helm chart's tests use "
+        description="Build or install the tools the Helm chart's and the site's tests use "
         f"(cache: $SGM_TOOLS_CACHE or {Path('~/.cache/subgraph-monitor/tools')}).",
     )
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("ensure", help="build/install helm, k8s-validate, promtool, prometheus")
+    commands.add_parser(
+        "ensure", help="build/install helm, k8s-validate, promtool, prometheus, chromium"
+    )
     args = parser.parse_args(argv)
     if args.command == "ensure":
         try:
