@@ -46,7 +46,9 @@ def test_batches_whole_and_streamed_come_back_whole_and_in_order(kafka: KafkaClu
     log.append(b"")
     assert first == 0
     assert list(log.read()) == [small, big, exact, exact, b""]
-    assert max(held) <= IN_FLIGHT + 1, "a streamed batch was held in memory whole"
+    # (len(producer) also counts events waiting to be served, a delivery report or a broker
+    # event: a few over IN_FLIGHT; a batch held whole would be its 41 chunks)
+    assert max(held) <= IN_FLIGHT + 4, "a streamed batch was held in memory whole"
     log.close()
 
 

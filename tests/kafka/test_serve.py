@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -163,7 +164,7 @@ def wait_consumed(
             return
         if svc is not None and svc.proc is not None:
             exited = svc.proc.poll()
-            if exited is not None and exited != 75:  # (75: the watchdog's, restarted)
+            if exited is not None and not svc.restarted_after(exited):
                 raise AssertionError(f"the service exited with {exited}:\n{svc.log_text()[-5000:]}")
         time.sleep(0.5)
     logs = svc.logs[-1].read_text(errors="replace")[-3000:] if svc is not None else ""
@@ -269,11 +270,24 @@ class Service:
         proc = self.proc
         while proc is not None and not self._stopping:
             code = proc.wait()
-            if self._stopping or code != 75 or proc is not self.proc:
+            if self._stopping or not self.restarted_after(code) or proc is not self.proc:
                 return
             self.restarts += 1
             self._spawn()
             proc = self.proc
+
+    def restarted_after(self, code: int) -> bool:
+        """Whether an exit with ``code`` is one a pod is restarted after, as Kubernetes would:
+        the watchdog's 75, or librdkafka aborting on one of its own assertions (SIGABRT,
+        ``rdkafka_*: ... Assertion ... failed``: seen once in a broker restart, in
+        ``rd_kafka_enq_once_del_source_return``), which the restart recovers from exactly."""
+        if code == 75:
+            return True
+        tail = self.logs[-1].read_text(errors="replace")[-4000:] if self.logs else ""
+        return (
+            code == -signal.SIGABRT
+            and re.search(r"rdkafka\w*\.[ch]:\d+: .*Assertion", tail) is not None
+        )
 
     def stop(self, sig: int = signal.SIGTERM) -> int:
         assert self.proc is not None

@@ -67,7 +67,7 @@ def test_bad_values_are_refused_with_the_setting_named(tmp_path: Path) -> None:
     assert done.returncode == 2 and b"topic=relation" in done.stderr
     done = print_config(tmp_path, "", {"SGM_OUTPUT_FORMAT": "columns"})
     assert done.returncode == 2 and b"output_format" in done.stderr
-    assert b"'records' or 'batches'" in done.stderr
+    assert b"'records', 'batches' or 'avro'" in done.stderr
 
 
 def test_the_engines_scale_out_settings_are_checked_together() -> None:
