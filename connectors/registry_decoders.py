@@ -16,13 +16,6 @@ from confluent_kafka.schema_registry.json_schema import JSONDeserializer
 from connectors.registry_protobuf import ProtobufDecoder
 from connectors.registry_records import Decode, RegistryUnavailable, UnknownSchema
 
-#: Client settings (``SGM_SCHEMA_REGISTRY``) whose values are secrets.
-SECRET_REGISTRY_KEYS = (
-    "basic.auth.user.info",
-    "ssl.key.password",
-    "bearer.auth.token",
-    "bearer.auth.client.secret",
-)
 #: The client's own retries are few: the service retries a registry that is down, reporting it.
 CLIENT_DEFAULTS = {"max.retries": "1", "timeout": "10"}
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 import socket
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
@@ -25,19 +24,7 @@ from pydantic_settings import (
 )
 
 from core.times import format_duration, parse_duration, parse_retention
-
-#: librdkafka settings whose values are secrets.
-SECRET_KAFKA_KEYS = (
-    "sasl.password",
-    "ssl.key.password",
-    "ssl.keystore.password",
-    "sasl.oauthbearer.client.secret",
-    "ssl.key.pem",
-    "ssl_key",
-    # the schema registry client's (SGM_SCHEMA_REGISTRY)
-    "basic.auth.user.info",
-    "bearer.auth.token",
-)
+from monitor.service.secrets import is_secret, secrets_dir
 
 
 class Settings(BaseSettings):
@@ -324,7 +311,7 @@ class Settings(BaseSettings):
     def _secrets(cls, value: Any) -> Any:
         if isinstance(value, dict):
             return {
-                str(k): SecretStr(str(v)) if _secret(str(k)) else str(v) for k, v in value.items()
+                str(k): SecretStr(str(v)) if is_secret(str(k)) else str(v) for k, v in value.items()
             }
         return value
 
@@ -360,7 +347,7 @@ class Settings(BaseSettings):
             k: v.get_secret_value() if isinstance(v, SecretStr) else v
             for k, v in self.schema_registry.items()
         }
-        config.update(_secrets_dir(self.schema_registry_secrets_dir, "schema_registry_secrets_dir"))
+        config.update(secrets_dir(self.schema_registry_secrets_dir, "schema_registry_secrets_dir"))
         return config
 
     @model_validator(mode="after")
@@ -412,40 +399,22 @@ class Settings(BaseSettings):
     def kafka_secrets(self) -> dict[str, str]:
         """The settings of ``kafka_secrets_dir``; hidden files (a mounted Secret's ``..data``
         links) are skipped, a trailing newline is dropped."""
-        return _secrets_dir(self.kafka_secrets_dir, "kafka_secrets_dir")
+        return secrets_dir(self.kafka_secrets_dir, "kafka_secrets_dir")
 
     def printable(self) -> dict[str, Any]:
         """Every setting, secrets masked: what ``serve --print-config`` shows."""
         data = self.model_dump(mode="json")
-        data["kafka"] = {k: "***" if _secret(k) else v for k, v in data["kafka"].items()}
+        data["kafka"] = {k: "***" if is_secret(k) else v for k, v in data["kafka"].items()}
         data["kafka"].update(dict.fromkeys(self.kafka_secrets(), "***"))
         data["schema_registry"] = {
-            k: "***" if _secret(k) else v for k, v in data["schema_registry"].items()
+            k: "***" if is_secret(k) else v for k, v in data["schema_registry"].items()
         }
-        secrets = _secrets_dir(self.schema_registry_secrets_dir, "schema_registry_secrets_dir")
+        secrets = secrets_dir(self.schema_registry_secrets_dir, "schema_registry_secrets_dir")
         data["schema_registry"].update(dict.fromkeys(secrets, "***"))
         data["retention"] = {  # as it is written: a duration, or none (JSON has no infinity)
             k: "none" if math.isinf(v) else format_duration(v) for k, v in self.retention.items()
         }
         return data
-
-
-def _secrets_dir(directory: str | None, setting: str) -> dict[str, str]:
-    """The settings in a directory, one per file (file name = setting, content = value); hidden
-    files (a mounted Secret's ``..data`` links) are skipped, a trailing newline is dropped."""
-    if directory is None:
-        return {}
-    path = Path(directory)
-    try:
-        files = sorted(f for f in path.iterdir() if not f.name.startswith("."))
-        return {f.name: f.read_text().rstrip("\r\n") for f in files if f.is_file()}
-    except OSError as exc:
-        raise ValueError(f"{setting} {path}: {exc.strerror or exc}") from exc
-
-
-def _secret(key: str) -> bool:
-    lowered = key.lower()
-    return lowered in SECRET_KAFKA_KEYS or any(w in lowered for w in ("password", "secret"))
 
 
 def load_settings(config_file: str | None = None, **flags: Any) -> Settings:

@@ -20,7 +20,7 @@ from confluent_kafka import Message
 
 from connectors.events import FieldTypes
 from connectors.kafka_records import Polled, decode_messages, merge_polled, message_columns
-from monitor.service.cluster.worker import decode_epoch
+from monitor.service.cluster.epoch_input import decode_epoch
 from monitor.service.settings import Settings
 from tests.connectors.kafka_reference import reference_epoch, reference_poll
 from tests.connectors.test_kafka_records import DEFAULT, TOPIC_RELATIONS, kafka_message, same_batch

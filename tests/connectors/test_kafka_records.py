@@ -35,7 +35,7 @@ from connectors.kafka_records import (
     message_columns,
 )
 from core.records import INT64_MAX, UpdateBatch
-from monitor.service.cluster.worker import decode_epoch
+from monitor.service.cluster.epoch_input import decode_epoch
 from monitor.service.settings import Settings
 from tests.connectors.kafka_reference import ReferencePolled, reference_epoch, reference_poll
 

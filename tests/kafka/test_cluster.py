@@ -33,7 +33,7 @@ from confluent_kafka.admin._listoffsets import OffsetSpec
 from connectors.batches import batch_info, read_message
 from monitor.query.load import load_queries
 from monitor.service.cluster.control import EpochSpec
-from monitor.service.cluster.worker import decode_epoch
+from monitor.service.cluster.epoch_input import decode_epoch
 from monitor.service.epochs import EpochProcessor
 from monitor.service.settings import Settings
 from tests.kafka.test_serve import (

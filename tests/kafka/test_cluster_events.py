@@ -14,7 +14,7 @@ import pytest
 
 from core.columns import python_values
 from monitor.query.load import load_queries
-from monitor.service.cluster.worker import decode_epoch
+from monitor.service.cluster.epoch_input import decode_epoch
 from monitor.service.epochs import EpochProcessor
 from monitor.service.settings import Settings
 from tests.engine.test_events_oracle import QUERIES, brute_force, event_records
