@@ -24,16 +24,16 @@ concurrent pytest processes do not build the same tool at once.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import fcntl
 import hashlib
 import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
+
+from scripts.file_lock import locked
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -68,17 +68,6 @@ def _log(log: IO[str] | None, message: str) -> None:
     stream = log if log is not None else sys.stderr
     stream.write(f"deploy-tools: {message}\n")
     stream.flush()
-
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def find_go() -> Path:
@@ -120,7 +109,7 @@ def helm(log: IO[str] | None = None) -> Path:
     binary = target_dir / "helm"
     if _executable(binary):
         return binary
-    with _locked(cache_dir() / ".helm.lock"):
+    with locked(cache_dir() / ".helm.lock"):
         if _executable(binary):  # built by another process while we waited
             return binary
         _log(log, f"building helm {HELM_VERSION} with go install (first time only, ~2 min)")
@@ -159,7 +148,7 @@ def k8s_validate(log: IO[str] | None = None, *, src: Path = VALIDATOR_SRC) -> Pa
     binary = target_dir / "k8s-validate"
     if _executable(binary):
         return binary
-    with _locked(cache_dir() / ".k8s-validate.lock"):
+    with locked(cache_dir() / ".k8s-validate.lock"):
         if _executable(binary):
             return binary
         _log(log, f"building k8s-validate from {src} with go build")
@@ -193,7 +182,7 @@ def _from_path_or_apt(
     apt_get = shutil.which("apt-get")
     if os.geteuid() != 0 or apt_get is None:
         raise DeployToolsError(f"{name} is not on PATH: {hint.format(name=name, package=package)}")
-    with _locked(cache_dir() / ".apt.lock"):
+    with locked(cache_dir() / ".apt.lock"):
         found = shutil.which(name)
         if found:
             return Path(found)

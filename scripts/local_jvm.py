@@ -15,7 +15,6 @@ Each function raises the error class its caller passes (``KafkaLocalError``,
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import os
 import re
@@ -25,9 +24,11 @@ import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ET
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO
+
+from scripts.file_lock import locked
 
 POM_NS = {"m": "http://maven.apache.org/POM/4.0.0"}
 MAVEN_TIMEOUT = 1800.0  # seconds: "30 minutes" in the error message
@@ -65,17 +66,6 @@ def _pom_digest(pom: Path) -> str:
     return hashlib.sha256(pom.read_bytes()).hexdigest()
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def fetch_once(
     pom: Path,
     goal: Sequence[str],
@@ -102,7 +92,7 @@ def fetch_once(
     digest = _pom_digest(pom)
     if marker.is_file() and marker.read_text().strip() == digest:
         return result
-    with _locked(cache / ".lock"):
+    with locked(cache / ".lock"):
         if marker.is_file() and marker.read_text().strip() == digest:
             return result
         mvn = find_mvn(error, mvn_hint)

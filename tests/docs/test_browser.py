@@ -15,7 +15,6 @@ import shutil
 import signal
 import struct
 import subprocess
-import sys
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -29,6 +28,7 @@ import pytest
 from PIL import Image
 
 from scripts import deploy_tools
+from tests.docs.conftest import build_site
 
 ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOTS = ROOT / "test-output" / "screenshots"
@@ -83,16 +83,7 @@ def chromium() -> Path:
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     """The site built once (``mkdocs build --strict``, as ``test_site.py`` does) and served by
     ``http.server`` in a thread: MkDocs pages load their assets by relative URLs."""
-    out = tmp_path_factory.mktemp("site")
-    done = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
-    )
-    assert done.returncode == 0, done.stderr
+    out = build_site(tmp_path_factory.mktemp("site"))
     site = Served(root=out, base_url="")
     handler = type("Handler", (_Handler,), {"served": site})
     server = http.server.ThreadingHTTPServer(

@@ -23,21 +23,6 @@ PAGES = sorted((ROOT / "docs").glob("*.md"))
 QUERY_BLOCK = re.compile(r"^```prolog\n(.*?)^```$", re.S | re.M)
 
 
-@pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("site")
-    done = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
-    )
-    assert done.returncode == 0, done.stderr
-    return out
-
-
 def test_the_site_builds_strict_with_every_page(site: Path) -> None:
     for page in PAGES:
         built = site / ("index.html" if page.stem == "index" else f"{page.stem}/index.html")
