@@ -24,7 +24,7 @@ from pydantic_settings import (
 )
 
 from core.times import format_duration, parse_duration, parse_retention
-from monitor.service.secrets import is_secret, secrets_dir
+from monitor.service.masked import is_secret, secrets_dir
 
 
 class Settings(BaseSettings):
