@@ -82,8 +82,44 @@ def epoch_header(message: Message) -> int | None:
     return None
 
 
+def wait_resolved(
+    committed: Consumer, uncommitted: Consumer, tp: TP, what: str, warn_every: float = 10.0
+) -> int:
+    """Wait until every transaction open on ``tp`` now is resolved; returns the end it had.
+
+    A ``read_committed`` reader sees a partition only up to its last stable offset, the first
+    record of the oldest open transaction: a producer killed inside one (a zombie, aborted by
+    the broker only after its transaction time-out) hides every record committed after it,
+    however complete those transactions are. So the end is taken as the high watermark now
+    (``uncommitted``, a ``read_uncommitted`` client) and the last stable offset (``committed``)
+    awaited until it reaches it; transactions begun later do not hold it back."""
+    high = retry(partial(uncommitted.get_watermark_offsets, tp, timeout=10, cached=False))[1]
+    started = time.monotonic()
+    next_warning = started + 1.0  # a live worker's transaction resolves well within a second
+    while True:
+        stable = retry(partial(committed.get_watermark_offsets, tp, timeout=10, cached=False))[1]
+        if stable >= high:
+            return high
+        now = time.monotonic()
+        if now >= next_warning:
+            log.warning(
+                "waiting for open transactions on %s to be committed or aborted",
+                what,
+                extra={
+                    "topic": tp.topic,
+                    "partition": tp.partition,
+                    "last_stable_offset": stable,
+                    "high_watermark": high,
+                    "waited_s": round(now - started, 1),
+                },
+            )
+            next_warning = now + warn_every
+        time.sleep(0.2)
+
+
 def read_to_end(consumer: Consumer, partitions: list[TP]) -> Iterable[Message]:
-    """Every committed record of ``partitions`` up to their end offsets as of now."""
+    """Every committed record of ``partitions`` up to their end offsets as of now (for a
+    ``read_committed`` consumer the last stable offsets: see :func:`wait_resolved`)."""
     ends = {}
     for tp in partitions:
         _, high = retry(partial(consumer.get_watermark_offsets, tp, timeout=10, cached=False))

@@ -92,9 +92,8 @@ def kill_and_rebuild(
         SGM_FAILPOINT_HIT="4",
         SGM_TRANSACTION_TIMEOUT_MS="5000",
     )
-    produce_values(workers.bootstrap, workers.input, values[third : 2 * third])
-    dying = workers.procs.pop("w1")
-    assert dying.wait(timeout=120) == -signal.SIGKILL, workers.log_text()
+    ended = workers.feed_until_killed("w1", values[third : 2 * third], produce_values)
+    assert ended == -signal.SIGKILL, workers.log_text()
     assert last_stable_lag(workers.bootstrap, *workers.written) > 0, "no open transaction left"
     workers.start("w2", **env)  # a new volume: rebuilt from the changelog
     workers.wait_log("w2", "state rebuilt from the changelog")

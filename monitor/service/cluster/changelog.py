@@ -31,6 +31,7 @@ from connectors.kafka_records import Partition
 from connectors.kafka_retry import (
     committed_offsets,
     read_to_end,
+    wait_resolved,
 )
 from monitor.index.store import StateStore
 from monitor.index.stored_meta import StoredMeta
@@ -65,11 +66,14 @@ def rebuild_from_changelog(
     """The index at the last epoch every input partition completed, from the changelog.
 
     Read in this order: the control topic (the epochs' end offsets), the group's committed
-    offsets (which epoch every partition completed: F), the changelog's end, then the changelog
-    up to that end, keeping per tuple its last record of an epoch up to F. Records of later
-    epochs are skipped: their epochs are read from the input as usual.
+    offsets (which epoch every partition completed: F), the changelog's end (waiting until no
+    transaction open below it hides records: a worker killed inside one leaves it open until
+    the broker aborts it), then the changelog up to that end, keeping per tuple its last record
+    of an epoch up to F. Records of later epochs are skipped: their epochs are read from the
+    input as usual.
     """
     started = time.perf_counter()
+    uncommitted = Consumer({**client, "isolation.level": "read_uncommitted"})
     probe = Consumer(
         {
             # Fetches of up to 16 MiB: the changelog is read from its start, and librdkafka's
@@ -99,15 +103,20 @@ def rebuild_from_changelog(
             log.info("state is new and the cluster has no completed epoch: starting at epoch 0")
             return meta
         frontier = done[-1]
+        # The frontier's records were committed before its offsets were, so they lie below the
+        # changelog's end now; a zombie's open transaction below them would hide them.
+        changelog = TP(changelog_topic(settings), 0)
+        wait_resolved(probe, uncommitted, changelog, "the changelog")
         keys: list[bytes] = []
         values: list[bytes | None] = []
         epochs: list[bytes] = []
-        for message in read_to_end(probe, [TP(changelog_topic(settings), 0)]):
+        for message in read_to_end(probe, [changelog]):
             keys.append(message.key() or b"")
             values.append(message.value())
             epochs.append(_epoch(message.headers(), values[-1]))
     finally:
         probe.close()
+        uncommitted.close()
     read = time.perf_counter()
     records = len(keys)
     kept = (np.array(epochs, np.bytes_).astype(np.int64) <= frontier.epoch).tolist()
