@@ -10,19 +10,23 @@ writer's schema registered under the topic's subject, as any producer does). In 
 ``--repeat`` rounds, ``serve`` reads each topic from its start in a new group, in four runs
 (order turning from round to round):
 
-- JSON in, JSON records out (today's service: the baseline);
-- Avro in, JSON records out;
+- JSON in, JSON records out (the baseline);
+- Avro in, JSON records out, a poll read as columns (``SGM_AVRO_DECODING=columns``, the
+  default: :mod:`connectors.avro_columns`);
+- the same, record by record by the library's deserializer (``SGM_AVRO_DECODING=records``);
 - JSON in, Avro out (``SGM_OUTPUT_FORMAT=avro``);
-- Avro in, Avro out;
+- Avro in as columns, Avro out;
 
 each measured as :mod:`bench.kafka` measures (updates/s and match deltas/s over the time from
 the first partition assignment to the last committed epoch, from the service's log). The
 figures are the medians over the rounds.
 
 Then, in this process, on the same records, where the time goes per record: the JSON batch
-decoder (:func:`connectors.kafka_records.decode_messages`) on the JSON values; the library's
-``AvroDeserializer`` alone on the Avro values (one call per record, what the library offers);
-and the whole Avro path (deserializer, field map, JSON record, batch decoder). And for the
+decoder (:func:`connectors.kafka_records.decode_messages`) on the JSON values; the Avro poll
+read as columns (framing cut, polars' reader, the field map, the table checks), and polars'
+reader alone; the library's ``AvroDeserializer`` alone on the Avro values (one call per
+record, what the library offers); and the whole record-by-record path (deserializer, field
+map, JSON record, batch decoder). And for the
 output, the JSON deltas (:mod:`connectors.delta_json`) beside their Avro encoding
 (:class:`connectors.avro_output.AvroDeltas`, one serializer call per delta).
 """
@@ -48,6 +52,7 @@ from bench.kafka_serve import drop_topics, log_lines, produce_records, serve, th
 from bench.kafka_serve import wait as wait_consumed
 from bench.machine import machine_info
 from bench.payments import QUERIES
+from connectors.avro_columns import columnar_avro
 from connectors.avro_output import AvroDeltas
 from connectors.delta_json import chunks, keys_and_values
 from connectors.events import FieldTypes
@@ -59,12 +64,13 @@ from scripts.registry_local import SchemaRegistry
 
 OUT = Path(__file__).resolve().parent / "kafka_registry.md"
 PARTITIONS = 3
-#: The runs: (name, input format, output format).
+#: The runs: (name, input format, output format, Avro decoding).
 RUNS = [
-    ("JSON in, records out", "json", "records"),
-    ("Avro in, records out", "avro", "records"),
-    ("JSON in, Avro out", "json", "avro"),
-    ("Avro in, Avro out", "avro", "avro"),
+    ("JSON in, records out", "json", "records", "columns"),
+    ("Avro in as columns, records out", "avro", "records", "columns"),
+    ("Avro in record by record (the library), records out", "avro", "records", "records"),
+    ("JSON in, Avro out", "json", "avro", "columns"),
+    ("Avro in as columns, Avro out", "avro", "avro", "columns"),
 ]
 #: The payments' schema: what a producer of the JSON records would write in Avro.
 PAYMENT = {
@@ -106,7 +112,13 @@ def avro_records(
 
 
 def run_serve(
-    bootstrap: str, tmp: Path, topic: str, registry_url: str, input_format: str, output: str
+    bootstrap: str,
+    tmp: Path,
+    topic: str,
+    registry_url: str,
+    input_format: str,
+    output: str,
+    decoding: str,
 ) -> tuple[float, float]:
     """``serve`` over ``topic`` from its start: updates/s, match deltas/s."""
     out = f"{topic}-{output}-{time.monotonic_ns() % 10**9}"
@@ -117,6 +129,7 @@ def run_serve(
         "SGM_INPUT_FORMAT": input_format,
         "SGM_OUTPUT_FORMAT": output,
         "SGM_SCHEMA_REGISTRY_URL": registry_url,
+        "SGM_AVRO_DECODING": decoding,
     }
     proc, log, group = serve(
         bootstrap, tmp, topic, query=QUERIES["big_ring"], undirected=False, **env
@@ -171,6 +184,11 @@ def decode_costs(
 
     client = registry_client(registry_url, {})
     formats = RecordFormats("avro", {}, decoders(client, {"avro"}), FieldMap())
+    columnar = columnar_avro(client, FieldMap(), {})
+    assert columnar is not None
+    as_columns = RecordFormats(
+        "avro", {}, decoders(client, {"avro"}), FieldMap(), columns={"avro": columnar}
+    )
     deserializer = AvroDeserializer(client)
     json_batches, avro_batches = records(json_values), records(avro_values)
 
@@ -182,17 +200,33 @@ def decode_costs(
         for batch in avro_batches:
             decode_messages(batch, 0, "transfer", {}, FieldTypes.of(FIELDS), formats=formats)
 
+    def columns_path() -> None:
+        for batch in avro_batches:
+            decode_messages(batch, 0, "transfer", {}, FieldTypes.of(FIELDS), formats=as_columns)
+
+    def reader_alone() -> None:
+        for batch in avro_batches:
+            columnar.table(batch.values, 1 << 20)
+
     def library_alone() -> None:
         for value in avro_values:
             deserializer(value, None)
 
     avro_path()  # (the schema fetched once, as the service does at its first record)
+    columns_path()
+    assert all(columnar.table(b.values, 1 << 20) is not None for b in avro_batches)
     return {
         "JSON batch decoder": per_record(timed(json_path, repeat), n),
+        "Avro poll as columns: framing cut, polars' reader, field map, table checks": per_record(
+            timed(columns_path, repeat), n
+        ),
+        "polars' Avro reader alone (with the framing cut)": per_record(
+            timed(reader_alone, repeat), n
+        ),
         "AvroDeserializer alone (the library, a call per record)": per_record(
             timed(library_alone, repeat), n
         ),
-        "Avro path: deserializer, field map, JSON record, batch decoder": per_record(
+        "Avro record by record: deserializer, field map, JSON record, batch decoder": per_record(
             timed(avro_path, repeat), n
         ),
     }
@@ -257,7 +291,7 @@ def report(
         "| run | updates/s | match deltas/s | updates/s vs JSON in, records out |",
         "|---|---:|---:|---:|",
     ]
-    for name, _, _ in RUNS:
+    for name, *_ in RUNS:
         updates = statistics.median(u for u, _ in figures[name])
         deltas = statistics.median(d for _, d in figures[name])
         lines.append(f"| {name} | {updates:,.0f} | {deltas:,.0f} | {updates / base:.2f}x |")
@@ -304,9 +338,10 @@ def main() -> int:
             say(f"{len(records):,} records produced as JSON and as Avro")
             figures: dict[str, list[tuple[float, float]]] = {r[0]: [] for r in RUNS}
             for k in range(args.repeat):
-                for run, input_format, output in RUNS[k % 4 :] + RUNS[: k % 4]:
+                turn = k % len(RUNS)
+                for run, input_format, output, decoding in RUNS[turn:] + RUNS[:turn]:
                     topic = avro_topic if input_format == "avro" else json_topic
-                    got = run_serve(bootstrap, tmp, topic, url, input_format, output)
+                    got = run_serve(bootstrap, tmp, topic, url, input_format, output, decoding)
                     figures[run].append(got)
                     say(f"round {k + 1}: {run}: {got[0]:,.0f} updates/s, {got[1]:,.0f} deltas/s")
             decode = decode_costs([v for _, v in records], [v for _, v in avro], url, 3)

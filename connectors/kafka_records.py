@@ -269,7 +269,9 @@ def decode_messages(
     that cannot be decoded becomes a dead letter, and so does a tuple whose length is not its
     relation's arity: the one in ``arities``, else the first tuple's (learned there; None:
     learned for this batch only). With ``formats``, the values of topics of a schema-registry
-    format are first made JSON records (:mod:`connectors.registry_records`; raises
+    format are decoded as columns where the format has a column decoder that takes the whole
+    poll (:mod:`connectors.avro_columns`), else first made JSON records
+    (:mod:`connectors.registry_records`; raises
     :class:`~connectors.registry_records.RegistryUnavailable`)."""
     if not len(records):
         return Polled(UpdateBatch(first_seq=first_seq))
@@ -284,10 +286,16 @@ def decode_messages(
         defaults = list(map(relation_of.__getitem__, records.topics))
     known = {} if arities is None else arities
     values, failures = records.values, {}
+    decoded = None
     if formats is not None and formats.registry_formats:
-        translated = formats.translate(records.topics, records.values, relation_of, TOMBSTONE)
-        values, failures = translated.values, translated.failures
-    decoded = decode_records(values, defaults, identities, events, known, MAX_RECORD_BYTES)
+        decoded = formats.decode_columns(
+            records.topics, values, defaults, identities, events, known, MAX_RECORD_BYTES
+        )
+        if decoded is None:
+            translated = formats.translate(records.topics, values, relation_of, TOMBSTONE)
+            values, failures = translated.values, translated.failures
+    if decoded is None:
+        decoded = decode_records(values, defaults, identities, events, known, MAX_RECORD_BYTES)
     seq_of_row = decoded.seq_of_rows(first_seq)
     batch = decoded.batch(first_seq)
     polled = Polled(batch, records=len(records))

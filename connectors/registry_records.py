@@ -28,9 +28,13 @@ import datetime as dt
 import decimal
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
+
+from connectors.arrow_records import DecodedRecords
+from connectors.event_batch import Identities
+from connectors.events import FieldTypes
 
 #: The input formats: ``json`` (no registry) and the three a schema registry frames.
 INPUT_FORMATS = ("json", "avro", "protobuf", "jsonschema")
@@ -127,6 +131,21 @@ Decode = Callable[[bytes], Any]
 """A format's decoder of one framed value: the object, or an exception."""
 
 
+class ColumnDecoder(Protocol):
+    """A format's decoder of a whole poll into columns (:mod:`connectors.avro_columns`): the
+    records decoded as the per-record path decodes them, or None when it does not take them."""
+
+    def decode(
+        self,
+        values: Sequence[bytes],
+        defaults: str | Sequence[str],
+        identities: Identities,
+        events: FieldTypes | None,
+        arities: dict[str, int],
+        max_bytes: int,
+    ) -> DecodedRecords | None: ...
+
+
 @dataclass
 class Translated:
     """A poll's values as JSON records, and the rows that could not be made one."""
@@ -139,9 +158,10 @@ class RecordFormats:
     """The format of each topic and how to read it (``formats``; ``default`` for the others).
 
     ``decoders`` gives each registry format's decoder of one value (see
-    :mod:`connectors.registry_decoders`); ``relation_of`` the relation of a record that names
-    none (its topic's); ``compared`` the fields the queries compare per relation: a record of
-    a registry format without one of them is a dead letter, since its schema no longer has it.
+    :mod:`connectors.registry_decoders`), ``columns`` a format's decoder of a whole poll into
+    columns, tried first (:meth:`decode_columns`); ``compared`` the fields the queries compare
+    per relation: a record of a registry format without one of them is a dead letter, since
+    its schema no longer has it.
     """
 
     def __init__(
@@ -151,6 +171,7 @@ class RecordFormats:
         decoders: Mapping[str, Decode],
         field_map: FieldMap,
         compared: Mapping[str, frozenset[str]] | None = None,
+        columns: Mapping[str, ColumnDecoder] | None = None,
     ) -> None:
         for name in [default, *formats.values()]:
             if name not in INPUT_FORMATS:
@@ -160,6 +181,7 @@ class RecordFormats:
         self.decoders = dict(decoders)
         self.field_map = field_map
         self.compared = dict(compared or {})
+        self.columns = dict(columns or {})
 
     def format_of(self, topic: str) -> str:
         return self.formats.get(topic, self.default)
@@ -167,6 +189,24 @@ class RecordFormats:
     @property
     def registry_formats(self) -> set[str]:
         return {f for f in [self.default, *self.formats.values()] if f != "json"}
+
+    def decode_columns(
+        self,
+        topics: Sequence[str],
+        values: Sequence[bytes],
+        defaults: str | Sequence[str],
+        identities: Identities,
+        events: FieldTypes | None,
+        arities: dict[str, int],
+        max_bytes: int,
+    ) -> DecodedRecords | None:
+        """A poll whose topics are all of one format with a column decoder, decoded by it;
+        None when there is none or it does not take the poll (then :meth:`translate`)."""
+        formats = {self.format_of(topic) for topic in set(topics)}
+        decoder = self.columns.get(formats.pop()) if len(formats) == 1 else None
+        if decoder is None:
+            return None
+        return decoder.decode(values, defaults, identities, events, arities, max_bytes)
 
     def translate(
         self,

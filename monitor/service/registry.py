@@ -3,7 +3,8 @@ for a registry that does not answer.
 
 :func:`record_formats` makes the Kafka source's :class:`~connectors.registry_records.RecordFormats`
 from the settings (``SGM_INPUT_FORMAT``, ``SGM_TOPIC_FORMATS``, ``SGM_FIELD_MAP``,
-``SGM_SCHEMA_REGISTRY_URL`` and ``SGM_SCHEMA_REGISTRY``). :func:`poll` is the source's poll,
+``SGM_SCHEMA_REGISTRY_URL``, ``SGM_SCHEMA_REGISTRY`` and ``SGM_AVRO_DECODING``: Avro polls read
+as columns, :mod:`connectors.avro_columns`). :func:`poll` is the source's poll,
 retried with backoff while the registry is down: the records are not at fault, so none becomes a
 dead letter; the poll is given back and read again, readiness is false meanwhile
 (``schema_registry_reachable``), and a warning says so at each retry.
@@ -16,6 +17,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+from connectors.avro_columns import columnar_avro
 from connectors.events import FieldTypes
 from connectors.kafka import KafkaSource
 from connectors.kafka_records import Partition, Polled
@@ -44,12 +46,19 @@ def record_formats(settings: Settings, field_types: FieldTypes | None) -> Record
         relation: frozenset(fields)
         for relation, fields in (field_types.types.items() if field_types else ())
     }
+    field_map = FieldMap.parse(settings.field_map)
+    columns = None
+    if "avro" in used and settings.avro_decoding == "columns":
+        columns = columnar_avro(client, field_map, compared)
+        if columns is None:
+            log.warning("polars is not installed: Avro input is decoded record by record")
     return RecordFormats(
         settings.input_format,
         settings.topic_formats,
         decoders(client, used),
-        FieldMap.parse(settings.field_map),
+        field_map,
         compared,
+        {"avro": columns} if columns is not None else None,
     )
 
 

@@ -226,6 +226,11 @@ class Settings(BaseSettings):
         "src, dst, ts and event fields are (src=from_account,ts=booked_at,amount=payment."
         "amount); a name not given is the field of the same name",
     )
+    avro_decoding: Literal["columns", "records"] = Field(
+        "columns",
+        description="avro input: columns (a poll of one schema read whole into columns by "
+        "polars, about 1 µs a record) or records (the library's deserializer, one call each)",
+    )
     schema_registry_url: str | None = Field(
         None, description="the schema registry (Confluent-compatible API; a comma list for several)"
     )

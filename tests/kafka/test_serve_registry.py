@@ -136,6 +136,7 @@ def test_avro_in_and_out_with_a_new_schema_bad_records_and_a_kill(
     wait_ready(svc)
     rows = avro_rows(svc, url, 3)
     assert sorted(r["match"]["a"] for r in rows) == ["acct-2", "acct-3", "acct-4"], rows
+    assert "is read as columns" in svc.log_text()  # (SGM_AVRO_DECODING's default)
 
     svc.stop(signal.SIGKILL)
     good = payments.send(5, "600.00", version=2, currency="USD")  # a new schema version

@@ -23,11 +23,15 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from google.protobuf import descriptor_pb2, descriptor_pool, timestamp_pb2
 from google.protobuf.message_factory import GetMessageClass
 
+from connectors.avro_columns import columnar_avro
 from connectors.avro_output import AvroDeltas
+from connectors.events import FieldTypes
 from connectors.kafka_records import Records, decode_messages
 from connectors.registry_decoders import decoders, registry_client
 from connectors.registry_records import FieldMap, RecordFormats, RegistryUnavailable
 from scripts.registry_local import SchemaRegistry
+from tests.connectors.test_avro_columns import positions
+from tests.connectors.test_kafka_records import same_batch
 
 MAP = {"src": "from_account", "dst": "to_account", "ts": "booked_at"}
 BOOKED = dt.datetime(2026, 12, 2, 10, 15, tzinfo=dt.UTC)
@@ -83,15 +87,24 @@ def records(topic: str, values: list[bytes]) -> Records:
 
 
 def formats_for(
-    registry: SchemaRegistry, name: str, field_map: dict[str, str] = MAP, **compared: set[str]
+    registry: SchemaRegistry,
+    name: str,
+    field_map: dict[str, str] = MAP,
+    columns: bool = False,
+    **compared: set[str],
 ) -> RecordFormats:
+    """The service's formats; with ``columns``, Avro polls read as columns first (as
+    ``SGM_AVRO_DECODING=columns``, the service's default, reads them)."""
     client = registry_client(registry.url, {})
+    wanted = {r: frozenset(f) for r, f in compared.items()}
+    column_decoder = columnar_avro(client, FieldMap.parse(field_map), wanted) if columns else None
     return RecordFormats(
         name,
         {},
         decoders(client, {name}),
         FieldMap.parse(field_map),
-        {r: frozenset(f) for r, f in compared.items()},
+        wanted,
+        {name: column_decoder} if column_decoder is not None else None,
     )
 
 
@@ -130,6 +143,52 @@ def test_avro_records_decode_with_each_writers_schema_as_the_schema_evolves(
     assert polled.batch.count == 3
     assert [(d.offset, d.category) for d in polled.dead_letters] == [(3, "missing_field")]
     assert polled.dead_letters[0].value == values[3]
+
+
+def test_avro_polls_read_as_columns_equal_the_librarys_record_by_record(
+    schema_registry: SchemaRegistry, topic: str
+) -> None:
+    """The column path against the library's deserializer, on what its serializer wrote: a
+    poll per schema version (v1, v2 with a field added, v3 without the compared amount) and
+    one of them mixed; the updates, events, field kinds and dead letters the same each time,
+    and the polls of one version that every record passes taken as columns."""
+    client = SchemaRegistryClient({"url": schema_registry.url})
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    currency = {"name": "currency", "type": ["null", "string"], "default": None}
+    v1 = AvroSerializer(client, avro_payment())
+    v2 = AvroSerializer(client, avro_payment(currency))
+    v3 = AvroSerializer(client, avro_payment(currency, amount=False))
+    polls = {
+        "v1": [v1(payment(n), ctx) for n in range(40)],
+        "v2": [v2(payment(n, currency=["EUR", None][n % 2]), ctx) for n in range(40)],
+        "v3": [v3({**payment(n, currency="CHF"), "amount": None}, ctx) for n in range(5)],
+    }
+    polls["mixed"] = polls["v1"][:3] + polls["v2"][:3]
+    columns = formats_for(schema_registry, "avro", columns=True, transfer={"amount"})
+    library = formats_for(schema_registry, "avro", transfer={"amount"})
+    assert columns.columns and not library.columns
+    spec = {"transfer": {"amount": "number", "currency": "string"}}
+    taken = {}
+    for name, values in polls.items():
+        got = decode_messages(
+            records(topic, values), 0, "transfer", {}, FieldTypes.of(spec), {}, columns
+        )
+        want = decode_messages(
+            records(topic, values), 0, "transfer", {}, FieldTypes.of(spec), {}, library
+        )
+        same_batch(want.batch, got.batch)
+        assert [(d.offset, d.reason) for d in got.dead_letters] == [
+            (d.offset, d.reason) for d in want.dead_letters
+        ]
+        decoder = columns.columns["avro"]
+        quick = decoder.decode(values, "transfer", positions, FieldTypes.of(spec), {}, 1 << 20)
+        taken[name] = quick is not None
+    assert taken == {"v1": True, "v2": True, "v3": False, "mixed": False}
+    events = decode_messages(
+        records(topic, polls["v2"]), 0, "transfer", {}, FieldTypes.of(spec), {}, columns
+    ).batch.events["transfer"]
+    assert events.fields["amount"].tolist()[:2] == [0.25, 100.25]
+    assert events.fields["ts"].tolist()[:2] == [BOOKED_MS, BOOKED_MS + 1000]
 
 
 def test_bad_avro_input_becomes_dead_letters_with_reasons(
