@@ -195,10 +195,20 @@ class AvroColumns:
         if "relation" in table.column_names:
             column = table.column("relation")
             relations |= {r for r in pc.unique(column).to_pylist() if isinstance(r, str)}
-        for relation in relations:
-            for name in self.compared.get(relation, ()):
-                if name not in table.column_names or table.column(name).null_count:
-                    raise Refused
+        wanted = {name for relation in relations for name in self.compared.get(relation, ())}
+        if not wanted:
+            return
+        inserts = None  # (a delete names its event by id: it needs none of them)
+        if "op" in table.column_names:
+            inserts = pc.invert(pc.fill_null(pc.equal(table.column("op"), "delete"), False))
+        for name in wanted:
+            if name not in table.column_names:
+                raise Refused
+            column = table.column(name)
+            if column.null_count and (
+                inserts is None or pc.any(pc.and_(inserts, column.is_null())).as_py()
+            ):
+                raise Refused
 
 
 class _AvroTable(TableDecoder):
