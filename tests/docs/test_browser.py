@@ -1,9 +1,10 @@
 """The documentation site in a real browser: headless Chromium (the distribution's package, from
 ``scripts/deploy_tools.chromium``) loads the home page, the query language page and the Helm page
-(the chart's dashboard and alerts) from the built site served over HTTP, and each must render as
-the Material theme: the page's heading, the theme's header and navigation, its stylesheet and
-script served and run, no Markdown left raw. A screenshot of each page is kept in the test's
-temporary directory and copied to ``test-output/screenshots/`` in the repository."""
+(the chart's dashboard, its picture, and alerts) from the built site served over HTTP, and each
+must render as the Material theme: the page's heading, the theme's header and navigation, its
+stylesheet, script and pictures served and run, no Markdown left raw. A screenshot of each page
+is kept in the test's temporary directory and copied to ``test-output/screenshots/`` in the
+repository."""
 
 from __future__ import annotations
 
@@ -239,6 +240,13 @@ def test_the_page_renders_in_chromium(
     for asset in theme_assets(built):
         path = urlsplit(urljoin(url, asset)).path
         assert (path, 200) in answered, f"{page}: {path} was not served to chromium: {answered}"
+
+    # every picture of the page (the Helm page's: the dashboard) loaded by the browser
+    for image in re.findall(r'<img [^>]*src="([^"]+)"', built):
+        path = urlsplit(urljoin(url, image)).path
+        assert (path, 200) in answered, f"{page}: the image {path} was not served: {answered}"
+    if page == "helm":
+        assert re.search(r'<img [^>]*src="[^"]*images/dashboard\.png"', built), "no dashboard"
 
     text = "".join(dom.text)
     for leaked in ("<!-- settings", "<!-- report", "&lt;!-- settings", "&lt;!-- report"):

@@ -35,6 +35,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from monitor.service.metrics import METRIC_NAMES, Metrics
 from scripts import deploy_tools
+from scripts.dashboard_data import fetch, panel_message
+from scripts.dashboard_render import render
 from tests.kafka.test_serve import GARBAGE, QUERIES, Service, edge_key, stream_records
 from tests.kafka_broker import KafkaCluster
 from tests.prometheus_server import (
@@ -51,6 +53,8 @@ from tests.prometheus_server import (
 pytestmark = pytest.mark.kafka
 
 ROOT = Path(__file__).resolve().parents[2]
+#: Where the dashboard drawn from the live run is kept with the test's output.
+SCREENSHOTS = ROOT / "test-output" / "screenshots"
 CHART = ROOT / "helm" / "subgraph-monitor"
 DASHBOARD = CHART / "dashboards" / "subgraph-monitor.json"
 LABELS = {"namespace": "test", "pod": "subgraph-monitor-0"}
@@ -304,6 +308,10 @@ ENGINES = {
 }
 
 
+def _shard_panel(panel: dict[str, Any]) -> bool:
+    return any(shard_query(t["expr"]) for t in panel.get("targets", []))
+
+
 def shard_query(expr: str) -> bool:
     """Whether a query reads the partitioned engine's families (the Shards row)."""
     return any(
@@ -436,6 +444,20 @@ def test_every_dashboard_query_returns_data_from_a_live_service(
             )
             if found.get("status") != "success" or LABELS[label] not in found["data"]:
                 failures.append(f"variable {name}: label_values({match}, {label}) -> {found}")
+        # Drawn as the docs show it (Grafana cannot run here): every panel but the Shards row
+        # off the partitioned engine has data to draw.
+        drawn = fetch(
+            dashboard, prometheus.url, variables, started, end, substitute=substitute_grafana
+        )
+        for panel in dashboard["panels"]:
+            if panel["type"] == "row" or (not distributed and _shard_panel(panel)):
+                continue
+            if panel_message(panel, drawn.get(panel["id"])) is not None:
+                failures.append(f"{panel['title']}: drawn with no data")
+        engine = "distributed" if distributed else "embedded"
+        picture = SCREENSHOTS / f"dashboard-{engine}.png"
+        render(dashboard, drawn, picture, title=f"subgraph-monitor ({engine} engine, live)")
+        assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert not failures, (
             f"{len(failures)} dashboard queries failed on live data "
             f"({produced[0]} records produced):\n" + "\n".join(failures)
