@@ -47,7 +47,8 @@ docs: $(DEV)
 tools:
 	scripts/deploy-tools ensure
 
-## bench: the benchmark harness (about 40 minutes, bench.kafka 11-12 of them); writes BENCHMARKS.md
+## bench: the benchmark harness (about 43 minutes, bench.kafka 14-15 of them with its Avro runs
+## against a local schema registry, bench/kafka_registry.md); writes BENCHMARKS.md
 bench: $(DEV)
 	$(BIN)/python -m bench.persistence
 	$(BIN)/python -m bench.kafka

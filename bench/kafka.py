@@ -22,6 +22,10 @@ ceiling. Then a latency run per workload and format, and per worker count of the
 with epochs closing after 200 ms; p50 and p99 of record timestamp to committed output from the
 service's ``end_to_end_latency_seconds`` histogram (the workers' summed).
 
+Then, unless ``--no-avro``, the payments again as Avro through a local schema registry, beside
+JSON on the same records (:mod:`bench.kafka_registry`: Avro in as columns and record by record,
+Avro out; ``bench/kafka_registry.md``).
+
 The same workloads through the service on the partitioned engine (``SGM_ENGINE=distributed``,
 1-4 workers, beside its file job and the replicated workers, with recovery times) are
 :mod:`bench.kafka_distributed`'s (``bench/kafka_distributed.md``).
@@ -319,6 +323,9 @@ def main() -> int:
         help="a smoke run: 40,000 ego-Facebook records, 30,000 payments, one round, "
         "scale-out with 1 and 3 workers, latency at 2,000 records/s for 3 s",
     )
+    parser.add_argument(
+        "--no-avro", action="store_true", help="leave out the Avro runs (bench.kafka_registry)"
+    )
     args = parser.parse_args()
     quick = {"rate": 2000.0, "seconds": 3.0, "repeat": 1, "events": 30_000, "workers": "1,3"}
     full = {"rate": 5000.0, "seconds": 20.0, "repeat": 3, "events": 300_000, "workers": "1,2,3"}
@@ -335,7 +342,12 @@ def main() -> int:
     text = report(figures, args, load, minutes)
     args.out.write_text(text)
     print(text)
-    return 0
+    if args.no_avro:
+        return 0
+    PROGRESS("the Avro runs: python -m bench.kafka_registry")
+    avro = [sys.executable, "-m", "bench.kafka_registry", "--events", str(args.events)]
+    avro += ["--repeat", str(args.repeat)]
+    return subprocess.run(avro, check=False).returncode
 
 
 if __name__ == "__main__":
