@@ -6,7 +6,9 @@ JSON record costs. But a poll's values written with one schema are the records o
 and a block is those encodings one after another. So the framing is cut off every value at once
 (a numpy mask over the joined values), the block is put after a container header of the writer's
 schema (written by fastavro, once per schema id), and polars' Avro reader (Rust) reads the
-whole block into columns, about 1 µs a record. The columns are mapped as
+whole block into columns, about 1 µs a record. Each record's binary length, computed back from
+its values, must then be its value's (:mod:`connectors.avro_lengths`): a value with a byte too
+many or too few would otherwise shift the records after it. The columns are mapped as
 :class:`~connectors.registry_records.FieldMap` maps a record (dotted paths, logical types:
 times and dates as milliseconds, decimals as numbers) and the table goes through the same checks
 as a JSON batch (:class:`~connectors.arrow_records.TableDecoder`), so a record means the same
@@ -16,9 +18,11 @@ This path decides nothing a record could dispute. A poll it does not take, whole
 the library record by record (:meth:`RecordFormats.translate
 <connectors.registry_records.RecordFormats.translate>`), which writes the dead letters: values
 with several schema ids (a new version mid-stream), a value not framed, a tombstone, a schema
-with references or one polars does not read (unions other than with null), a NaN, a mapped path
-through a null or to a nested value, a field the queries compare that is null or not in the
-schema, or anything the table checks refuse.
+with references, arrays or maps, or one polars does not read (unions other than with null), a
+record whose length is not its value's, a mapped path through a null or to a nested value, a
+field the queries compare that is null or not in the schema, or anything the table checks
+refuse. (NaN and infinity, which no JSON number holds, are nulls, as the per-record path writes
+them.)
 """
 
 from __future__ import annotations
@@ -37,8 +41,10 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 from fastavro.io.binary_encoder import BinaryEncoder
+from fastavro.schema import expand_schema
 
 from connectors.arrow_records import DecodedRecords, Refused, TableDecoder
+from connectors.avro_lengths import measurable, record_lengths
 from connectors.event_batch import Identities
 from connectors.events import FieldTypes
 from connectors.registry_records import FieldMap
@@ -54,9 +60,12 @@ _FRAME = np.arange(5)
 
 @dataclass(frozen=True)
 class WriterSchema:
-    """A writer's schema as this path reads it: the container header that declares it."""
+    """A writer's schema as this path reads it: the container header that declares it, and
+    the schema with its named types written out (to measure each record: see
+    :mod:`connectors.avro_lengths`)."""
 
     header: bytes
+    expanded: dict[str, Any]
 
 
 class AvroColumns:
@@ -129,7 +138,13 @@ class AvroColumns:
         except (Exception, PanicException):  # (a value that does not decode: the library's)
             return None
         table = frame.to_arrow()
-        return table if table.num_rows == n else None
+        if table.num_rows != n:
+            return None
+        try:  # (each record as long as its value: the block was read at the values' ends)
+            measured = record_lengths(writer.expanded, table)
+        except (ValueError, pa.ArrowException):
+            return None
+        return table if np.array_equal(measured, lengths - 5) else None
 
     def _writer(self, schema_id: int) -> WriterSchema | None:
         if schema_id in self.writers:
@@ -247,13 +262,16 @@ def _writer_schema(text: str) -> WriterSchema | None:
             return None
         # (no defaults, which polars' reader refuses, nor docs and aliases: not for reading)
         parsed = fastavro.parse_schema(_bare(declared))
+        expanded = expand_schema(_bare(declared))
+        if not isinstance(expanded, dict) or not measurable(expanded):
+            return None
         out = io.BytesIO()
         fastavro.writer(out, parsed, [], sync_marker=SYNC)
         header = out.getvalue()
         pl.read_avro(io.BytesIO(header))  # (a schema polars cannot read fails here)
     except (Exception, PanicException):  # (a panic is no Exception)
         return None
-    return WriterSchema(header)
+    return WriterSchema(header, expanded)
 
 
 def _block_start(records: int, size: int) -> bytes:
