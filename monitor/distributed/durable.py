@@ -32,6 +32,7 @@ import orjson
 import rocksdict
 
 from core.errors import StateError
+from monitor.index.creation import cleared
 from monitor.index.store import connect, rocks_options
 
 META_KEY = b"\x00meta"
@@ -89,6 +90,8 @@ class DriverStore:
         directory = Path(state_dir)
         if directory.exists() and not directory.is_dir():
             raise StateError(f"state directory {directory} is a file; give a directory")
+        if not read_only:
+            cleared(directory / DRIVER)  # (its creation cut short: nothing recorded there yet)
         fresh = not directory.exists() or not any(directory.iterdir())
         if not fresh and not read_only and _only_shards(directory):
             # The driver's directory is lost, the shards' are not: they hold epochs nobody

@@ -47,6 +47,7 @@ import rocksdict
 
 from core.errors import StateError
 from monitor.failpoints import failpoint
+from monitor.index.creation import cleared
 from monitor.index.event_state import (
     event_log,
     ids_key,
@@ -110,7 +111,7 @@ class StateStore:
             raise StateError(f"state directory {directory} is a file; give a directory")
         if read_only and not (directory / "CURRENT").exists():
             raise StateError(f"{directory} holds no subgraph-monitor state")
-        fresh = not directory.exists() or not any(directory.iterdir())
+        fresh = not directory.exists() or not any(directory.iterdir()) or cleared(directory)
         if (directory / "driver").is_dir():
             raise StateError(
                 f"{directory} holds the partitioned engine's state; run with --workers (and the "

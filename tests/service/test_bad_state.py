@@ -234,3 +234,50 @@ def test_an_added_query_gets_its_current_matches_and_a_changed_one_is_replaced(
         "50",
     )
     assert again.returncode == 0 and out.read_bytes()[len(before) :].count(b"\n") == len(added)
+
+
+#: What RocksDB had written when a run was SIGKILLed inside its creation of a new state (both
+#: seen: before and after its first manifest), with contents of their kind.
+CUT_SHORT = [
+    {
+        "LOCK": b"",
+        "LOG": b"RocksDB version: 9\n",
+        "rocksdict-config.json": b"{}",
+        "000000.dbtmp": b"",
+    },
+    {
+        "LOCK": b"",
+        "LOG": b"RocksDB version: 9\n",
+        "rocksdict-config.json": b"{}",
+        "IDENTITY": b"d1c5e8a0\n",
+        "MANIFEST-000001": b"\x00\x01",
+        "000001.dbtmp": b"MANIFEST-000001\n",
+    },
+]
+
+
+@pytest.mark.parametrize("files", CUT_SHORT, ids=["before the manifest", "after it"])
+def test_a_state_whose_creation_was_cut_short_starts_anew(
+    tmp_path: Path, files: dict[str, bytes]
+) -> None:
+    """A run killed while RocksDB created its state leaves RocksDB's first files and no
+    ``CURRENT``: the next run starts anew (nothing was stored) and says so; with any other file
+    beside them the directory is still refused, and nothing in it touched."""
+    state = tmp_path / "state"
+    state.mkdir()
+    for name, content in files.items():
+        (state / name).write_bytes(content)
+    edges = tmp_path / "edges.txt"
+    edges.write_text("1 2\n2 3\n1 3\n")
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    for name, content in {**files, "notes.txt": b"mine"}.items():
+        (foreign / name).write_bytes(content)
+    refused = rerun(edges, foreign, tmp_path / "foreign.jsonl")
+    assert refused.returncode == 4 and b"holds no subgraph-monitor state" in refused.stderr
+    assert {p.name: p.read_bytes() for p in foreign.iterdir()} == {**files, "notes.txt": b"mine"}
+    done = rerun(edges, state, tmp_path / "out.jsonl")
+    assert done.returncode == 0, done.stderr
+    assert b"creation was cut short" in done.stderr
+    assert (tmp_path / "out.jsonl").read_text().count('"diff":1') == 1
+    assert (state / "CURRENT").exists()
