@@ -333,7 +333,7 @@ def test_a_worker_killed_and_another_added_stays_exact(workers: Workers) -> None
         "w1",
         SGM_FAILPOINT="worker_before_commit",
         SGM_FAILPOINT_HIT="4",
-        SGM_TRANSACTION_TIMEOUT_MS="20000",
+        SGM_TRANSACTION_TIMEOUT_MS="30000",  # (open for 30-40 s: w2 starts well within)
     )
     ended = workers.feed_until_killed("w1", records[1500:3000])
     assert ended == -signal.SIGKILL, workers.log_text()
