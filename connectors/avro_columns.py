@@ -43,7 +43,7 @@ import pyarrow.compute as pc
 from fastavro.io.binary_encoder import BinaryEncoder
 from fastavro.schema import expand_schema
 
-from connectors.arrow_records import DecodedRecords, Refused, TableDecoder
+from connectors.arrow_records import DecodedRecords, Refused, TableDecoder, column_of
 from connectors.avro_lengths import measurable, record_lengths
 from connectors.event_batch import Identities
 from connectors.events import FieldTypes
@@ -165,7 +165,8 @@ class AvroColumns:
         columns: dict[str, pa.Array] = {}
         later: dict[str, pa.Array] = {}
         for name in table.column_names:
-            column = _one_chunk(table.column(name))
+            column = column_of(table, name)
+            assert column is not None
             kind = _kind(column.type)
             if kind == "scalar":
                 columns[name] = _scalar(column)
@@ -188,7 +189,8 @@ class AvroColumns:
         path's dead letters)."""
         if path[0] not in table.column_names:
             raise Refused
-        column = _one_chunk(table.column(path[0]))
+        column = column_of(table, path[0])
+        assert column is not None  # (checked above)
         for part in path[1:]:
             if not pa.types.is_struct(column.type) or column.null_count:
                 raise Refused  # (a path through a null: that record is a dead letter)
@@ -258,11 +260,12 @@ def _writer_schema(text: str) -> WriterSchema | None:
 
     try:
         declared = json.loads(text)
-        if not _logical_types(declared) <= LOGICAL_TYPES or _wide_union(declared):
+        if not _logical_types(declared) <= LOGICAL_TYPES:
             return None
         # (no defaults, which polars' reader refuses, nor docs and aliases: not for reading)
         parsed = fastavro.parse_schema(_bare(declared))
         expanded = expand_schema(_bare(declared))
+        # (measurable: no arrays or maps, no union but with null, which polars panics on)
         if not isinstance(expanded, dict) or not measurable(expanded):
             return None
         out = io.BytesIO()
@@ -297,22 +300,6 @@ def _bare(schema: Any) -> Any:
 _UNREAD = frozenset({"default", "doc", "aliases"})
 
 
-def _wide_union(schema: Any) -> bool:
-    """Whether a schema's JSON has a union of anything but one type and null (polars reads no
-    other), however deep (a list is a union except a record's fields and an enum's symbols)."""
-    if isinstance(schema, list):
-        return len([k for k in schema if k != "null"]) > 1 or any(map(_wide_union, schema))
-    if not isinstance(schema, dict):
-        return False
-    if any(_wide_union(f) for f in schema.get("fields", ()) if isinstance(f, dict)):
-        return True
-    return any(
-        _wide_union(v)
-        for k, v in schema.items()
-        if k not in ("fields", "symbols") and isinstance(v, (dict, list))
-    )
-
-
 def _logical_types(schema: Any) -> set[str]:
     """Every ``logicalType`` a schema's JSON names, however deep."""
     if isinstance(schema, list):
@@ -324,10 +311,6 @@ def _logical_types(schema: Any) -> set[str]:
         if isinstance(value, (dict, list)):
             found |= _logical_types(value)
     return found
-
-
-def _one_chunk(column: pa.ChunkedArray) -> pa.Array:
-    return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
 
 
 def _kind(kind: pa.DataType) -> str:
