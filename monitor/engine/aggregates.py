@@ -15,7 +15,10 @@ The state is kept incrementally from those rows, never by enumerating a group's 
 - with ``over D`` and events kept longer than ``D``, a :class:`Window` of the counted bindings.
 
 Everything is whole-array work per epoch: a batch of rows is reduced to its net change per group
-and per pair (``np.unique``), looked up in the sorted tables (``np.searchsorted``) and merged.
+(a ``bincount`` over dense group ids) and per pair (their first rows by a compiled hash, not a
+sort), and the pairs and the groups' keys are found in hash tables of them
+(:class:`~monitor.index.hashtable.SlotTable`: one compiled probe per key), so that an epoch's
+cost follows its rows, not the state's size. Only ``min`` and ``max`` keep a sorted multiset.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ import numpy as np
 import numpy.typing as npt
 
 from monitor.engine.group_values import Multiset, PairCounts, Sums, grown, renumbered
+from monitor.index.hashtable import SlotTable, mix
+from monitor.index.unique import first_appearances
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
@@ -62,35 +67,60 @@ class Aggregate:
 
 
 class KeyIds:
-    """Dense ids for int64 keys, in the order keys are first seen; sorted for lookups."""
+    """Dense ids for int64 keys, a new key the next id: each id's key in a column,
+    found by a :class:`~monitor.index.hashtable.SlotTable` of the keys' hashes (one compiled
+    probe per key; no sort of an epoch's keys, nor insertion into a sorted array)."""
 
     def __init__(self) -> None:
-        self.keys: I64 = np.empty(0, np.int64)
-        self.ids: I64 = np.empty(0, np.int64)
+        self.keys: I64 = np.empty(0, np.int64)  # by id (beyond ``len(self)``: room)
+        self._size = 0
+        self._table = SlotTable()
 
     def __len__(self) -> int:
-        return int(self.keys.shape[0])
+        return self._size
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.keys.nbytes) + self._table.nbytes
 
     def keep(self, live: npt.NDArray[np.bool_]) -> None:
         """Forget the ids not ``live`` (a mask over the ids) and number the others on from 0,
         in their order (:func:`renumbered`)."""
-        kept = live[self.ids]
-        self.keys, self.ids = self.keys[kept], renumbered(live)[self.ids[kept]]
+        self.keys = self.keys[: self._size][live[: self._size]]
+        self._size = int(self.keys.shape[0])
+        self._table = SlotTable()
+        self._table.add(_hashes(self.keys), np.arange(self._size, dtype=np.int32), _none)
 
     def of(self, keys: I64) -> I64:
         """The id of each key; a key never seen gets the next id."""
-        unique, inverse = np.unique(keys, return_inverse=True)
-        at = np.searchsorted(self.keys, unique)
-        found = at < len(self)
-        found[found] = self.keys[at[found]] == unique[found]
-        ids = np.empty(unique.shape[0], np.int64)
-        ids[found] = self.ids[at[found]]
-        fresh = np.arange(len(self), len(self) + int((~found).sum()), dtype=np.int64)
-        ids[~found] = fresh
-        self.keys = np.insert(self.keys, at[~found], unique[~found])
-        self.ids = np.insert(self.ids, at[~found], fresh)
-        out: I64 = ids[inverse.reshape(-1)]
-        return out
+        keys = keys.astype(np.int64, copy=False)
+        found = self._table.find_values(_hashes(keys), self.keys, keys)
+        ids = found.astype(np.int64)
+        missing = np.flatnonzero(found < 0)
+        if not missing.shape[0]:
+            return ids
+        fresh, inverse = first_appearances(keys[missing])
+        known, count = self._size, int(fresh.shape[0])
+        if known + count > self.keys.shape[0]:
+            self.keys = grown(self.keys, max(known + count, 2 * self.keys.shape[0]))
+        self.keys[known : known + count] = fresh
+        self._size = known + count
+        new = np.arange(known, known + count, dtype=np.int32)
+
+        def existing() -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.int32]]:
+            return _hashes(self.keys[:known]), np.arange(known, dtype=np.int32)
+
+        self._table.add(_hashes(fresh), new, existing)
+        ids[missing] = new[inverse]
+        return ids
+
+
+def _hashes(keys: I64) -> npt.NDArray[np.uint64]:
+    return mix(keys.view(np.uint64))
+
+
+def _none() -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.int32]]:
+    return np.empty(0, np.uint64), np.empty(0, np.int32)
 
 
 class GroupIds:
@@ -155,7 +185,7 @@ class AggregateState:
         """Apply one batch of binding changes: ``groups`` (ids from :class:`GroupIds`), each
         condition's argument per row (by the condition's name; none for ``count``), ``diffs``
         of +1 and -1. The groups whose satisfaction changed, with their values."""
-        touched = np.unique(groups)
+        touched = distinct_ids(groups)
         self._grow(int(touched[-1]) + 1 if touched.shape[0] else 0)
         held_before = self._holds(touched)
         self.bindings += np.bincount(groups, weights=diffs, minlength=len(self.bindings)).astype(
@@ -327,6 +357,15 @@ class Window:
         self.groups = np.delete(self.groups, rows)
         self.times = np.delete(self.times, rows)
         self.arguments = {n: np.delete(a, rows) for n, a in self.arguments.items()}
+
+
+def distinct_ids(ids: I64) -> I64:
+    """``np.unique(ids)`` of dense ids (below their count, or about): a mask, not a sort."""
+    if not ids.shape[0]:
+        return ids
+    seen = np.zeros(int(ids.max()) + 1, np.bool_)
+    seen[ids] = True
+    return np.flatnonzero(seen)
 
 
 def _at(arrays: Mapping[str, npt.NDArray[Any]], rows: I64) -> dict[str, npt.NDArray[Any]]:

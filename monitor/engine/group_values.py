@@ -18,64 +18,97 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from monitor.index.hashtable import mix
+from monitor.index.hashtable import SlotTable, mix
+from monitor.index.unique import first_rows
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
 
 
 class PairCounts:
-    """The (group, value) pairs of a distinct count with positive multiplicities, each pair
-    looked up by one 64-bit hash of both, sorted: a batch is found with whole-array work on one
-    ``int64`` key (a sort of (group, value) records is several times slower). Beside it the
-    pair's group, its value (to hash it again when the groups are renumbered) and its
-    multiplicity: 24 bytes a pair. Two pairs whose hashes collide, about one chance in
-    ``2**64 / pairs**2``, count as one (``match_id`` s rest on the same odds)."""
+    """The (group, value) pairs of a distinct count with their multiplicities, by pair id: the
+    pair's group, value and multiplicity in columns (16 bytes a pair), found by a
+    :class:`~monitor.index.hashtable.SlotTable` of a 64-bit hash of both (one compiled probe
+    per pair of a batch, comparing the pair itself: exact; 7 to 14 bytes a pair). A pair whose
+    multiplicity falls to 0 keeps its id (found again if it comes back) until such pairs
+    outnumber the others; then they are dropped and the table rebuilt."""
+
+    #: Pairs at multiplicity 0 are dropped once there are more of them than this and than
+    #: the others.
+    compact_min = 1 << 16
 
     def __init__(self) -> None:
-        self.keys: I64 = np.empty(0, np.int64)
         self.groups = np.empty(0, np.int32)
         self.values: I64 = np.empty(0, np.int64)
         self.counts = np.empty(0, np.uint32)
+        self._live = 0
+        self._table = SlotTable()
 
     def __len__(self) -> int:
-        return int(self.keys.shape[0])
+        """The pairs with a positive multiplicity."""
+        return self._live
 
     @property
     def nbytes(self) -> int:
-        arrays = (self.keys, self.groups, self.values, self.counts)
-        return sum(int(a.nbytes) for a in arrays)
+        arrays = (self.groups, self.values, self.counts)
+        return sum(int(a.nbytes) for a in arrays) + self._table.nbytes
 
     def renumber(self, new: I64) -> None:
-        """Each pair's group ``g`` becomes ``new[g]``: hashed again, sorted again."""
-        groups = new[self.groups]
-        keys = _pair_keys(groups, self.values)
-        order = np.argsort(keys, kind="stable")
-        self.keys, self.groups = keys[order], groups[order].astype(np.int32)
-        self.values, self.counts = self.values[order], self.counts[order]
+        """Each pair's group ``g`` becomes ``new[g]`` (the pairs at 0 dropped): hashed again."""
+        live = self.counts > 0
+        self._rebuild(new[self.groups[live]], self.values[live], self.counts[live])
 
     def apply(self, groups: I64, values: I64, diffs: I64) -> PairChange:
         """As :meth:`Multiset.apply`, for ``int64`` values (hashes of ids)."""
         if groups.shape[0] and int(groups.max()) >= 1 << 31:
             raise OverflowError("a distinct count past 2**31 groups")
         values = values.astype(np.int64, copy=False)
-        unique, first, inverse = np.unique(
-            _pair_keys(groups, values), return_index=True, return_inverse=True
-        )
-        net, keep = _net(inverse, diffs, unique.shape[0])
-        unique, first = unique[keep], first[keep]
-        owners = groups[first]
-        at, found, before, after = _merged(self.keys, self.counts, unique, net)
-        fresh = ~found
-        self.keys = np.insert(self.keys, at[fresh], unique[fresh])
-        self.groups = np.insert(self.groups, at[fresh], owners[fresh].astype(np.int32))
-        self.values = np.insert(self.values, at[fresh], values[first[fresh]])
-        self.counts = np.insert(self.counts, at[fresh], after[fresh].astype(np.uint32))
-        if (after == 0).any():
+        hashes = _pair_hashes(groups, values)
+        first, inverse = first_rows(hashes.view(np.int64))
+        net, keep = _net(inverse, diffs, first.shape[0])
+        first = first[keep]
+        owners, mine, hashes = groups[first].astype(np.int32), values[first], hashes[first]
+        ids = self._table.find_pairs(hashes, self.groups, self.values, (owners, mine))
+        found = ids >= 0
+        before = np.zeros(first.shape[0], np.int64)
+        before[found] = self.counts[ids[found]]
+        after = before + net
+        if (after < 0).any():
+            raise ValueError("a binding was retracted from a group that did not hold it")
+        self.counts[ids[found]] = after[found]
+        fresh = np.flatnonzero(~found)
+        if fresh.shape[0]:
+            known = int(self.groups.shape[0])
+            self.groups = np.concatenate([self.groups, owners[fresh]])
+            self.values = np.concatenate([self.values, mine[fresh]])
+            self.counts = np.concatenate([self.counts, after[fresh].astype(np.uint32)])
+            new = np.arange(known, known + fresh.shape[0], dtype=np.int32)
+            self._table.add(hashes[fresh], new, lambda: self._entries(known))
+        self._live += int(((before == 0) & (after > 0)).sum() - ((before > 0) & (after == 0)).sum())
+        dead = int(self.counts.shape[0]) - self._live
+        if dead > max(self.compact_min, self._live):
             live = self.counts > 0
-            self.keys, self.groups = self.keys[live], self.groups[live]
-            self.values, self.counts = self.values[live], self.counts[live]
+            self._rebuild(self.groups[live], self.values[live], self.counts[live])
         return PairChange(owners.astype(np.int64), before > 0, after > 0)
+
+    def _entries(self, below: int) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.int32]]:
+        """The hashes and ids of the pairs below id ``below`` (to place them in a new table)."""
+        hashes = _pair_hashes(self.groups[:below], self.values[:below])
+        return hashes, np.arange(below, dtype=np.int32)
+
+    def _rebuild(
+        self, groups: npt.NDArray[np.integer], values: I64, counts: npt.NDArray[Any]
+    ) -> None:
+        self.groups = groups.astype(np.int32)
+        self.values, self.counts = values, counts.astype(np.uint32)
+        self._live = int(self.groups.shape[0])
+        self._table = SlotTable()
+        ids = np.arange(self._live, dtype=np.int32)
+        self._table.add(_pair_hashes(self.groups, values), ids, _none)
+
+
+def _none() -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.int32]]:
+    return np.empty(0, np.uint64), np.empty(0, np.int32)
 
 
 def _net(
@@ -107,9 +140,9 @@ def _merged(
     return at, found, before, after
 
 
-def _pair_keys(groups: npt.NDArray[np.integer], values: I64) -> I64:
-    keys: I64 = mix(mix(groups.astype(np.uint64)) ^ values.view(np.uint64)).view(np.int64)
-    return keys
+def _pair_hashes(groups: npt.NDArray[np.integer], values: I64) -> npt.NDArray[np.uint64]:
+    hashes: npt.NDArray[np.uint64] = mix(mix(groups.astype(np.uint64)) ^ values.view(np.uint64))
+    return hashes
 
 
 @dataclass

@@ -95,6 +95,21 @@ class SlotTable:
         found: I32 = _find_values(self.table, self.tags, values, hashes, keys)
         return found
 
+    def find_pairs(
+        self, hashes: U64, firsts: I32 | I64, seconds: I64, keys: tuple[I32 | I64, I64]
+    ) -> I32:
+        """:meth:`find_values` where the key of id ``i`` is the pair ``(firsts[i],
+        seconds[i])`` (two columns of the caller's), compared whole: exact, whatever the
+        hashes."""
+        first, second = keys
+        if not ENABLED:
+            return self.find(
+                hashes,
+                lambda rows, ids: (firsts[ids] == first[rows]) & (seconds[ids] == second[rows]),
+            )
+        found: I32 = _find_pairs(self.table, self.tags, firsts, seconds, hashes, first, second)
+        return found
+
     def add(self, hashes: U64, ids: I32, existing: Callable[[], tuple[U64, I32]]) -> None:
         """Insert keys known to be absent and pairwise different. When the table must grow,
         ``existing()`` gives the hashes and ids of every key already in it."""
@@ -143,6 +158,8 @@ def warm() -> None:
         table = SlotTable()
         table.find_values(np.zeros(1, np.uint64), np.zeros(1, np.int64), np.zeros(1, np.int64))
         table.add(np.zeros(1, np.uint64), np.zeros(1, np.int32), lambda: _NOTHING)
+        small, zeros = np.zeros(1, np.int32), np.zeros(1, np.int64)  # (as PairCounts keeps them)
+        table.find_pairs(np.zeros(1, np.uint64), small, zeros, (small, zeros))
 
 
 def _tag(hashes: U64) -> U8:
@@ -185,6 +202,25 @@ if AVAILABLE:
                     out[i] = -1
                     break
                 if tags[at] == tag and values[found] == keys[i]:
+                    out[i] = found
+                    break
+                at = (at + 1) & mask
+        return out
+
+    @njit(cache=True, nogil=True)
+    def _find_pairs(table, tags, firsts, seconds, hashes, first, second):  # type: ignore[no-untyped-def]
+        """:meth:`SlotTable.find_pairs`: :func:`_find_values` comparing two columns."""
+        mask = np.int64(table.shape[0] - 1)
+        out = np.empty(first.shape[0], np.int32)
+        for i in range(first.shape[0]):
+            at = np.int64(hashes[i] & np.uint64(mask))
+            tag = np.uint8(hashes[i] >> np.uint64(56))
+            while True:
+                found = table[at]
+                if found < 0:
+                    out[i] = -1
+                    break
+                if tags[at] == tag and firsts[found] == first[i] and seconds[found] == second[i]:
                     out[i] = found
                     break
                 at = (at + 1) & mask

@@ -68,6 +68,16 @@ def unique_inverse(values: Ints[T]) -> tuple[Ints[T], Rows]:
     return distinct[order], rank[groups]
 
 
+def first_rows(values: Ints[T]) -> tuple[Rows, Rows]:
+    """The first row holding each distinct value (in any order) and each row's position among
+    those: :func:`first_appearances` giving rows, for a caller that reads several columns."""
+    if not ENABLED or values.shape[0] < SMALL:
+        _, first, inverse = np.unique(values, return_index=True, return_inverse=True)
+        return first.astype(np.intp, copy=False), inverse.reshape(-1).astype(np.intp)
+    first, groups = _first_appearances(values)
+    return first, groups
+
+
 def shared_count(a: Ints[T], b: Ints[T]) -> int:
     """How many distinct values are in both ``a`` and ``b``: ``np.intersect1d(a, b).size``
     with one sort of the smaller array (an epoch's few deletes against its many inserts), not

@@ -91,7 +91,7 @@ class GroupedQuery:
     def nbytes(self) -> int:
         """The aggregate state's bytes (not the head ids' Python objects)."""
         window = self.window.nbytes if self.window is not None else 0
-        return self.state.nbytes + window + 16 * len(self.groups)
+        return self.state.nbytes + window + self.groups.nbytes
 
     def deadline(self) -> float:
         """Past this watermark a counted binding leaves the window (inf: none will)."""
@@ -151,8 +151,12 @@ class GroupedQuery:
             rows, expired, by_update = _rows_at(rows, counted), expired[counted], by_update[counted]
         retracted = (rows.diffs < 0) & ~expired
         updated = by_update & retracted
-        others = np.unique(rows.groups[retracted & ~updated])
-        updated_groups = np.setdiff1d(np.unique(rows.groups[updated]), others)
+        updated_groups = np.empty(0, np.int64)
+        if updated.any():  # (a mask over the dense ids: no sort of every row's group)
+            only = np.zeros(len(self.groups), np.bool_)
+            only[rows.groups[updated]] = True
+            only[rows.groups[retracted & ~updated]] = False
+            updated_groups = np.flatnonzero(only)
         return _rows_at(rows, ~expired), _rows_at(rows, expired), updated_groups
 
     def _group_ids(self, columns: Sequence[npt.NDArray[np.generic]]) -> I64:

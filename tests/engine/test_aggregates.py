@@ -136,10 +136,23 @@ def test_group_ids_are_dense_and_stable_over_batches() -> None:
     assert GroupIds(1).of([np.array([4, 2])]).tolist() == [4, 2]  # one column: its own ids
 
 
-def test_key_ids_number_keys_in_the_order_first_seen() -> None:
+@pytest.mark.parametrize("n", [3, 200])  # (below and above the size the hashing starts at)
+def test_key_ids_are_dense_stable_and_renumbered_in_order(n: int) -> None:
     keys = KeyIds()
-    assert keys.of(np.array([30, 10, 30], np.int64)).tolist() == [1, 0, 1]
-    assert keys.of(np.array([20, 10], np.int64)).tolist() == [2, 0]
+    rng = np.random.default_rng(n)
+    first = rng.integers(-(1 << 62), 1 << 62, n)
+    ids = keys.of(np.concatenate([first, first[::-1]]))
+    assert sorted(set(ids[:n].tolist())) == list(range(n)), "dense, one id per key"
+    assert ids[n:].tolist() == ids[:n][::-1].tolist(), "the same key, the same id"
+    more = keys.of(np.concatenate([first[:2], [7, 7]]))
+    assert more.tolist() == [*ids[:2].tolist(), n, n], "a new key takes the next id"
+    live = np.ones(n + 1, np.bool_)
+    live[ids[0]] = False
+    keys.keep(live)
+    again = keys.of(np.concatenate([first[1:], [7]]))
+    expected = np.cumsum(live) - 1
+    assert again.tolist() == expected[np.concatenate([ids[1:n], [n]])].tolist()
+    assert keys.of(first[:1]).tolist() == [n], "a forgotten key is new"
 
 
 def test_a_retraction_of_a_binding_never_counted_is_an_error() -> None:
@@ -236,3 +249,40 @@ def test_a_window_counts_the_bindings_within_its_span_of_the_watermark(
         expected = brute_force(counted, chosen)
         assert {(g, 0) for g, n in reported.items() if n} == set(expected)
         assert len(window) == sum(counted.values())
+
+
+@pytest.mark.parametrize("compact_min", [0, 1 << 16])  # (dropping the pairs at 0, or not)
+def test_pair_counts_follow_a_model_through_compaction_and_renumbering(compact_min: int) -> None:
+    pairs = PairCounts()
+    pairs.compact_min = compact_min
+    model: dict[tuple[int, int], int] = {}
+    rng = np.random.default_rng(compact_min)
+    for step in range(40):
+        live = [k for k, v in model.items() for _ in range(v)]
+        n = int(rng.integers(0, 300))
+        groups = rng.integers(0, 50, n)
+        values = rng.integers(0, 8, n) * (1 << 40)  # (hashes of ids: any int64)
+        gone = rng.permutation(len(live))[: int(rng.integers(0, len(live) + 1))]
+        out = [live[i] for i in gone]
+        all_groups = np.concatenate([groups, [g for g, _ in out]]).astype(np.int64)
+        all_values = np.concatenate([values, [v for _, v in out]]).astype(np.int64)
+        diffs = np.concatenate([np.ones(n), -np.ones(len(out))]).astype(np.int64)
+        before = {k for k, v in model.items() if v > 0}
+        for g, v, d in zip(all_groups.tolist(), all_values.tolist(), diffs.tolist(), strict=True):
+            model[(g, v)] = model.get((g, v), 0) + d
+        after = {k for k, v in model.items() if v > 0}
+        change = pairs.apply(all_groups, all_values, diffs)
+        appeared = np.bincount(change.groups, weights=change.after & ~change.before, minlength=50)
+        vanished = np.bincount(change.groups, weights=change.before & ~change.after, minlength=50)
+        expected_up = np.bincount([g for g, _ in after - before], minlength=50)
+        expected_down = np.bincount([g for g, _ in before - after], minlength=50)
+        assert appeared.tolist() == expected_up.tolist()
+        assert vanished.tolist() == expected_down.tolist()
+        assert len(pairs) == len(after)
+        if step % 10 == 9:  # groups renumbered: every other group forgotten if it holds none
+            held = {g for g, _ in after}
+            keep = np.array([g in held or g % 2 == 0 for g in range(50)])
+            new = np.cumsum(keep) - 1
+            pairs.renumber(new)
+            model = {(int(new[g]), v): c for (g, v), c in model.items() if c > 0}
+            # (the model's groups are renumbered too; the next steps draw from 0..49 again)
