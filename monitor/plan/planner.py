@@ -270,7 +270,19 @@ class RangeStep:
 
 
 def range_step(query: Query, order: Sequence[str]) -> RangeStep | None:
-    """The first range step possible once ``order``'s variables are bound (None: none)."""
+    """The range step to take once ``order``'s variables are bound (None: none): of those
+    possible, the first (in atom order) whose range lies after its anchor's time, else the
+    first. A delta query's seed events are the stream's newest: the events after them are the
+    epoch's own and late ones, so a range forward from them is nearly empty, and a round trip
+    seeded at a middle hop ends there instead of enumerating the hops before it first."""
+    steps = _range_steps(query, order)
+    forward = (step for step in steps if step.low >= 0.0)
+    return next(forward, steps[0] if steps else None)
+
+
+def _range_steps(query: Query, order: Sequence[str]) -> list[RangeStep]:
+    """Every range step possible once ``order``'s variables are bound, in atom order."""
+    found: list[RangeStep] = []
     bound = set(order)
     events_of = {
         a.variables[-1]: i for i, a in enumerate(query.atoms) if a.relation.endswith("#events")
@@ -311,8 +323,9 @@ def range_step(query: Query, order: Sequence[str]) -> RangeStep | None:
         _, _, t = min(anchors)
         anchor_relation = base_relation(query.atoms[events_of[t]].relation)
         low, high = -bounds[edge, t], bounds[t, edge]
-        return RangeStep(i, events, implied, vertex, edge, far, side, t, anchor_relation, low, high)
-    return None
+        step = RangeStep(i, events, implied, vertex, edge, far, side, t, anchor_relation, low, high)
+        found.append(step)
+    return found
 
 
 def held_by_range(join: FieldFilter, step: RangeStep, edge: int, anchor: int) -> bool:

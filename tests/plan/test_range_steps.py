@@ -33,6 +33,10 @@ QUERIES = {
             t1.ts < t2.ts, t2.ts < t3.ts, within 10m, distinct.
         cash_out(a, b, c) :=
             deposit(a, b) as d, withdrawal(b, c) as w, d.ts <= w.ts, w.ts <= d.ts + 1h.
+        ring_4(a, b, c, d) :=
+            transfer(a, b) as t1, transfer(b, c) as t2, transfer(c, d) as t3,
+            transfer(d, a) as t4, t1.ts < t2.ts, t2.ts < t3.ts, t3.ts < t4.ts,
+            within 7d, distinct.
         strict_echo(a, b, c) :=
             transfer(a, b) as t1, transfer(b, c) as t2,
             t1.ts < t2.ts, t2.ts <= t1.ts + 10m, t2.ts >= t1.ts - 1h, within 5m.
@@ -104,6 +108,25 @@ def test_a_rings_closing_vertex_is_still_intersected() -> None:
     assert ranges(query) == []
     for plan in delta_queries(query):
         assert len(plan.stages[0].extenders) == 2, plan.describe()
+
+
+def test_a_delta_query_seeded_mid_chain_ranges_forward_first() -> None:
+    """The seed's events are the stream's newest: the hops after them are the epoch's own and
+    late ones, so a round trip seeded at a middle hop reads those first (and mostly stops
+    there), not the whole week of hops before it; only the last hop's seed ranges backward."""
+    query = internal("ring_4")
+    firsts = {}
+    for plan in delta_queries(query):
+        seed = next(v for v in plan.order[:3] if v.startswith("t"))
+        first = plan.stages[0].extenders[0]
+        assert isinstance(first, RangeExtender), plan.describe()
+        firsts[seed] = (plan.order[first.anchor], plan.order[first.key[0]], first.low >= 0)
+    assert firsts == {
+        "t1": ("t1", "b", True),  # t2 from b's transfers out after t1
+        "t2": ("t2", "c", True),  # t3 after t2, not t1 before it
+        "t3": ("t3", "d", True),
+        "t4": ("t4", "a", False),  # the last hop: every other one is before it
+    }
 
 
 def test_two_relations_anchor_each_other() -> None:
