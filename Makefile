@@ -34,12 +34,11 @@ lint: $(DEV)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-# A worker per core and one more, each with its own broker (a run of the suite keeps its cores
-# busy about 60% of the time with a worker per core: the rest is waiting on brokers, Ray and the
-# processes a test starts); worksteal balances the long tests. TEST_WORKERS=n to choose.
-TEST_WORKERS ?= $(shell python3 -c "import os; print(len(os.sched_getaffinity(0)) + 1)")
+# (-n auto: a worker per core, each with its own broker; worksteal balances the long tests. A
+# third worker on two cores was tried: the Ray tests, each starting a cluster, then ran 2-5x
+# longer and the suite was no faster)
 unit: $(DEV)
-	$(BIN)/pytest -n $(TEST_WORKERS) --dist worksteal
+	$(BIN)/pytest -n auto --dist worksteal
 
 ## docs: the documentation site into site/ (mkdocs build --strict: a broken link fails)
 docs: $(DEV)
