@@ -17,11 +17,12 @@ def seed_prefixes(
 ) -> Prefixes:
     """Prefixes seeded by tuples of the seed atom's relation, after the seed's checks and filters.
 
-    A variable repeated in the seed atom keeps only the tuples equal at its positions.
+    A variable repeated in the seed atom keeps only the tuples equal at its positions; a plan
+    seeded by one sign of the changes (``plan.seed.sign``) only the changes of that sign.
     """
     width = plan.seed.width
     bound: list[I32 | None] = [None] * width
-    keep = np.ones(diff.shape[0], np.bool_)
+    keep = np.ones(diff.shape[0], np.bool_) if not plan.seed.sign else diff * plan.seed.sign > 0
     for position, column in enumerate(plan.seed.columns):
         existing = bound[column]
         if existing is None:

@@ -175,6 +175,9 @@ class Seed:
     relation: str
     columns: tuple[int, ...]
     delta: bool
+    #: Of the changes, 0: all; 1: insertions only; -1: deletions only (a delta query whose
+    #: insertions and deletions are best bound in different orders has a plan for each).
+    sign: int = 0
 
     @property
     def width(self) -> int:
@@ -201,7 +204,9 @@ class DeltaQuery:
         """The plan as text, as ``subgraph-monitor explain`` prints it."""
         order = self.order
         seed_args = ", ".join(order[c] for c in self.seed.columns)
-        kind = "changes" if self.seed.delta else "all tuples"
+        kind = "all tuples"
+        if self.seed.delta:
+            kind = {0: "changes", 1: "insertions", -1: "deletions"}[self.seed.sign]
         lines = [
             self.rule,
             f"  order: {', '.join(order)}",

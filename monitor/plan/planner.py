@@ -38,9 +38,20 @@ from monitor.query.ast import Atom, FieldRef, Query
 
 def delta_queries(query: Query) -> tuple[DeltaQuery, ...]:
     """One delta query per atom of ``query`` that is not a projection (:mod:`monitor.plan.cut`),
-    in atom order."""
+    in atom order; two where the atom's insertions and deletions take range steps in opposite
+    directions of time (:func:`range_step`): each seeded by its own sign of the changes."""
     projected = projections(query)
-    return tuple(build(query, i, delta=True) for i in range(len(query.atoms)) if i not in projected)
+    plans: list[DeltaQuery] = []
+    for i in range(len(query.atoms)):
+        if i in projected:
+            continue
+        inserted = build(query, i, delta=True)
+        deleted = build(query, i, delta=True, forward=False)
+        if inserted.order == deleted.order:
+            plans.append(inserted)
+        else:
+            plans += [build(query, i, delta=True, sign=1), build(query, i, delta=True, sign=-1)]
+    return tuple(plans)
 
 
 def projections(query: Query) -> dict[int, int]:
@@ -67,18 +78,19 @@ def static_plan(query: Query) -> DeltaQuery:
     return build(query, seed, delta=False)
 
 
-def attribute_order(query: Query, seed: int) -> tuple[str, ...]:
+def attribute_order(query: Query, seed: int, forward: bool = True) -> tuple[str, ...]:
     """The seed atom's variables, then, greedily, the variable most constrained by bound ones.
 
     A variable can come next when some atom holds it and otherwise only bound variables; among
     those, the one with the most such atoms wins, then the edge variable with the most join
     filters against bound ones (they prune its stage: ``t3.amount <= t2.amount`` with ``t3``
     bound puts ``t2`` before ``t1``), then head order. A :func:`range_step`, when one is
-    possible, comes first: its edge variable, then the far end of its event.
+    possible, comes first: its edge variable, then the far end of its event (``forward``:
+    which direction of time :func:`range_step` prefers).
     """
     order = list(dict.fromkeys(query.atoms[seed].variables))
     while len(order) < len(query.head):
-        step = range_step(query, order)
+        step = range_step(query, order, forward)
         if step is not None:
             order += [step.edge, step.far]
             continue
@@ -112,9 +124,14 @@ def attribute_order(query: Query, seed: int) -> tuple[str, ...]:
     return tuple(order)
 
 
-def build(query: Query, seed: int, *, delta: bool) -> DeltaQuery:
-    """The plan of ``query`` seeded by atom ``seed`` (its changes if ``delta``, else its tuples)."""
-    order = attribute_order(query, seed)
+def build(
+    query: Query, seed: int, *, delta: bool, forward: bool | None = None, sign: int = 0
+) -> DeltaQuery:
+    """The plan of ``query`` seeded by atom ``seed`` (its changes if ``delta``, else its tuples;
+    of the changes, only insertions with ``sign`` 1, only deletions with -1). Range steps prefer
+    ranges forward in time (``forward``; default: unless seeded by deletions only)."""
+    forward = sign >= 0 if forward is None else forward
+    order = attribute_order(query, seed, forward)
     column = {var: i for i, var in enumerate(order)}
     seed_cut = seed if delta else None
     seed_atom = query.atoms[seed]
@@ -159,7 +176,8 @@ def build(query: Query, seed: int, *, delta: bool) -> DeltaQuery:
         return tuple(ready)
 
     width = len(set(seed_atom.variables))
-    seed_plan = Seed(seed, seed_atom.relation, tuple(column[v] for v in seed_atom.variables), delta)
+    seed_columns = tuple(column[v] for v in seed_atom.variables)
+    seed_plan = Seed(seed, seed_atom.relation, seed_columns, delta, sign)
     first_checks = checks_until(width)
     first_comparisons = comparisons_until(width)
     first_joins = joins_until(width)
@@ -169,7 +187,7 @@ def build(query: Query, seed: int, *, delta: bool) -> DeltaQuery:
     for p in range(width, len(order)):
         var = order[p]
         extenders: list[Extender] = []
-        step = None if pending is not None else range_step(query, order[:p])
+        step = None if pending is not None else range_step(query, order[:p], forward)
         if pending is not None and var == pending.far:
             events = pending.events
             position = 1 if pending.side == "by_src" else 0
@@ -269,15 +287,17 @@ class RangeStep:
     high: float
 
 
-def range_step(query: Query, order: Sequence[str]) -> RangeStep | None:
+def range_step(query: Query, order: Sequence[str], forward: bool = True) -> RangeStep | None:
     """The range step to take once ``order``'s variables are bound (None: none): of those
-    possible, the first (in atom order) whose range lies after its anchor's time, else the
-    first. A delta query's seed events are the stream's newest: the events after them are the
-    epoch's own and late ones, so a range forward from them is nearly empty, and a round trip
-    seeded at a middle hop ends there instead of enumerating the hops before it first."""
+    possible, the first (in atom order) whose range lies after its anchor's time (``forward``;
+    else before it), else the first. Inserted events are the stream's newest: the events after
+    them are the epoch's own and late ones, so a range forward from them is nearly empty, and
+    a round trip seeded at a middle hop by an insertion ends there instead of enumerating the
+    hops before it first. An expiring event is the oldest: the hops before it expired already
+    (the range backward is empty) and a deletion ranges backward first."""
     steps = _range_steps(query, order)
-    forward = (step for step in steps if step.low >= 0.0)
-    return next(forward, steps[0] if steps else None)
+    preferred = (s for s in steps if (s.low >= 0.0 if forward else s.high <= 0.0))
+    return next(preferred, steps[0] if steps else None)
 
 
 def _range_steps(query: Query, order: Sequence[str]) -> list[RangeStep]:

@@ -110,23 +110,31 @@ def test_a_rings_closing_vertex_is_still_intersected() -> None:
         assert len(plan.stages[0].extenders) == 2, plan.describe()
 
 
-def test_a_delta_query_seeded_mid_chain_ranges_forward_first() -> None:
-    """The seed's events are the stream's newest: the hops after them are the epoch's own and
-    late ones, so a round trip seeded at a middle hop reads those first (and mostly stops
-    there), not the whole week of hops before it; only the last hop's seed ranges backward."""
+def test_a_ring_seeded_mid_chain_ranges_forward_for_insertions_backward_for_deletions() -> None:
+    """Inserted events are the stream's newest: the hops after them are the epoch's own and
+    late ones, so a ring seeded at a middle hop by insertions reads those first (and mostly
+    stops there), not the week of hops before it. Expiring events are the oldest: the hops
+    before them expired already, so deletions range backward first. A seed with one direction
+    only (the first hop forward, the last backward) keeps one plan for every change."""
     query = internal("ring_4")
     firsts = {}
     for plan in delta_queries(query):
         seed = next(v for v in plan.order[:3] if v.startswith("t"))
         first = plan.stages[0].extenders[0]
         assert isinstance(first, RangeExtender), plan.describe()
-        firsts[seed] = (plan.order[first.anchor], plan.order[first.key[0]], first.low >= 0)
+        assert plan.seed.delta and (seed, plan.seed.sign) not in firsts
+        firsts[seed, plan.seed.sign] = (plan.order[first.anchor], plan.order[first.key[0]])
+        assert (first.low >= 0) == (plan.seed.sign >= 0 and seed != "t4"), plan.describe()
     assert firsts == {
-        "t1": ("t1", "b", True),  # t2 from b's transfers out after t1
-        "t2": ("t2", "c", True),  # t3 after t2, not t1 before it
-        "t3": ("t3", "d", True),
-        "t4": ("t4", "a", False),  # the last hop: every other one is before it
+        ("t1", 0): ("t1", "b"),  # t2 from b's transfers out after t1
+        ("t2", 1): ("t2", "c"),  # inserted: t3 after t2 first, not t1 before it
+        ("t2", -1): ("t2", "b"),  # deleted: t1 before t2 first
+        ("t3", 1): ("t3", "d"),
+        ("t3", -1): ("t3", "c"),
+        ("t4", 0): ("t4", "a"),  # the last hop: every other one is before it
     }
+    described = "\n".join(p.describe() for p in delta_queries(query))
+    assert "seed:  insertions of" in described and "seed:  deletions of" in described
 
 
 def test_two_relations_anchor_each_other() -> None:

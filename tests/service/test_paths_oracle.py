@@ -102,6 +102,18 @@ def check(text: str, names: list[str], ops: list[tuple[Any, ...]], cuts: list[in
     return seen
 
 
+@example(  # a ring of four hops whose second arrives last, then its third is deleted: seeded
+    # at middle hops, by an insertion and by a deletion, whose plans differ (forward first for
+    # the one, backward for the other; monitor/plan/planner.py::range_step)
+    ops=[
+        ("insert", 0, 0, 1, 4, 0),
+        ("insert", 2, 2, 3, 2, 9),
+        ("insert", 3, 3, 0, 1, 12),
+        ("insert", 1, 1, 2, 3, 5),
+        ("delete", 2),
+    ],
+    cuts=[3, 4],
+)
 @example(  # a round trip of three hops, each after the previous and at least half of it
     ops=[
         ("insert", 0, 0, 1, 4, 0),
