@@ -42,7 +42,7 @@ import numpy.typing as npt
 from monitor.engine.extend import IndexReader, last_key
 from monitor.index.graph import Change
 from monitor.index.levels import I8, I32, I64, pack
-from monitor.plan.planner import projections
+from monitor.plan.cut import projections
 from monitor.query.ast import Query
 
 

@@ -16,6 +16,10 @@ where the event does).
 from __future__ import annotations
 
 from enum import Enum
+from itertools import pairwise
+
+from core.fields import time_order_side
+from monitor.query.ast import Query
 
 
 class Cut(Enum):
@@ -37,3 +41,21 @@ def cut_of(atom: int, seed: int | None, projects: int | None = None) -> Cut:
     if seed is None or atom < seed:
         return Cut.NEW
     return Cut.OLD
+
+
+def projections(query: Query) -> dict[int, int]:
+    """Each projection atom's index -> the index of the events atom it is the pairs of:
+    ``R{S}(a, b)`` followed by ``R{S}#events(a, b, t)``; and each time-ordered atom
+    (``R{S}#by_src(a, t)``, ``R{S}#by_dst(b, t)``) -> the events atom of its edge variable."""
+    out = {
+        i: i + 1
+        for i, (atom, events) in enumerate(pairwise(query.atoms))
+        if events.relation == f"{atom.relation}#events" and events.variables[:-1] == atom.variables
+    }
+    events_of = {
+        a.variables[-1]: i for i, a in enumerate(query.atoms) if a.relation.endswith("#events")
+    }
+    for i, atom in enumerate(query.atoms):
+        if time_order_side(atom.relation) is not None:
+            out[i] = events_of[atom.variables[-1]]
+    return out

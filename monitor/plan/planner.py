@@ -5,22 +5,18 @@
 :func:`attribute_order` and :func:`build`, so the two evaluations share every stage rule; cuts come
 from :func:`~monitor.plan.cut.cut_of` only.
 
-A :class:`RangeStep` binds an edge variable from a time-ordered atom (the events of a bound
-vertex in a gap's range of an anchor event's time), then the far end of its event: the plans of
-``pass_through`` over a long window read ten minutes of a hub's transfers, not a day of them.
+Where a gap bounds an edge variable's time, a stage binds it by a range step
+(:mod:`monitor.plan.range_steps`); projection atoms are :func:`~monitor.plan.cut.projections`.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from itertools import combinations, pairwise
+from collections.abc import Callable
+from itertools import combinations
 
 from core.errors import PlanError
 from core.fields import base_relation, time_order_side
-from core.times import TIME_FIELD
-from monitor.plan.cut import Cut, cut_of
+from monitor.plan.cut import Cut, cut_of, projections
 from monitor.plan.plan import (
     Check,
     Comparison,
@@ -32,7 +28,7 @@ from monitor.plan.plan import (
     Seed,
     Stage,
 )
-from monitor.plan.windows import time_bounds
+from monitor.plan.range_steps import RangeStep, held_by_range, range_step
 from monitor.query.ast import Atom, FieldRef, Query
 
 
@@ -52,24 +48,6 @@ def delta_queries(query: Query) -> tuple[DeltaQuery, ...]:
         else:
             plans += [build(query, i, delta=True, sign=1), build(query, i, delta=True, sign=-1)]
     return tuple(plans)
-
-
-def projections(query: Query) -> dict[int, int]:
-    """Each projection atom's index -> the index of the events atom it is the pairs of:
-    ``R{S}(a, b)`` followed by ``R{S}#events(a, b, t)``; and each time-ordered atom
-    (``R{S}#by_src(a, t)``, ``R{S}#by_dst(b, t)``) -> the events atom of its edge variable."""
-    out = {
-        i: i + 1
-        for i, (atom, events) in enumerate(pairwise(query.atoms))
-        if events.relation == f"{atom.relation}#events" and events.variables[:-1] == atom.variables
-    }
-    events_of = {
-        a.variables[-1]: i for i, a in enumerate(query.atoms) if a.relation.endswith("#events")
-    }
-    for i, atom in enumerate(query.atoms):
-        if time_order_side(atom.relation) is not None:
-            out[i] = events_of[atom.variables[-1]]
-    return out
 
 
 def static_plan(query: Query) -> DeltaQuery:
@@ -253,122 +231,6 @@ def build(
         first_joins,
         first_guards,
     )
-
-
-@dataclass(frozen=True)
-class RangeStep:
-    """Binding an edge variable from a time-ordered atom, then the far end of its event.
-
-    Taken when the atom's vertex is bound and some bound edge variable (the *anchor*: the
-    narrowest range, and of equal ones the one bound last) bounds the edge variable's time to
-    ``anchor.ts + [low, high]``, and the far end is a variable that no other atom holds with
-    only bound variables besides it (a chain, such as ``pass_through``'s ``c``, or the next
-    vertex of a round trip, whose other atoms bind it again with the next hop): the far end is
-    then bound by the event, and the events of the vertex in that time range are far fewer
-    than its neighbours' events in the whole window. Hop after hop, each bound from the range
-    after the one before, a round trip of six hops prunes by the hops' order at every step
-    instead of enumerating paths of vertices first (4.5x on ``bench.typologies``' round trips
-    at 600k events). A far end that another atom holds with bound variables only (the closing
-    vertex of a ring) is bound by count / propose / intersect as before.
-    """
-
-    atom: int
-    events: int
-    #: The atoms this step makes redundant: the edge variable's events and pairs atoms and
-    #: its other time-ordered atom (each holds wherever the proposed event does).
-    implied: frozenset[int]
-    vertex: str
-    edge: str
-    far: str
-    side: str
-    anchor: str
-    anchor_relation: str
-    low: float
-    high: float
-
-
-def range_step(query: Query, order: Sequence[str], forward: bool = True) -> RangeStep | None:
-    """The range step to take once ``order``'s variables are bound (None: none): of those
-    possible, the first (in atom order) whose range lies after its anchor's time (``forward``;
-    else before it), else the first. Inserted events are the stream's newest: the events after
-    them are the epoch's own and late ones, so a range forward from them is nearly empty, and
-    a round trip seeded at a middle hop by an insertion ends there instead of enumerating the
-    hops before it first. An expiring event is the oldest: the hops before it expired already
-    (the range backward is empty) and a deletion ranges backward first."""
-    steps = _range_steps(query, order)
-    preferred = (s for s in steps if (s.low >= 0.0 if forward else s.high <= 0.0))
-    return next(preferred, steps[0] if steps else None)
-
-
-def _range_steps(query: Query, order: Sequence[str]) -> list[RangeStep]:
-    """Every range step possible once ``order``'s variables are bound, in atom order."""
-    found: list[RangeStep] = []
-    bound = set(order)
-    events_of = {
-        a.variables[-1]: i for i, a in enumerate(query.atoms) if a.relation.endswith("#events")
-    }
-    edges = list(events_of)
-    projected = projections(query)
-    bounds: dict[tuple[str, str], float] | None = None
-    for i, atom in enumerate(query.atoms):
-        side = time_order_side(atom.relation)
-        if side is None:
-            continue
-        vertex, edge = atom.variables
-        if vertex not in bound or edge in bound:
-            continue
-        events = events_of[edge]
-        src, dst, _ = query.atoms[events].variables
-        far = dst if side == "by_src" else src
-        implied = frozenset({events} | {j for j, e in projected.items() if e == events})
-        if far in bound or far == vertex:
-            continue
-        if any(
-            far in a.variables and set(a.variables) - {far} <= bound | {edge}
-            for j, a in enumerate(query.atoms)
-            if j not in implied
-        ):
-            continue  # (an atom whose other variables are bound would need a check of far)
-        if bounds is None:
-            bounds = time_bounds(edges, query.predicates)
-        # the narrowest range; of equal ones, from the edge variable bound last (in a chain of
-        # hops each after the previous one, the hop before: the range starts latest)
-        anchors = [
-            (bounds[t, edge] + bounds[edge, t], -list(order).index(t), t)
-            for t in edges
-            if t in bound and t != edge and math.isfinite(bounds[t, edge] + bounds[edge, t])
-        ]
-        if not anchors:
-            continue
-        _, _, t = min(anchors)
-        anchor_relation = base_relation(query.atoms[events_of[t]].relation)
-        low, high = -bounds[edge, t], bounds[t, edge]
-        step = RangeStep(i, events, implied, vertex, edge, far, side, t, anchor_relation, low, high)
-        found.append(step)
-    return found
-
-
-def held_by_range(join: FieldFilter, step: RangeStep, edge: int, anchor: int) -> bool:
-    """Whether every event a range step proposes passes ``join`` (``edge``, ``anchor``: the
-    columns of its edge variable and of its anchor), computed as the filter computes it: a
-    non-strict bound on the time, ``edge.ts <= anchor.ts + c`` with the range's high end at
-    most ``c`` (the same sum, rounded the same way) or ``>=`` with its low end at least ``c``,
-    or the anchor on the left with no offset (``anchor.ts <= edge.ts``). A strict one, or the
-    anchor's side shifted (``anchor.ts <= edge.ts + c``: another sum, rounded otherwise), stays
-    a filter."""
-    if (
-        join.left_field != TIME_FIELD
-        or join.right_field != TIME_FIELD
-        or join.factor != 1.0
-        or join.op not in ("<=", ">=")
-        or {join.left, join.right} != {edge, anchor}
-    ):
-        return False
-    if join.left == edge:
-        return step.high <= join.offset if join.op == "<=" else step.low >= join.offset
-    if join.offset != 0.0:
-        return False
-    return step.low >= 0.0 if join.op == "<=" else step.high <= 0.0
 
 
 def _joins(query: Query, var: str, bound: set[str]) -> int:

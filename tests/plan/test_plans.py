@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from core.errors import PlanError
-from monitor.plan.cut import Cut, cut_of
+from monitor.plan.cut import Cut, cut_of, projections
 from monitor.plan.events import event_relations, rewrite
 from monitor.plan.plan import DeltaQuery
-from monitor.plan.planner import attribute_order, delta_queries, projections, static_plan
+from monitor.plan.planner import attribute_order, delta_queries, static_plan
 from monitor.query.ast import Atom, Query
 from monitor.query.builtins import BUILTIN_QUERIES, builtin
 from monitor.query.load import load_queries

@@ -10,10 +10,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from monitor.plan.cut import projections
 from monitor.plan.events import event_relations, rewrite
 from monitor.plan.needs import time_ordered, unread
 from monitor.plan.plan import EndpointExtender, RangeExtender
-from monitor.plan.planner import delta_queries, projections, static_plan
+from monitor.plan.planner import delta_queries, static_plan
 from monitor.query.ast import Query
 from monitor.query.parser import parse_queries
 
