@@ -188,7 +188,7 @@ def start_ray() -> bool:
         return False
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
     # (The actors import bench.distributed_shards: Ray puts this directory on their path.)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     return True
 
 

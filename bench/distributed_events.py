@@ -228,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_ray:
         import ray
 
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
         try:
             say("2 Ray shards")
             runs.append(

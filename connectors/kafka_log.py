@@ -26,6 +26,7 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
+from connectors.kafka_retry import create_topics
 from core.errors import StateError
 
 #: Bytes of a batch per Kafka record (under the brokers' default ``message.max.bytes``).
@@ -164,12 +165,7 @@ def ensure_log_topic(config: Mapping[str, Any], topic: str, partitions: int) -> 
             replication_factor=-1,
             config={"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1"},
         )
-        for future in admin.create_topics([new], operation_timeout=30).values():
-            try:
-                future.result(timeout=60)
-            except KafkaException as exc:
-                if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                    raise
+        create_topics(admin, [new])
     deadline = time.monotonic() + 60
     while True:
         found = admin.list_topics(topic, timeout=10).topics.get(topic)

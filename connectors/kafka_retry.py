@@ -15,6 +15,8 @@ from typing import TypeVar
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message
 from confluent_kafka import TopicPartition as TP
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
 
 from connectors.kafka_records import Partition
 
@@ -38,6 +40,14 @@ RETRIABLE_LEADER_ERRORS = (
     KafkaError._TIMED_OUT,
 )
 
+#: Topic-creation errors that pass: a broker just (re)started is fenced until it has caught up
+#: with the controller, and refuses to place replicas meanwhile.
+RETRIABLE_CREATION_ERRORS = (
+    KafkaError.INVALID_REPLICATION_FACTOR,
+    KafkaError._TIMED_OUT,
+    KafkaError.REQUEST_TIMED_OUT,
+)
+
 T = TypeVar("T")
 
 
@@ -57,6 +67,28 @@ def retry(
                 raise
             log.info("%s not available yet (%s); retrying", what or "Kafka", error)
             time.sleep(0.5)
+
+
+def create_topics(admin: AdminClient, topics: list[NewTopic]) -> list[str]:
+    """Create ``topics``, those another client created meanwhile taken as they are, retrying
+    for a minute while the broker cannot place them yet (:data:`RETRIABLE_CREATION_ERRORS`);
+    the names of those created here."""
+    created: list[str] = []
+    pending = list(topics)
+
+    def create() -> None:
+        for name, future in admin.create_topics(pending, operation_timeout=30).items():
+            try:
+                future.result(timeout=60)
+                created.append(name)
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                    raise
+            pending[:] = [t for t in pending if t.topic != name]
+
+    if pending:
+        retry(create, RETRIABLE_CREATION_ERRORS, "creating " + ", ".join(t.topic for t in topics))
+    return created
 
 
 def committed_offsets(consumer: Consumer, partitions: Iterable[Partition]) -> list[TP]:

@@ -13,7 +13,7 @@ import pytest
 def ray_cluster() -> Iterator[None]:
     ray = pytest.importorskip("ray", reason="ray is not installed (the `distributed` extra)")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
 

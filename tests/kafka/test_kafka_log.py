@@ -9,8 +9,11 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
 
 from connectors.kafka_log import CHUNK_BYTES, IN_FLIGHT, KafkaLog, ensure_log_topic
+from connectors.kafka_retry import create_topics
 from tests.kafka_broker import KafkaCluster
 
 pytestmark = pytest.mark.kafka
@@ -72,3 +75,12 @@ def test_a_batch_whose_writer_died_is_skipped_and_a_cut_drops_the_front(
     log.cut_before(at)
     assert list(log.read()) == [after]
     log.close()
+
+
+def test_create_topics_creates_the_missing_and_takes_the_existing(kafka: KafkaCluster) -> None:
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+    names = [f"create-{uuid.uuid4().hex[:8]}" for _ in range(2)]
+    assert create_topics(admin, [NewTopic(names[0], 1)]) == [names[0]]
+    both = [NewTopic(n, 1) for n in names]
+    assert create_topics(admin, both) == [names[1]], "one created, the other there already"
+    assert create_topics(admin, both) == []

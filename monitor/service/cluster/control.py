@@ -13,15 +13,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import orjson
-from confluent_kafka import (
-    KafkaError,
-    KafkaException,
-)
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._listoffsets import OffsetSpec
 from confluent_kafka.cimpl import NewTopic
 
 from connectors.kafka_records import Partition, parse_partition_key, partition_key
+from connectors.kafka_retry import create_topics
 from core.errors import StateError
 from monitor.service.settings import Settings
 
@@ -98,14 +95,8 @@ def ensure_topics(admin: AdminClient, settings: Settings) -> None:
     }
     existing = admin.list_topics(timeout=10).topics
     missing = [t for name, t in wanted.items() if name not in existing]
-    created = admin.create_topics(missing, operation_timeout=30) if missing else {}
-    for name, future in created.items():
-        try:
-            future.result(timeout=60)
-            log.info("topic created", extra={"topic": name})
-        except KafkaException as exc:
-            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                raise
+    for name in create_topics(admin, missing):
+        log.info("topic created", extra={"topic": name})
     # A topic another worker has just created may have no leader yet: wait for one.
     deadline = time.monotonic() + 60
     while True:
