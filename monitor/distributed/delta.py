@@ -252,7 +252,7 @@ class ShardedEpochs:
             def send(columns: list[I32]) -> None:
                 diff = np.ones(columns[0].shape[0], np.int64)
                 for found in outputs(
-                    self, [MatchDeltas(internal.name, internal.head, columns, diff)]
+                    self, [MatchDeltas(internal.name, internal.head, columns, diff)], whole=True
                 ):
                     take(found)
 

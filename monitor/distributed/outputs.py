@@ -24,6 +24,7 @@ from monitor.index.levels import I32, I64
 from monitor.index.unique import first_appearances
 from monitor.plan.events import EventQuery
 from monitor.service.causes import causes
+from monitor.service.grouped import BodyReads
 from monitor.service.match_ids import Hashed, match_ids
 from monitor.service.query_output import QueryOutput
 
@@ -32,8 +33,12 @@ if TYPE_CHECKING:
     from monitor.distributed.sharded_events import ShardedEvents
 
 
-def outputs(epochs: ShardedEpochs, deltas: Sequence[MatchDeltas]) -> list[QueryOutput]:
-    """``deltas`` (global ids) as :class:`QueryOutput` s, in the order given."""
+def outputs(
+    epochs: ShardedEpochs, deltas: Sequence[MatchDeltas], whole: bool = False
+) -> list[QueryOutput]:
+    """``deltas`` (global ids) as :class:`QueryOutput` s, in the order given (of an aggregate's
+    body, what its groups read, unless ``whole``: :meth:`~monitor.service.grouped.GroupedQuery.
+    reads`)."""
     settings, events = epochs.settings, epochs.events
     at = {q.name: i for i, q in enumerate(epochs.internal)}
     kept: list[tuple[int, list[I32], I64]] = []
@@ -48,53 +53,76 @@ def outputs(epochs: ShardedEpochs, deltas: Sequence[MatchDeltas]) -> list[QueryO
             columns, diff = [c[keep] for c in columns], diff[keep]
         if diff.shape[0]:
             kept.append((i, columns, diff))
-    matched = _matched(epochs, kept)
+    reads = [_reads(epochs, i, whole) for i, _, _ in kept]
+    matched = _matched(epochs, kept, reads)
     heads = [c[: len(epochs.plan.rewritten[i].source.head)] for i, c, _ in kept]
-    ends = [column for m in matched for e in m for column in (e[1], e[2])]
+    ends = [column for m in matched for e in m for column in (e[2], e[3])]
     decoded = epochs.index.vertices.decode([c for head in heads for c in head] + ends)
     out, n = [], 0
     end_at = sum(len(h) for h in heads)
-    for (i, columns, diff), head, query_matched in zip(kept, heads, matched, strict=True):
+    for (i, columns, diff), head, query_matched, read in zip(
+        kept, heads, matched, reads, strict=True
+    ):
         rewritten = epochs.plan.rewritten[i]
         source = rewritten.source
         vertices, n = decoded[n : n + len(head)], n + len(head)
         edges: dict[str, dict[str, Column]] = {}
         hashes: list[Hashed] = []
-        for var, (fields, _, _, ids) in zip(rewritten.edges, query_matched, strict=True):
+        for var, fields, _, _, ids in query_matched:
             src, dst, end_at = decoded[end_at], decoded[end_at + 1], end_at + 2
             edges[var] = {"id": fields.pop("id"), "src": src, "dst": dst, **fields}
             hashes.append(Hashed(ids))
         extra: dict[str, Member] = {}
         if events is not None and events.caused:
             extra["cause"] = causes(source, columns, diff, events, epochs.changes)
-        extra["match_id"] = match_ids(source.name, [*vertices, *hashes], diff.shape[0])
+        if read is None or read.match_ids:
+            extra["match_id"] = match_ids(source.name, [*vertices, *hashes], diff.shape[0])
         out.append(QueryOutput(source.name, source.head, vertices, diff, edges, extra))
     return out
 
 
-#: An edge variable's events, per row: fields (``id`` first), ends (global ids), id hashes.
-Matched = tuple[dict[str, Column], I32, I32, npt.NDArray[np.uint64]]
+#: An edge variable's events, per row: the variable, fields (``id`` first), ends (global ids),
+#: id hashes.
+Matched = tuple[str, dict[str, Column], I32, I32, npt.NDArray[np.uint64]]
 
 
-#: An edge variable's events asked of the shards: relation, each row's place among the distinct
-#: events, the distinct events, where each shard's answer goes, the fields asked for.
-Asked = tuple[str, npt.NDArray[np.intp], I32, list[tuple[int, int, Any]], Sequence[str] | None]
+#: An edge variable's events asked of the shards: the variable, its relation, each row's place
+#: among the distinct events, the distinct events, where each shard's answer goes, the fields
+#: asked for.
+Asked = tuple[str, str, npt.NDArray[np.intp], I32, list[tuple[int, int, Any]], Sequence[str] | None]
 
 
-def _matched(epochs: ShardedEpochs, kept: list[tuple[int, list[I32], I64]]) -> list[list[Matched]]:
-    """Per query, per edge variable, its events read at their shards (all in one round)."""
+def _reads(epochs: ShardedEpochs, i: int, whole: bool) -> BodyReads | None:
+    """What query ``i``'s output needs of its events if it is an aggregate's body (None: all)."""
+    grouped = epochs.grouped.get(epochs.plan.rewritten[i].source.name)
+    return None if grouped is None or whole else grouped.reads()
+
+
+def _matched(
+    epochs: ShardedEpochs,
+    kept: list[tuple[int, list[I32], I64]],
+    reads: list[BodyReads | None],
+) -> list[list[Matched]]:
+    """Per query, per edge variable it reads, its events read at their shards (all in one
+    round)."""
     events = epochs.events
     count = epochs.index.shards.count
     calls: list[list[Any]] = [[] for _ in range(count)]
     asked: list[list[Asked]] = []
-    for i, columns, _ in kept:
+    for (i, columns, _), read in zip(kept, reads, strict=True):
         rewritten = epochs.plan.rewritten[i]
         # (an aggregate's body: its conditions read fields the output may leave out)
         body = rewritten.source.name in epochs.grouped
-        fields: Sequence[str] | None = None if body else epochs.settings.output_fields
         width = len(rewritten.source.head)
         mine: list[Asked] = []
-        for k, relation in enumerate(rewritten.edges.values()):
+        for k, (var, relation) in enumerate(rewritten.edges.items()):
+            if read is not None and var not in read.edges:
+                continue
+            fields: Sequence[str] | None = (
+                (None if body else epochs.settings.output_fields)
+                if read is None
+                else read.edges[var]
+            )
             distinct, inverse = first_appearances(columns[width + k])
             split = Split(distinct, count)
             where = []
@@ -103,7 +131,7 @@ def _matched(epochs: ShardedEpochs, kept: list[tuple[int, list[I32], I64]]) -> l
                 if p is not None:
                     where.append((s, len(calls[s]), p))
                     calls[s].append((relation, distinct[p].astype(np.int32), fields))
-            mine.append((relation, inverse, distinct, where, fields))
+            mine.append((var, relation, inverse, distinct, where, fields))
         asked.append(mine)
     if not any(calls):
         return [[] for _ in kept]
@@ -112,7 +140,7 @@ def _matched(epochs: ShardedEpochs, kept: list[tuple[int, list[I32], I64]]) -> l
     out = []
     for mine in asked:
         query_matched = []
-        for relation, inverse, distinct, where, asked_fields in mine:
+        for var, relation, inverse, distinct, where, asked_fields in mine:
             n = distinct.shape[0]
             parts = [(p, answers[s][j]) for s, j, p in where]
             merged = _merged(events, relation, n, parts, asked_fields)
@@ -121,7 +149,7 @@ def _matched(epochs: ShardedEpochs, kept: list[tuple[int, list[I32], I64]]) -> l
             for p, (_, h, part_src, part_dst) in parts:
                 src[p], dst[p], hashes[p] = part_src, part_dst, h
             rows = {name: column[inverse] for name, column in merged.items()}
-            query_matched.append((rows, src[inverse], dst[inverse], hashes[inverse]))
+            query_matched.append((var, rows, src[inverse], dst[inverse], hashes[inverse]))
         out.append(query_matched)
     return out
 

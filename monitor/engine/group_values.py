@@ -116,9 +116,10 @@ def _net(
 ) -> tuple[I64, npt.NDArray[np.bool_]]:
     """Each pair's net change in a batch (``inverse``: each row's pair), of those it changes,
     and which pairs those are."""
-    net = np.bincount(inverse.reshape(-1), weights=diffs, minlength=pairs)
+    net = np.zeros(pairs, np.int64)
+    np.add.at(net, inverse.reshape(-1), diffs)
     keep = net != 0
-    changed: I64 = net[keep].astype(np.int64)
+    changed: I64 = net[keep]
     return changed, keep
 
 
@@ -252,7 +253,7 @@ class Sums:
                     np.add.at(self.scaled, groups, ints * diffs)
                     return
             self.floats = self.scaled / 10.0**self.exponent
-        self.floats += np.bincount(groups, weights=diffs * values, minlength=len(self.floats))
+        np.add.at(self.floats, groups, diffs * values)
 
     def values(self, groups: I64) -> F64:
         if self.floats is not None:

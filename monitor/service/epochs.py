@@ -281,8 +281,11 @@ class EpochProcessor:
         outputs = [self._output(i, r.columns, r.diff) for i, r in enumerate(results) if len(r)]
         return [out for out in outputs if len(out)]
 
-    def _output(self, i: int, columns: Sequence[I32], diff: I64) -> QueryOutput:
-        """External ids for query ``i``'s dense binding columns, and its matched events."""
+    def _output(
+        self, i: int, columns: Sequence[I32], diff: I64, whole: bool = False
+    ) -> QueryOutput:
+        """External ids for query ``i``'s dense binding columns, and its matched events (of an
+        aggregate's body, those its groups read, unless ``whole``)."""
         source = self.rewritten[i].source
         # An aggregate's body: its groups read every change, also of an event replaced in the
         # epoch by one of the same id (its fields changed: the -1 and +1 do not cancel).
@@ -294,10 +297,18 @@ class EpochProcessor:
             columns, diff = [c[keep] for c in columns], diff[keep]
         decode = self.index.dictionary.decode
         width = len(source.head)
-        fields = None if body else self.settings.output_fields
+        # (an aggregate's body: only what its groups read, of the many rows it has)
+        reads = self.grouped[source.name].reads() if body and not whole else None
         edges: dict[str, dict[str, Column]] = {}
         hashes: list[Hashed] = []
         for k, (var, relation) in enumerate(self.rewritten[i].edges.items()):
+            if reads is not None and var not in reads.edges:
+                continue
+            fields = (
+                (None if body else self.settings.output_fields)
+                if reads is None
+                else reads.edges[var]
+            )
             edges[var], h = self.events.stores[relation].matched(columns[width + k], decode, fields)
             hashes.append(Hashed(h))
         vertices = [decode(c) for c in columns[:width]]
@@ -305,7 +316,8 @@ class EpochProcessor:
         extra: dict[str, Member] = {}
         if self.caused:
             extra["cause"] = causes(source, columns, diff, self.events, self._changes)
-        extra["match_id"] = match_ids(source.name, ids, diff.shape[0])
+        if reads is None or reads.match_ids:  # (with every edge variable: the window's keys)
+            extra["match_id"] = match_ids(source.name, ids, diff.shape[0])
         return QueryOutput(source.name, source.head, vertices, diff, edges, extra)
 
     def _by_identity(self, i: int, columns: Sequence[I32], diff: I64) -> tuple[list[I32], I64]:
@@ -347,7 +359,7 @@ class EpochProcessor:
 
         def bindings(restrict: Mapping[str, I32], take: Callable[[QueryOutput], None]) -> None:
             def send(columns: list[I32]) -> None:
-                take(self._output(i, columns, np.ones(columns[0].shape[0], np.int64)))
+                take(self._output(i, columns, np.ones(columns[0].shape[0], np.int64), whole=True))
 
             with self.events.complete():
                 enumerate_matches(

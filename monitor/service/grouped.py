@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
@@ -53,6 +54,16 @@ F64 = npt.NDArray[np.float64]
 _HEX = np.zeros(256, np.uint64)
 _HEX[np.frombuffer(b"0123456789abcdef", np.uint8)] = np.arange(16, dtype=np.uint64)
 _SHIFTS = np.arange(60, -1, -4, dtype=np.uint64)
+
+
+@dataclass(frozen=True)
+class BodyReads:
+    """What an aggregate reads of its body's changes (:meth:`GroupedQuery.reads`): per edge
+    variable the fields it reads (``id``, ``src`` and ``dst`` come with any), and whether the
+    rows' match ids."""
+
+    edges: dict[str, tuple[str, ...]]
+    match_ids: bool
 
 
 class GroupedQuery:
@@ -86,6 +97,22 @@ class GroupedQuery:
         names = [a.name for a in self.aggregates if a.kind != "count"]
         over = self.query.over
         self.window = None if over is None or self.retention <= over else Window(over, names)
+
+    def reads(self) -> BodyReads:
+        """What :meth:`apply` reads of the body's changes beside their vertices, diffs and
+        causes: the engines gather nothing else (a body's rows are many: 53 an event in
+        ``bench.typologies``' scatter-gather)."""
+        fields: dict[str, set[str]] = {}
+        for condition in self.query.aggregates:
+            argument = condition.argument
+            if isinstance(argument, FieldRef):
+                fields.setdefault(argument.edge, set()).add(argument.name)
+            elif argument is not None and argument not in self.body.variables:
+                fields.setdefault(argument, set()).add("id")  # (an edge variable's events)
+        if self.window is not None:  # (the window keys its bindings by match id, of all the
+            for edge in self.body.edges:  # events, and times them by their ts)
+                fields.setdefault(edge, set()).add("ts")
+        return BodyReads({e: tuple(sorted(f)) for e, f in fields.items()}, self.window is not None)
 
     @property
     def nbytes(self) -> int:
