@@ -20,7 +20,7 @@ import numpy as np
 import orjson
 import pytest
 
-from bench.flink_sql import missing, run_flink
+from bench.flink_sql import failure_reason, missing, run_flink
 from bench.timed_payments import QUERIES, end_to_end, ours
 from bench.timed_stream import DAY_MS, I64, TimedStream, csv_lines, json_lines, timed_payments
 from tests.cli.test_cli import cli
@@ -207,3 +207,23 @@ def test_flink_sql_counts_what_the_brute_force_counts(
         figures = run_flink(csv, query, LATENESS_MS, timeout=600)
         assert figures["matches"] == expected, (query, figures)
         assert figures["interval_joins"] >= 1 and figures["other_joins"] == 0, figures
+
+
+def test_a_failed_flink_job_is_reported_by_its_root_cause() -> None:
+    """A PyFlink warning that says "Error" before anything fails is not the reason; the last
+    ``Caused by:`` of the Java exception is."""
+    stderr = "\n".join(
+        [
+            "Failed to import GCSFileSystem; loading of this filesystem will be skipped. Error",
+            "Traceback (most recent call last):",
+            "    raise Py4JJavaError(",
+            "py4j.protocol.Py4JJavaError: An error occurred while calling o8.executeSql.",
+            ": org.apache.flink.table.api.TableException: Cannot generate a valid plan.",
+            "Caused by: org.apache.flink.table.api.TableException: Window aggregate can only be",
+            "\tat org.apache.flink.table.planner.Foo.bar(Foo.java:1)",
+        ]
+    )
+    assert failure_reason(stderr, 1).startswith("org.apache.flink.table.api.TableException: Win")
+    no_cause = "\n".join(stderr.splitlines()[:4])
+    assert failure_reason(no_cause, 1).startswith("py4j.protocol.Py4JJavaError: An error")
+    assert failure_reason("", 3) == "exit 3"
