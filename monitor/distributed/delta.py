@@ -34,9 +34,8 @@ from monitor.index.levels import I32
 from monitor.plan.cut import Cut
 from monitor.plan.needs import unread
 from monitor.query.ast import Query
-from monitor.service.clock import EventClock
+from monitor.service.clock import EventClock, epoch_tick
 from monitor.service.contributions import contributed
-from monitor.service.epochs import epoch_tick
 from monitor.service.event_plan import event_field_types, event_plan, positional_events
 from monitor.service.grouped import GroupedQuery, body_retention, emit_grouped, grouped_outputs
 from monitor.service.query_output import QueryOutput

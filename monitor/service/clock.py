@@ -28,6 +28,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from core.records import UpdateBatch
+from core.times import TIME_FIELD
+from monitor.index.window import Tick
+
 F64 = npt.NDArray[np.float64]
 
 #: The partition of a file job's input.
@@ -120,3 +124,21 @@ class EventClock:
         if watermark is None:  # times only (a changelog): the watermark they give
             self.tick({})
             self.commit()
+
+
+def epoch_tick(clock: EventClock, batch: UpdateBatch) -> Tick:
+    """The step of event time ``batch`` makes: the watermark before it, the one it advances
+    the clock to (staged), and its last ``seq``."""
+    times = batch.times or {FILE_PARTITION: _inserted_times(batch)}
+    before = clock.watermark
+    return Tick(before, clock.tick(times), max(batch.first_seq + batch.count - 1, 0))
+
+
+def _inserted_times(batch: UpdateBatch) -> npt.NDArray[np.float64]:
+    """The ``ts`` of the batch's inserted events (NaN where an event has none)."""
+    found = [
+        part.fields[TIME_FIELD][part.diff > 0]
+        for part in batch.events.values()
+        if TIME_FIELD in part.fields and part.fields[TIME_FIELD].dtype == np.float64
+    ]
+    return np.concatenate(found) if found else np.empty(0, np.float64)

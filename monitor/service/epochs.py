@@ -22,7 +22,6 @@ from core.columns import Column, Member
 from core.errors import StateError
 from core.fields import time_order_side
 from core.records import UpdateBatch, mirrored
-from core.times import TIME_FIELD
 from monitor.engine import sorting
 from monitor.engine.consolidate import by_identity
 from monitor.engine.delta import DeltaEvaluator
@@ -40,7 +39,7 @@ from monitor.plan.needs import unread
 from monitor.query.ast import Query
 from monitor.service import match_ids as match_id_kernels
 from monitor.service.causes import causes
-from monitor.service.clock import FILE_PARTITION, EventClock
+from monitor.service.clock import EventClock, epoch_tick
 from monitor.service.contributions import contributed
 from monitor.service.event_plan import event_field_types, event_plan, names, positional_events
 from monitor.service.grouped import GroupedQuery, body_retention, emit_grouped, grouped_outputs
@@ -442,21 +441,3 @@ class EpochProcessor:
             enumerate_matches(
                 query, self.index, send, max_prefixes=self.settings.max_prefixes, cut=Cut.NEW
             )
-
-
-def epoch_tick(clock: EventClock, batch: UpdateBatch) -> Tick:
-    """The step of event time ``batch`` makes: the watermark before it, the one it advances
-    the clock to (staged), and its last ``seq``."""
-    times = batch.times or {FILE_PARTITION: _inserted_times(batch)}
-    before = clock.watermark
-    return Tick(before, clock.tick(times), max(batch.first_seq + batch.count - 1, 0))
-
-
-def _inserted_times(batch: UpdateBatch) -> npt.NDArray[np.float64]:
-    """The ``ts`` of the batch's inserted events (NaN where an event has none)."""
-    found = [
-        part.fields[TIME_FIELD][part.diff > 0]
-        for part in batch.events.values()
-        if TIME_FIELD in part.fields and part.fields[TIME_FIELD].dtype == np.float64
-    ]
-    return np.concatenate(found) if found else np.empty(0, np.float64)
