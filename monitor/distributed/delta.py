@@ -37,7 +37,13 @@ from monitor.query.ast import Query
 from monitor.service.clock import EventClock, epoch_tick
 from monitor.service.contributions import contributed
 from monitor.service.event_plan import event_field_types, event_plan, positional_events
-from monitor.service.grouped import GroupedQuery, body_retention, emit_grouped, grouped_outputs
+from monitor.service.grouped import (
+    GroupedQuery,
+    body_retention,
+    emit_grouped,
+    grouped_outputs,
+    key_bodies,
+)
 from monitor.service.query_output import QueryOutput
 from monitor.service.settings import Settings
 
@@ -103,6 +109,7 @@ class ShardedEpochs:
             for q in queries
             if q.aggregates
         }
+        key_bodies(self.evaluator, self.plan.rewritten, self.grouped)
 
     def process(self, batch: UpdateBatch) -> list[MatchDeltas]:
         """Stage ``batch``, evaluate every query's change, commit; the changes (external

@@ -11,13 +11,18 @@ from monitor.engine.sorting import grouped, sort_packed
 from monitor.index.levels import I32, I64
 
 
-def consolidate(columns: Sequence[I32], diff: I64) -> tuple[list[I32], I64]:
+def consolidate(
+    columns: Sequence[I32], diff: I64, keyed_by: Sequence[int] | None = None
+) -> tuple[list[I32], I64]:
     """Each distinct binding once, with its summed diff, zeros dropped; sorted by binding.
 
     ``columns`` are the binding's columns (one per variable, dense ids >= 0) and ``diff`` the
     signed multiplicity of each row. Vectorized: the columns are packed into as few ``int64``
     sort keys as their ids' bit width allows (one key for up to five columns of 12-bit ids), then
     one sort and one segmented sum (for +1/-1 diffs, a sort of the keys alone).
+
+    ``keyed_by``: columns that determine the others (an event's id determines its ends), which
+    alone are sorted and compared; the bindings then come sorted by those columns.
     """
     n = int(diff.shape[0])
     if n == 0:
@@ -25,6 +30,9 @@ def consolidate(columns: Sequence[I32], diff: I64) -> tuple[list[I32], I64]:
     if not columns:
         total = diff.sum(keepdims=True)
         return [], total[total != 0]
+    if keyed_by is not None and 0 < len(keyed_by) < len(columns):
+        rows, sums = _groups([columns[k] for k in keyed_by], diff)
+        return [c[rows] for c in columns], sums
     keys = sort_keys(columns)
     width = _bits(columns) * len(columns)
     if len(keys) == 1 and width < 63:
@@ -37,19 +45,27 @@ def consolidate(columns: Sequence[I32], diff: I64) -> tuple[list[I32], I64]:
                 return _unpack(columns, packed), np.full(n, first, diff.dtype)
         if (np.abs(diff) == 1).all():
             return _consolidate_units(columns, keys[0], diff, width)
+    rows, sums = _groups(columns, diff, keys)
+    return [c[rows] for c in columns], sums
+
+
+def _groups(
+    columns: Sequence[I32], diff: I64, keys: list[I64] | None = None
+) -> tuple[npt.NDArray[np.integer], I64]:
+    """The first row of each group of equal bindings of ``columns`` whose diffs do not sum to
+    zero, in the bindings' order, and the sums (``keys``: :func:`sort_keys` of ``columns``)."""
+    keys = sort_keys(columns) if keys is None else keys
     found = grouped(keys, _widths(columns), diff)
     if found is not None:  # compiled: one radix sort of the rows over every key, one pass
-        rows, sums = found
-        return [c[rows] for c in columns], sums
+        return found
     order = np.argsort(keys[0], kind="stable") if len(keys) == 1 else np.lexsort(keys[::-1])
     sorted_keys = [k[order] for k in keys]
-    start = np.ones(n, np.bool_)
+    start = np.ones(order.shape[0], np.bool_)
     start[1:] = np.logical_or.reduce([k[1:] != k[:-1] for k in sorted_keys])
     starts = np.flatnonzero(start)
     sums = np.add.reduceat(diff[order], starts)
     keep = sums != 0
-    rows = order[starts[keep]]
-    return [c[rows] for c in columns], sums[keep]
+    return order[starts[keep]], sums[keep]
 
 
 def _consolidate_units(

@@ -59,6 +59,10 @@ class DeltaEvaluator:
         self.plans = {q.name: delta_queries(q) for q in self.queries}
         self.max_prefixes = max_prefixes
         self.stats = EvaluationStats()
+        #: Per query (by name), head columns that determine its bindings (an event's id its
+        #: ends), which consolidation sorts and compares alone; the query's change then comes
+        #: in their order. Set by a caller that reads the change in no particular order.
+        self.keyed_by: dict[str, tuple[int, ...]] = {}
 
     #: The stage implementation; a subclass may swap it (the binary-join baseline does).
     runner: type[StageRunner] = StageRunner
@@ -79,6 +83,7 @@ class DeltaEvaluator:
         columns, diff = consolidate(
             [np.concatenate([p.columns[i] for p in produced]) for i in range(width)],
             np.concatenate([p.diff for p in produced]),
+            self.keyed_by.get(query.name),
         )
         self.stats.per_query[query.name] = self.stats.per_query.get(query.name, 0) + len(diff)
         return MatchDeltas(query.name, query.head, columns, diff)

@@ -52,6 +52,16 @@ class EventQuery:
     edges: dict[str, str]
     selections: tuple[tuple[str, tuple[FieldTest, ...]], ...]
 
+    def identity(self) -> tuple[int, ...] | None:
+        """The positions in ``internal.head`` of the edge variables, where they determine the
+        binding (every vertex of the head is an end of some edge variable's event: an event
+        has one source and one destination); None where they do not."""
+        ends = {v for a in self.source.atoms if a.edge in self.edges for v in a.variables}
+        width = len(self.internal.head) - len(self.edges)
+        if not self.edges or not set(self.internal.head[:width]) <= ends:
+            return None
+        return tuple(range(width, len(self.internal.head)))
+
 
 def event_relations(queries: tuple[Query, ...]) -> set[str]:
     """The relations some query binds with ``as``: their records are events."""

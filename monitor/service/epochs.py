@@ -42,7 +42,13 @@ from monitor.service.causes import causes
 from monitor.service.clock import EventClock, epoch_tick
 from monitor.service.contributions import contributed
 from monitor.service.event_plan import event_field_types, event_plan, names, positional_events
-from monitor.service.grouped import GroupedQuery, body_retention, emit_grouped, grouped_outputs
+from monitor.service.grouped import (
+    GroupedQuery,
+    body_retention,
+    emit_grouped,
+    grouped_outputs,
+    key_bodies,
+)
 from monitor.service.match_ids import Hashed, match_ids
 from monitor.service.query_output import QueryOutput
 from monitor.service.settings import Settings
@@ -152,6 +158,7 @@ class EpochProcessor:
             for q in queries
             if q.aggregates
         }
+        key_bodies(self.evaluator, self.rewritten, self.grouped)
         self.epoch = 0
         self.totals = RunTotals()
 

@@ -26,7 +26,7 @@ current bindings (:meth:`GroupedQuery.rebuild_state`, then :meth:`GroupedQuery.a
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,7 +42,9 @@ from monitor.engine.aggregates import (
     Rows,
     Window,
 )
+from monitor.engine.delta import DeltaEvaluator
 from monitor.engine.group_values import renumbered
+from monitor.plan.events import EventQuery
 from monitor.query.ast import FieldRef, Query
 from monitor.service.match_ids import hex_ids, id_hashes, match_hashes
 from monitor.service.query_output import QueryOutput
@@ -348,6 +350,19 @@ def body_retention(query: Query, retention: dict[str, float]) -> float:
     """The longest an event of ``query``'s edge variables lives (0: it has none)."""
     relations = {a.relation for a in query.atoms if a.edge is not None}
     return max((retention.get(r, math.inf) for r in relations), default=0.0)
+
+
+def key_bodies(
+    evaluator: DeltaEvaluator, rewritten: Sequence[EventQuery], grouped: Mapping[str, object]
+) -> None:
+    """The aggregate bodies whose events determine their bindings consolidated by those alone
+    (:attr:`~monitor.engine.delta.DeltaEvaluator.keyed_by`: one sort of a key or two instead
+    of every vertex's too): their groups read the change in any order (a group's rows come
+    sorted by its hash)."""
+    for query in rewritten:
+        identity = query.identity()
+        if query.source.name in grouped and identity is not None:
+            evaluator.keyed_by[query.internal.name] = identity
 
 
 def grouped_outputs(

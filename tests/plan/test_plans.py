@@ -49,6 +49,26 @@ def explain(query: Query) -> str:
     return f"# {query}\n" + "\n".join(plans) + "\n"
 
 
+def test_the_edge_variables_are_a_bindings_identity_where_every_vertex_is_an_events_end() -> None:
+    """An event determines its ends: a binding whose every vertex is an end of one of its
+    events is determined by its events (consolidation may compare those alone); a vertex bound
+    by a plain relation only, or an atom without ``as``, is not."""
+    (chain, mixed, plain, none) = parse_queries(
+        """
+        chain(a, c) := transfer(a, b) as t1, transfer(b, c) as t2, count(distinct b) >= 2.
+        mixed(a, c) := transfer(a, b) as t, knows(b, c), count(*) >= 1.
+        plain(a, c) := transfer(a, b) as t, transfer(b, c), count(*) >= 1.
+        none(a, b) := knows(a, b), count(*) >= 1.
+        """
+    )
+    events = {"transfer"}
+    assert rewrite(chain, events).internal.head == ("a", "c", "b", "t1", "t2")
+    assert rewrite(chain, events).identity() == (3, 4)
+    assert rewrite(mixed, events).identity() is None
+    assert rewrite(plain, events).identity() is None
+    assert rewrite(none, events).identity() is None
+
+
 def test_an_event_atom_reads_its_selection_and_expands_its_events_last() -> None:
     """Selections move into the relation the atom reads; join filters run at the stage that
     binds their second edge variable; distinct compares edge variables of one relation."""

@@ -54,6 +54,7 @@ UNBOUNDED = parse_queries(
     """
     many(b) := transfer(a, b) as t, count(*) >= 3.
     pair_sum(a, b) := transfer(a, b) as t, sum(t.amount) >= 3.
+    relay(a) := transfer(a, b) as t, transfer(b, c), distinct, count(distinct c) >= 2.
     """
 )
 
@@ -357,7 +358,9 @@ def test_the_replicated_scale_out_refuses_aggregate_queries() -> None:
     them. The service says so before it connects to anything."""
     text = "\n".join(str(q) for q in UNBOUNDED)
     settings = Settings(queries=text, control_topic="sgm-control")
-    with pytest.raises(ConfigError, match=r"aggregate queries many, pair_sum need all of a group"):
+    with pytest.raises(
+        ConfigError, match=r"aggregate queries many, pair_sum, relay need all of a group"
+    ):
         serve(settings)
 
 
