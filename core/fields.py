@@ -137,6 +137,19 @@ def events_name(relation: str, tests: tuple[FieldTest, ...]) -> str:
     return f"{selection_name(relation, tests)}#events"
 
 
+#: The sides a vertex's degree in a selection's pairs is counted on: its successors (``out``)
+#: or its predecessors (``in``).
+DEGREE_SIDES = ("out", "in")
+
+
+def degree_name(relation: str, tests: tuple[FieldTest, ...], side: str, least: int) -> str:
+    """The unary index relation of the vertices with at least ``least`` distinct successors
+    (``out``) or predecessors (``in``) in a selection's pairs: ``transfer#out>=5``."""
+    if side not in DEGREE_SIDES or least < 1:
+        raise ValueError(f"a degree bound is out or in and at least 1, not {side!r} {least}")
+    return f"{selection_name(relation, tests)}#{side}>={least}"
+
+
 #: The sides a time-ordered index keeps a selection's events by: their source or destination.
 TIME_ORDERS = ("by_src", "by_dst")
 

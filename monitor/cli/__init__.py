@@ -91,7 +91,7 @@ def _queries(specs: tuple[str, ...]) -> tuple[Query, ...]:
     queries = load_queries_many(specs)
     events = event_relations(queries)
     for query in queries:
-        internal = rewrite(query, events).internal
+        internal = rewrite(query, events, bounds=True).internal
         delta_queries(internal)
         static_plan(internal)
     return queries
@@ -368,11 +368,14 @@ def explain(query_specs: tuple[str, ...]) -> None:
         events = event_relations(tuple(queries))
         for query in queries:
             click.echo(f"# {query}")
-            internal = rewrite(query, events).internal
+            rewritten = rewrite(query, events, bounds=True)
+            internal = rewritten.internal
             if internal is not query:
                 click.echo(f"# over the index: {internal}")
             if query.aggregates:
                 click.echo(f"# {describe_groups(query)}")
+            for bound in rewritten.degrees:
+                click.echo(f"# degree bound (one process; monitor/plan/degrees.py): {bound}")
             if query.edges:
                 reach = span(query)
                 click.echo(

@@ -37,13 +37,7 @@ from monitor.query.ast import Query
 from monitor.service.clock import EventClock, epoch_tick
 from monitor.service.contributions import contributed
 from monitor.service.event_plan import event_field_types, event_plan, positional_events
-from monitor.service.grouped import (
-    GroupedQuery,
-    body_retention,
-    emit_grouped,
-    grouped_outputs,
-    key_bodies,
-)
+from monitor.service.grouped import GroupedQuery, emit_grouped, grouped_outputs, grouped_queries
 from monitor.service.query_output import QueryOutput
 from monitor.service.settings import Settings
 
@@ -104,12 +98,9 @@ class ShardedEpochs:
         #: bodies' changes (a group's bindings are on many shards).
         windowed = self.events is not None and self.events.caused
         retention = self.plan.retention
-        self.grouped = {
-            q.name: GroupedQuery(q, windowed, self.settings.emit, body_retention(q, retention))
-            for q in queries
-            if q.aggregates
-        }
-        key_bodies(self.evaluator, self.plan.rewritten, self.grouped)
+        self.grouped = grouped_queries(
+            queries, windowed, self.settings.emit, retention, self.evaluator, self.plan.rewritten
+        )
 
     def process(self, batch: UpdateBatch) -> list[MatchDeltas]:
         """Stage ``batch``, evaluate every query's change, commit; the changes (external

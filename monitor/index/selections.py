@@ -35,7 +35,14 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from core.fields import TIME_ORDERS, FieldTest, events_name, selection_name, time_order_name
+from core.fields import (
+    TIME_ORDERS,
+    FieldTest,
+    degree_name,
+    events_name,
+    selection_name,
+    time_order_name,
+)
 from core.times import TIME_FIELD
 from monitor.index.events import EventStore
 from monitor.index.graph import Change, GraphIndex
@@ -52,10 +59,17 @@ class Selection:
 
     relation: str
     tests: tuple[FieldTest, ...] = ()
+    #: (side, least) of each degree bound read of its pairs (:mod:`monitor.plan.degrees`).
+    degrees: tuple[tuple[str, int], ...] = ()
 
     @property
     def pairs(self) -> str:
         return selection_name(self.relation, self.tests)
+
+    @property
+    def degree_names(self) -> dict[str, tuple[str, int]]:
+        """The relation of each degree bound: its vertices with enough neighbours."""
+        return {degree_name(self.relation, self.tests, s, k): (s, k) for s, k in self.degrees}
 
     @property
     def events(self) -> str:
@@ -95,20 +109,28 @@ class SelectionRelations:
             for side in TIME_ORDERS
             if selection.time_order(side) in time_orders
         }
+        #: name -> (side, least) of each degree bound, kept from the pairs (which it needs).
+        self.degrees = selection.degree_names
         self.unread = frozenset(unread) & {selection.pairs, selection.events}
+        if self.degrees:
+            self.unread = frozenset()
         graph.relation(selection.pairs, 2)
         graph.relation(selection.events, 3, indexed=(2,), shared_keys=pair_keys)
         for name in self.ordered.values():
             graph.time_index(name)
+        for name in self.degrees:
+            graph.relation(name, 1)
 
     @property
     def names(self) -> list[str]:
         """Every relation kept for the selection (maintained or not)."""
-        return [self.selection.pairs, self.selection.events, *self.ordered.values()]
+        selection = self.selection
+        return [selection.pairs, selection.events, *self.ordered.values(), *self.degrees]
 
     def kinds(self) -> list[tuple[str, str]]:
         """(kind, name) of each relation, for the memory breakdown."""
         kinds = [("pairs", self.selection.pairs), ("events", self.selection.events)]
+        kinds += [("degree", name) for name in self.degrees]
         return kinds + [("time-ordered", name) for name in self.ordered.values()]
 
     def stage(
@@ -169,6 +191,31 @@ class SelectionRelations:
         else:
             rel = self.graph.relations[name]
             changes[name] = self.graph.stage_effective(rel, columns, appears, pair_seq[flips])
+        self._stage_degrees(columns, appears, pair_seq[flips], changes)
+
+    def _stage_degrees(
+        self, pairs: list[I32], appears: I8, seq: I64, changes: dict[str, Change]
+    ) -> None:
+        """The vertices that reach a degree bound or fall below it, from the pairs that
+        appear or disappear (their degree before the epoch, then after it)."""
+        rel = self.graph.relations[self.selection.pairs]
+        for name, (side, least) in self.degrees.items():
+            ends, adjacency = (pairs[0], rel.forward) if side == "out" else (pairs[1], rel.reverse)
+            assert adjacency is not None
+            vertices, inverse = np.unique(ends, return_inverse=True)
+            inverse = inverse.reshape(-1)
+            delta = np.bincount(inverse, weights=appears, minlength=vertices.shape[0])
+            before = adjacency.view(Cut.OLD).count(vertices.astype(np.int64))
+            after = before + delta.astype(np.int64)
+            flips = np.flatnonzero((before >= least) != (after >= least))
+            if not flips.shape[0]:
+                continue
+            last = np.zeros(vertices.shape[0], np.int64)
+            np.maximum.at(last, inverse, seq)
+            diff = np.where(after[flips] >= least, np.int8(1), np.int8(-1)).astype(np.int8)
+            column = vertices[flips].astype(np.int32)
+            unary = self.graph.relations[name]
+            changes[name] = self.graph.stage_effective(unary, [column], diff, last[flips])
 
     def _time_ordered(
         self, store: EventStore, eids: I32, diff: I8 | None = None, horizon: float = -math.inf
@@ -226,6 +273,13 @@ class SelectionRelations:
             elif name == selection.pairs:
                 keys, values = unpack(sorted_distinct(pack(src, dst)))
                 self.graph.load_relation(name, 2, [keys.astype(np.int32), values])
+            elif name in self.degrees:
+                side, least = self.degrees[name]
+                keys, values = unpack(sorted_distinct(pack(src, dst)))
+                ends = keys if side == "out" else values
+                counts = np.bincount(ends.astype(np.int64))
+                vertices = np.flatnonzero(counts >= least).astype(np.int32)
+                self.graph.load_relation(name, 1, [vertices])
 
     def release(self, pair_keys: TupleKeys) -> None:
         """Empty the unread relations again after a static evaluation had them loaded."""

@@ -34,6 +34,7 @@ from itertools import combinations
 
 from core.fields import TIME_ORDERS, FieldTest, events_name, selection_name, time_order_name
 from core.times import TIME_FIELD
+from monitor.plan.degrees import DegreeBound, degree_bounds
 from monitor.plan.windows import time_bounds
 from monitor.query.ast import Atom, FieldRef, Filter, Literal, Predicate, Query
 
@@ -51,6 +52,19 @@ class EventQuery:
     internal: Query
     edges: dict[str, str]
     selections: tuple[tuple[str, tuple[FieldTest, ...]], ...]
+    #: The degree bounds the internal query's atoms read (:mod:`monitor.plan.degrees`).
+    degrees: tuple[DegreeBound, ...] = ()
+
+    @property
+    def whole(self) -> Query:
+        """``internal`` without the atoms of its degree bounds: every binding of the body
+        (the events of a group that stopped holding are found with it)."""
+        if not self.degrees:
+            return self.internal
+        bounds = {bound.atom for bound in self.degrees}
+        return replace(
+            self.internal, atoms=tuple(a for a in self.internal.atoms if a not in bounds)
+        )
 
     def identity(self) -> tuple[int, ...] | None:
         """The positions in ``internal.head`` of the edge variables, where they determine the
@@ -81,14 +95,17 @@ def selection_of(query: Query, edge: str) -> tuple[FieldTest, ...]:
     return tuple(sorted(tests, key=str))
 
 
-def rewrite(query: Query, events: set[str], time_orders: bool = True) -> EventQuery:
+def rewrite(
+    query: Query, events: set[str], time_orders: bool = True, bounds: bool = False
+) -> EventQuery:
     """``query`` over the index relations (unchanged when it reads no event relation).
 
     An edge variable whose time a gap predicate bounds against another's gets its
     time-ordered atoms too (:func:`time_ordered`), unless ``time_orders`` is false (the plans
     then bind it over pairs only, as the tests of those plans want). An aggregate query is
-    rewritten as its body (:meth:`~monitor.query.ast.Query.body`), which the engines evaluate."""
-    source = query.body()
+    rewritten as its body (:meth:`~monitor.query.ast.Query.body`), which the engines evaluate,
+    with the atoms of its degree bounds where ``bounds`` (:mod:`monitor.plan.degrees`)."""
+    written, source = query, query.body()
     query = tables_as_pairs(source, events)
     if not query.has_events:  # set semantics only: the atoms read the relations as named
         reads = tuple((a.relation, ()) for a in query.atoms if a.relation in events)
@@ -113,6 +130,13 @@ def rewrite(query: Query, events: set[str], time_orders: bool = True) -> EventQu
             )
     if time_orders:
         atoms += time_ordered(source)
+    degrees: tuple[DegreeBound, ...] = ()
+    if bounds:
+        selected: dict[str | None, tuple[FieldTest, ...]] = {None: ()}
+        selected.update((e, selection_of(query, e)) for e in edges)
+        degrees = degree_bounds(written, events, selected)
+        atoms += [bound.atom for bound in degrees]
+        selections += [(bound.relation, bound.tests) for bound in degrees]
     filters = list(query.filters)
     if query.distinct:
         filters += [Filter(a, "!=", b) for a, b in combinations(query.head, 2)]
@@ -128,7 +152,7 @@ def rewrite(query: Query, events: set[str], time_orders: bool = True) -> EventQu
         column=query.column,
         predicates=joins,
     )
-    return EventQuery(source, internal, edges, tuple(dict.fromkeys(selections)))
+    return EventQuery(source, internal, edges, tuple(dict.fromkeys(selections)), degrees)
 
 
 def tables_as_pairs(query: Query, events: set[str]) -> Query:

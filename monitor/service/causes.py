@@ -14,6 +14,10 @@ window moved). Per atom of the query, whole columns at a time:
   attributes), removed by a tombstone means ``deleted``.
 
 ``deleted`` wins over ``updated``, which wins over ``expired``.
+
+A body pruned by degree bounds (:mod:`monitor.plan.degrees`) also loses bindings that still
+hold, when a vertex of theirs falls below a bound: a retraction with none of these causes (no
+event of it expired either) is ``pruned``, which only the aggregates read.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from monitor.index.graph import Change
 from monitor.index.levels import I32
 from monitor.query.ast import Query
 
-EXPIRED, DELETED, UPDATED = "expired", "deleted", "updated"
+EXPIRED, DELETED, UPDATED, PRUNED = "expired", "deleted", "updated", "pruned"
 
 
 class EpochEvents(Protocol):
@@ -56,7 +60,7 @@ class EpochEvents(Protocol):
         ...
 
 
-_CAUSES = (DELETED, EXPIRED, UPDATED)
+_CAUSES = (DELETED, EXPIRED, UPDATED, PRUNED)
 
 
 def causes(
@@ -65,9 +69,10 @@ def causes(
     diff: npt.NDArray[np.integer],
     events: EpochEvents,
     changes: Mapping[str, Change],
+    pruned: bool = False,
 ) -> Coded:
     """Per row of ``query``'s deltas (dense columns: the head, then the edge variables), its
-    cause when it is a -1 (absent for +1 rows)."""
+    cause when it is a -1 (absent for +1 rows); ``pruned``: the body has degree bounds."""
     codes = np.full(diff.shape[0], -1, np.int8)
     out = Coded(codes, _CAUSES)
     gone = np.flatnonzero(diff < 0)
@@ -75,8 +80,9 @@ def causes(
         return out
     deleted = np.zeros(gone.shape[0], np.bool_)
     updated = np.zeros(gone.shape[0], np.bool_)
+    expired = np.zeros(gone.shape[0], np.bool_)  # (read for a pruned body only)
     tables = query.tables & events.tables
-    if events.expired or tables:  # else every retraction comes from the epoch's deletions
+    if events.expired or tables or pruned:  # else every retraction is the epoch's deletions'
         at = {name: k for k, name in enumerate((*query.head, *query.edges))}
         for atom in query.atoms:
             if any(v not in at for v in atom.variables):  # not bound in the output: assume so
@@ -84,6 +90,8 @@ def causes(
                 break
             if atom.edge is not None:
                 eids = columns[at[atom.edge]][gone]
+                if pruned and atom.relation in events.expired:
+                    expired |= np.isin(eids, events.expired[atom.relation])
                 died = _deleted_events(events, atom.relation)
                 if atom.relation in tables:
                     replaced = _replaced_events(events, atom.relation)
@@ -97,15 +105,19 @@ def causes(
             if atom.relation in events.relations:
                 name = selection_name(atom.relation, ())
                 lost = _rows_in(rows, _removed(changes.get(name)))
-                deleted |= lost & ~_rows_in(rows, events.expired_pairs(atom.relation))
+                lapsed = _rows_in(rows, events.expired_pairs(atom.relation))
+                deleted |= lost & ~lapsed
+                expired |= lost & lapsed
             else:
                 deleted |= _rows_in(rows, _removed(changes.get(atom.relation)))
-    if not events.expired:
-        deleted |= ~updated
+    if pruned:
+        cause = np.where(expired, _CAUSES.index(EXPIRED), _CAUSES.index(PRUNED))
+    else:
+        if not events.expired:
+            deleted |= ~updated
+        cause = np.full(gone.shape[0], _CAUSES.index(EXPIRED))
     codes[gone] = np.where(
-        deleted,
-        _CAUSES.index(DELETED),
-        np.where(updated, _CAUSES.index(UPDATED), _CAUSES.index(EXPIRED)),
+        deleted, _CAUSES.index(DELETED), np.where(updated, _CAUSES.index(UPDATED), cause)
     )
     return out
 

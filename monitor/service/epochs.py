@@ -42,13 +42,7 @@ from monitor.service.causes import causes
 from monitor.service.clock import EventClock, epoch_tick
 from monitor.service.contributions import contributed
 from monitor.service.event_plan import event_field_types, event_plan, names, positional_events
-from monitor.service.grouped import (
-    GroupedQuery,
-    body_retention,
-    emit_grouped,
-    grouped_outputs,
-    key_bodies,
-)
+from monitor.service.grouped import GroupedQuery, emit_grouped, grouped_outputs, grouped_queries
 from monitor.service.match_ids import Hashed, match_ids
 from monitor.service.query_output import QueryOutput
 from monitor.service.settings import Settings
@@ -120,7 +114,7 @@ class EpochProcessor:
         #: The queries as written; ``internal`` are the same over the index's relations
         #: (``monitor.plan.events``: event relations become pairs and events relations).
         self.queries = list(queries)
-        plan = event_plan(self.queries, settings.retention, settings.tables)
+        plan = event_plan(self.queries, settings.retention, settings.tables, bounds=True)
         #: Per event relation, how long its events live (ms; inf: until deleted).
         self.retention = plan.retention
         self.rewritten = plan.rewritten
@@ -153,12 +147,9 @@ class EpochProcessor:
         #: The event relations and their field types, for the sources (None: no events).
         self.field_types = event_field_types(self.queries, self.events.relations)
         #: The aggregate queries, by name: their groups, kept from their bodies' changes.
-        self.grouped = {
-            q.name: GroupedQuery(q, self.caused, settings.emit, body_retention(q, self.retention))
-            for q in queries
-            if q.aggregates
-        }
-        key_bodies(self.evaluator, self.rewritten, self.grouped)
+        self.grouped = grouped_queries(
+            queries, self.caused, settings.emit, self.retention, self.evaluator, self.rewritten
+        )
         self.epoch = 0
         self.totals = RunTotals()
 
@@ -320,8 +311,9 @@ class EpochProcessor:
         vertices = [decode(c) for c in columns[:width]]
         ids: list[npt.NDArray[np.generic] | Hashed] = [*vertices, *hashes]
         extra: dict[str, Member] = {}
-        if self.caused:
-            extra["cause"] = causes(source, columns, diff, self.events, self._changes)
+        pruned = bool(self.rewritten[i].degrees)  # (its groups tell pruned retractions apart)
+        if self.caused or pruned:
+            extra["cause"] = causes(source, columns, diff, self.events, self._changes, pruned)
         if reads is None or reads.match_ids:  # (with every edge variable: the window's keys)
             extra["match_id"] = match_ids(source.name, ids, diff.shape[0])
         return QueryOutput(source.name, source.head, vertices, diff, edges, extra)
@@ -369,7 +361,7 @@ class EpochProcessor:
 
             with self.events.complete():
                 enumerate_matches(
-                    self.internal[i],
+                    self.rewritten[i].whole,  # (a group that stopped: its bindings)
                     self.index,
                     send,
                     max_prefixes=self.settings.max_prefixes,

@@ -15,6 +15,7 @@ import numpy as np
 
 from connectors.events import FieldTypes
 from core.errors import ConfigError
+from core.fields import FieldTest
 from core.records import EventUpdates, RelationUpdates, UpdateBatch
 from monitor.index.event_relations import selections_of
 from monitor.index.selections import Selection
@@ -49,11 +50,16 @@ class EventPlan:
 
 
 def event_plan(
-    queries: Sequence[Query], retention: dict[str, float], tables: Collection[str] = ()
+    queries: Sequence[Query],
+    retention: dict[str, float],
+    tables: Collection[str] = (),
+    bounds: bool = False,
 ) -> EventPlan:
     """The plan of ``queries``' events, with ``retention`` as set (a retention of a relation no
     query reads as events is a :class:`ConfigError`, and so is one of a table) and the
-    relations declared tables (``--table``: :func:`checked_tables`)."""
+    relations declared tables (``--table``: :func:`checked_tables`); with the aggregate
+    bodies' degree bounds where ``bounds`` (:mod:`monitor.plan.degrees`: the single process
+    keeps them, the partitioned engine not yet)."""
     events = event_relations(tuple(queries))
     unknown = set(retention) - events
     if unknown:
@@ -68,8 +74,14 @@ def event_plan(
             f"retention is set for {names(kept)}, a table: its records never expire (a "
             "tombstone removes one)"
         )
-    rewritten = [rewrite(q, events) for q in queries]
-    found = [Selection(r, t) for q in rewritten for r, t in q.selections]
+    rewritten = [rewrite(q, events, bounds=bounds) for q in queries]
+    degrees: dict[tuple[str, tuple[FieldTest, ...]], set[tuple[str, int]]] = {}
+    for q in rewritten:
+        for r, t in q.selections:
+            degrees.setdefault((r, t), set())
+        for bound in q.degrees:
+            degrees[(bound.relation, bound.tests)].add((bound.side, bound.least))
+    found = [Selection(r, t, tuple(sorted(d))) for (r, t), d in degrees.items()]
     return EventPlan(
         events,
         retentions(list(queries), events, retention),

@@ -136,13 +136,19 @@ class GroupedQuery:
         updated: I64 = np.empty(0, np.int64)
         if self.window is not None:
             parts.append((self.window.expire(watermark), "expired"))
+        pruned = None
         if body is not None and len(body.diff):
-            rows, expired, updated = self._rows(body, watermark)
+            rows, expired, pruned, updated = self._rows(body, watermark)
             parts += [(expired, "expired"), (rows, "deleted")]
         for rows, cause in parts:
             if len(rows):
                 phases.append((self.state.apply(rows.groups, rows.arguments, rows.diffs), cause))
         out = self._output(phases, updated)
+        if pruned is not None and len(pruned):
+            # Bindings still in the graph, taken out with a vertex that fell below a degree
+            # bound (:mod:`monitor.plan.degrees`): their groups stopped holding already (the
+            # bound is necessary), and their rows show the values before.
+            self.state.apply(pruned.groups, pruned.arguments, pruned.diffs)
         self._compact()
         return out
 
@@ -164,21 +170,24 @@ class GroupedQuery:
             self.window.renumber(renumbered(live))
         self.heads = [head[:n][live] for head in self.heads]
 
-    def _rows(self, body: QueryOutput, watermark: float) -> tuple[Rows, Rows, I64]:
+    def _rows(self, body: QueryOutput, watermark: float) -> tuple[Rows, Rows, Rows, I64]:
         """The body's changes as the aggregates count them: those retracted because their
-        events expired, and the others; and the groups whose other retractions were all
-        caused by a table's update (a group of them that stops holding stops ``updated``)."""
+        events expired, the others, and those pruned (:mod:`~monitor.service.causes`); and
+        the groups whose other retractions were all caused by a table's update (a group of
+        them that stops holding stops ``updated``)."""
         groups = self._group_ids(body.columns[: self.width])
         rows = Rows(groups, self._arguments(body), body.diff)
         cause = body.extra.get("cause")
         expired = _is_expired(cause, body.diff)
         by_update = _caused(cause, body.diff, "updated")
+        pruned = _caused(cause, body.diff, "pruned")
         if self.window is not None:
             keys = _hex_keys(body.extra["match_id"])
             times = _earliest(body.edges, self.body.timed_edges)
             counted = self.window.counted(keys, times, rows, watermark)
-            rows, expired, by_update = _rows_at(rows, counted), expired[counted], by_update[counted]
-        retracted = (rows.diffs < 0) & ~expired
+            rows, expired = _rows_at(rows, counted), expired[counted]
+            by_update, pruned = by_update[counted], pruned[counted]
+        retracted = (rows.diffs < 0) & ~expired & ~pruned
         updated = by_update & retracted
         updated_groups = np.empty(0, np.int64)
         if updated.any():  # (a mask over the dense ids: no sort of every row's group)
@@ -186,7 +195,8 @@ class GroupedQuery:
             only[rows.groups[updated]] = True
             only[rows.groups[retracted & ~updated]] = False
             updated_groups = np.flatnonzero(only)
-        return _rows_at(rows, ~expired), _rows_at(rows, expired), updated_groups
+        others = _rows_at(rows, ~expired & ~pruned)
+        return others, _rows_at(rows, expired), _rows_at(rows, pruned), updated_groups
 
     def _group_ids(self, columns: Sequence[npt.NDArray[np.generic]]) -> I64:
         """Dense ids of the groups of ``columns`` (the head's external ids), noting the ids of
@@ -346,23 +356,35 @@ def _rows_at(rows: Rows, keep: npt.NDArray[np.bool_]) -> Rows:
     return Rows(rows.groups[keep], arguments, rows.diffs[keep])
 
 
-def body_retention(query: Query, retention: dict[str, float]) -> float:
+def body_retention(query: Query, retention: Mapping[str, float]) -> float:
     """The longest an event of ``query``'s edge variables lives (0: it has none)."""
     relations = {a.relation for a in query.atoms if a.edge is not None}
     return max((retention.get(r, math.inf) for r in relations), default=0.0)
 
 
-def key_bodies(
-    evaluator: DeltaEvaluator, rewritten: Sequence[EventQuery], grouped: Mapping[str, object]
-) -> None:
-    """The aggregate bodies whose events determine their bindings consolidated by those alone
+def grouped_queries(
+    queries: Sequence[Query],
+    windowed: bool,
+    emit: str,
+    retention: Mapping[str, float],
+    evaluator: DeltaEvaluator,
+    rewritten: Sequence[EventQuery],
+) -> dict[str, GroupedQuery]:
+    """The aggregate queries' groups, by name (both engines'). Their bodies whose events
+    determine their bindings are consolidated by those alone
     (:attr:`~monitor.engine.delta.DeltaEvaluator.keyed_by`: one sort of a key or two instead
-    of every vertex's too): their groups read the change in any order (a group's rows come
+    of every vertex's too): the groups read the change in any order (a group's rows come
     sorted by its hash)."""
+    grouped = {
+        q.name: GroupedQuery(q, windowed, emit, body_retention(q, retention))
+        for q in queries
+        if q.aggregates
+    }
     for query in rewritten:
         identity = query.identity()
         if query.source.name in grouped and identity is not None:
             evaluator.keyed_by[query.internal.name] = identity
+    return grouped
 
 
 def grouped_outputs(

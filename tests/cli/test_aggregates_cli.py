@@ -64,6 +64,20 @@ def test_explain_says_how_the_groups_are_kept_and_the_window_is_the_span() -> No
     assert "# span: 10m" in text and "transfer 10m" in text
 
 
+def test_explain_prints_the_degree_bounds_of_a_two_hop_distinct_count() -> None:
+    query = (
+        "sg(a, c) := transfer(a, b) as t1, transfer(b, c) as t2, t1.amount > 5, "
+        "count(distinct b) >= 4 over 1h."
+    )
+    text = cli("explain", query).stdout.decode()
+    assert "transfer{amount > 5}#out>=4(a), transfer#in>=4(c)" in text  # (the atoms it reads)
+    assert (
+        "# degree bound (one process; monitor/plan/degrees.py): transfer{amount > 5}#out>=4(a): "
+        "a group holds only where a has 4 distinct successors in transfer{amount > 5}"
+    ) in text
+    assert "changes of transfer#in>=4" in text  # (a vertex reaching the bound seeds its groups)
+
+
 def test_a_sum_of_a_string_field_is_a_query_error_at_its_place(tmp_path: Path) -> None:
     query = 'outflow(a) :=\n  transfer(a, b) as t, t.channel = "wire",\n  sum(t.channel) > 5.'
     (tmp_path / "in.jsonl").write_text(json.dumps(EPISODES[0]) + "\n")
