@@ -32,9 +32,9 @@ def enumerate_matches(
 ) -> None:
     """Pass every current match to ``emit``, in batches of binding columns in head order
     (``runner``: the stage implementation, as :func:`~monitor.engine.pipeline.run_plan`'s).
-    With ``restrict`` (variable -> sorted dense ids), the seed's tuples are only those whose
-    variables it names take one of those ids: a superset of the matches so restricted (a
-    variable the seed does not bind is not restricted here; the caller filters)."""
+    With ``restrict`` (variable -> sorted dense ids), only the matches whose variables it names
+    take one of those ids: the seed's tuples restricted, and the prefixes after the stage that
+    binds each other variable named."""
     plan = static_plan(query)
     columns = index.tuples(plan.seed.relation, cut)
     if not columns or not columns[0].shape[0]:
@@ -49,7 +49,7 @@ def enumerate_matches(
         if not columns[0].shape[0]:
             return
     seeds = seed_prefixes(plan, columns, np.ones(columns[0].shape[0], np.int64), index)
-    run_plan(plan, index, seeds, max_prefixes, lambda p: emit(list(p.columns)), runner)
+    run_plan(plan, index, seeds, max_prefixes, lambda p: emit(list(p.columns)), runner, restrict)
 
 
 def count_matches(
