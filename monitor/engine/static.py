@@ -16,6 +16,7 @@ from monitor.engine.pipeline import run_plan
 from monitor.engine.seeds import seed_prefixes
 from monitor.index.levels import I32
 from monitor.plan.cut import Cut
+from monitor.plan.plan import DeltaQuery
 from monitor.plan.planner import static_plan
 from monitor.query.ast import Query
 
@@ -36,7 +37,7 @@ def enumerate_matches(
     take one of those ids: the seed's tuples restricted, and the prefixes after the stage that
     binds each other variable named."""
     plan = static_plan(query)
-    columns = index.tuples(plan.seed.relation, cut)
+    columns = _seed_tuples(plan, index, cut, restrict or {})
     if not columns or not columns[0].shape[0]:
         return
     if restrict:
@@ -50,6 +51,22 @@ def enumerate_matches(
             return
     seeds = seed_prefixes(plan, columns, np.ones(columns[0].shape[0], np.int64), index)
     run_plan(plan, index, seeds, max_prefixes, lambda p: emit(list(p.columns)), runner, restrict)
+
+
+def _seed_tuples(
+    plan: DeltaQuery, index: IndexReader, cut: Cut, restrict: Mapping[str, I32]
+) -> list[I32]:
+    """The tuples of the seed's relation; of a binary one whose first variable ``restrict``
+    names, only those of its allowed ids (proposed by their adjacency, not every tuple read
+    and filtered: an aggregate's few group rows, every epoch)."""
+    seed = plan.seed
+    first = plan.order[seed.columns[0]] if seed.columns else ""
+    allowed = restrict.get(first)
+    if len(seed.columns) != 2 or allowed is None or seed.columns[0] == seed.columns[1]:
+        return index.tuples(seed.relation, cut)
+    # (a binary relation's adjacency by its first position is keyed by that vertex itself)
+    owner, values = index.view(seed.relation, 1, cut).propose(allowed.astype(np.int64))
+    return [allowed[owner].astype(np.int32), values.astype(np.int32)]
 
 
 def count_matches(
