@@ -92,9 +92,11 @@ def _range_steps(query: Query, order: Sequence[str]) -> list[RangeStep]:
         if any(
             far in a.variables and set(a.variables) - {far} <= bound | {edge}
             for j, a in enumerate(query.atoms)
-            if j not in implied
+            if j not in implied and set(a.variables) != {far}
         ):
-            continue  # (an atom whose other variables are bound would need a check of far)
+            # (an atom whose other variables are bound would bind far itself, intersecting;
+            # one of far alone, a degree bound's, is a check at far's stage)
+            continue
         if bounds is None:
             bounds = time_bounds(edges, query.predicates)
         # the narrowest range; of equal ones, from the edge variable bound last (in a chain of

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from monitor.plan.degrees import degree_bounds
 from monitor.plan.events import rewrite, selection_of
+from monitor.plan.planner import delta_queries
 from monitor.query.ast import Query
 from monitor.query.parser import parse_queries
 from monitor.service.epochs import EpochProcessor
@@ -151,3 +152,17 @@ def test_the_degree_relations_see_vertices_come_and_go() -> None:
         "transfer#out>=2": {0},
         "transfer{amount >= 2}#out>=3": set(),
     }
+
+
+def test_a_bound_on_a_far_vertex_is_checked_at_its_stage_and_the_range_step_stays() -> None:
+    """The hops of a time-ordered chain are bound by ranges of time (the events after a new
+    one are few); the bound of the vertex a range step reaches intersects at that stage."""
+    (query,) = parse_queries(
+        "sg(a, c) := transfer(a, b) as t1, transfer(b, c) as t2, t1.ts <= t2.ts, within 1d, "
+        "count(distinct b) >= 5 over 1d."
+    )
+    plans = delta_queries(rewrite(query, {"transfer"}, bounds=True).internal)
+    first = plans[0].describe()
+    assert "seed:  changes of transfer#events#2(a, b, t1)" in first
+    assert "extend t2: transfer#by_src#" in first
+    assert "extend c: transfer#4[dst of t2], transfer#in>=5#" in first
