@@ -4,7 +4,7 @@
 successors of ``a``: a group can only hold where ``a`` has at least five distinct successors
 among the live pairs of ``t``'s selection. In a stream of payments most accounts have one or
 two in a day, and the bindings of their groups are most of the body's (``bench.typologies``'
-scatter-gather: 32 in 33 of its two-hop chains in a day have an end with fewer than five).
+scatter-gather: 97 in 100 of its two-hop chains in a day have an end with fewer than five).
 
 So the single process's plan of such a body gets one more atom per bound, a unary relation of
 the vertices with enough neighbours (``transfer#out>=5(a)``), which the index keeps from the
