@@ -137,7 +137,13 @@ class AdjacencyView:
         self, keys: npt.NDArray[np.integer], values: npt.NDArray[np.integer]
     ) -> npt.NDArray[np.bool_]:
         """For each ``(keys[i], values[i])``, whether the pair is present (the intersection:
-        :mod:`monitor.index.kernels`)."""
+        :mod:`monitor.index.kernels`; many values of one key, as a unary relation's check
+        has, through a mask of that key's values)."""
+        n = int(keys.shape[0])
+        if n >= MASK_MIN and keys[0] == keys[-1] and (keys == keys[0]).all():
+            found = self._masked(int(keys[0]), values)
+            if found is not None:
+                return found
         return contains(
             self.offsets,
             self.targets,
@@ -146,6 +152,33 @@ class AdjacencyView:
             keys,
             values,
         )
+
+    def _masked(self, key: int, values: npt.NDArray[np.integer]) -> npt.NDArray[np.bool_] | None:
+        """:meth:`contains` of ``values`` for one ``key``: a mask over the ids up to the
+        largest (None where it would be larger than :data:`MASK_SPAN` per value)."""
+        segment = self.targets[self.offsets[key] : self.offsets[key + 1]]
+        added = removed = segment[:0]
+        if len(self.delta):
+            lo, hi = self.delta.key_ranges(np.array([key], np.int64))
+            _, level = unpack(self.delta.pairs[int(lo[0]) : int(hi[0])])
+            diff = self.delta.diff[int(lo[0]) : int(hi[0])]
+            added, removed = level[diff > 0], level[diff < 0]
+        top = max(int(a.max()) for a in (segment, added, values) if a.shape[0])
+        if top + 1 > MASK_SPAN * values.shape[0]:
+            return None
+        mask = np.zeros(top + 1, np.bool_)
+        mask[segment] = True
+        mask[removed] = False
+        mask[added] = True
+        found: npt.NDArray[np.bool_] = mask[values]
+        return found
+
+
+#: Below this many values of one key, :meth:`AdjacencyView.contains` searches each.
+MASK_MIN = 4096
+#: A mask of one key's values costs a byte per id up to the largest: used while that is at most
+#: this many per value looked up.
+MASK_SPAN = 64
 
 
 class Adjacency:

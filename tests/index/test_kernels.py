@@ -61,6 +61,30 @@ def test_both_kernels_answer_as_the_set_of_current_pairs(case: tuple[np.ndarray,
 
 
 @settings(max_examples=300, deadline=None)
+@given(cases(), st.data())
+def test_many_values_of_one_key_are_answered_through_a_mask_as_the_kernels_answer(
+    case: tuple[np.ndarray, ...],  # type: ignore[type-arg]
+    data: st.DataObject,
+) -> None:
+    """A unary relation's check: thousands of values of one key, in any order (the mask of
+    the key's values where its ids are few enough, the kernel where not)."""
+    offsets, targets, level_pairs, level_diff, _, _, _ = case
+    view = adjacency.AdjacencyView(offsets, targets, Level.of(level_pairs, level_diff))
+    key = data.draw(st.integers(0, offsets.shape[0] - 2))
+    top = int(max(targets.max(initial=0), (level_pairs & 0xFFFFFFFF).max(initial=0)))
+    pool = np.arange(min(top + 3, 200), dtype=np.int32)
+    values = np.random.default_rng(data.draw(st.integers(0, 99))).choice(
+        np.concatenate([pool, targets, (level_pairs & 0xFFFFFFFF).astype(np.int32)]),
+        adjacency.MASK_MIN + 7,
+    )
+    keys = np.full(values.shape[0], key, np.int64)
+    expected = kernels.numpy_contains(offsets, targets, level_pairs, level_diff, keys, values)
+    assert view.contains(keys, values).tolist() == expected.tolist()
+    if top + 1 <= adjacency.MASK_SPAN * values.shape[0]:  # (the mask was used: not vacuous)
+        assert view._masked(key, values) is not None
+
+
+@settings(max_examples=300, deadline=None)
 @given(cases())
 def test_both_proposals_are_the_current_values_of_each_key(case: tuple[np.ndarray, ...]) -> None:  # type: ignore[type-arg]
     """Every key probed (repeated, in any order, hubs and empty ones) proposes exactly its
