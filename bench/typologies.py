@@ -255,6 +255,9 @@ def main() -> int:
     parser.add_argument("--queries", default=",".join(QUERIES))
     parser.add_argument("--no-e2e", action="store_true")
     parser.add_argument("--no-flink", action="store_true")
+    parser.add_argument(
+        "--flink-timeout", type=float, default=1800.0, help="seconds before a Flink job is stopped"
+    )
     parser.add_argument("--workdir", type=Path, default=WORKDIR)
     parser.add_argument("--worker", choices=sorted(QUERIES), help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, default=OUT)
@@ -279,7 +282,8 @@ def main() -> int:
         if not args.no_e2e:
             results[query]["e2e"] = end_to_end(query, args, jsonl)
         if not args.no_flink and flink_missing is None and query in MATCHES:
-            results[query]["flink"] = run_flink(csv, query, args.lateness_ms, timeout=1800)
+            flink = run_flink(csv, query, args.lateness_ms, timeout=args.flink_timeout)
+            results[query]["flink"] = flink
         print(json.dumps({query: results[query]}), file=sys.stderr, flush=True)
     text = report(args, results)
     if flink_missing is not None and not args.no_flink:
