@@ -264,18 +264,21 @@ class SelectionRelations:
             e = self._time_ordered(store, eids)[1]
             for name in ordered:
                 self.graph.time_indexes[name].load(e.ends[name], e.ts, e.eids, e.ranks)
+        pairs: tuple[I64, I32] | None = None  # (the distinct pairs, found once for all)
         for name in which:
             if name in ordered:
                 continue
             self._clear(name, pair_keys)
             if name == selection.events:
                 self.graph.load_relation(name, 3, [src, dst, eids])
-            elif name == selection.pairs:
-                keys, values = unpack(sorted_distinct(pack(src, dst)))
+                continue
+            if pairs is None:
+                pairs = unpack(sorted_distinct(pack(src, dst)))
+            keys, values = pairs
+            if name == selection.pairs:
                 self.graph.load_relation(name, 2, [keys.astype(np.int32), values])
             elif name in self.degrees:
                 side, least = self.degrees[name]
-                keys, values = unpack(sorted_distinct(pack(src, dst)))
                 ends = keys if side == "out" else values
                 counts = np.bincount(ends.astype(np.int64))
                 vertices = np.flatnonzero(counts >= least).astype(np.int32)
