@@ -18,7 +18,7 @@ from core.times import TIME_FIELD
 from monitor.plan.cut import projections
 from monitor.plan.plan import FieldFilter
 from monitor.plan.windows import time_bounds
-from monitor.query.ast import Query
+from monitor.query.ast import FieldRef, Query
 
 
 @dataclass(frozen=True)
@@ -62,8 +62,31 @@ def range_step(query: Query, order: Sequence[str], forward: bool = True) -> Rang
     hops before it first. An expiring event is the oldest: the hops before it expired already
     (the range backward is empty) and a deletion ranges backward first."""
     steps = _range_steps(query, order)
-    preferred = (s for s in steps if (s.low >= 0.0 if forward else s.high <= 0.0))
-    return next(preferred, steps[0] if steps else None)
+    preferred = [s for s in steps if (s.low >= 0.0 if forward else s.high <= 0.0)] or steps
+    if not preferred:
+        return None
+    bound = set(order)
+    return max(preferred, key=lambda s: _pruning(query, s, bound))  # (the first of equals)
+
+
+def _pruning(query: Query, step: RangeStep, bound: set[str]) -> int:
+    """How many of the query's join filters would test the step's events against bound edge
+    variables, but for those on times against its anchor (the range computes them, up to
+    strictness) and the implied ones (:mod:`monitor.plan.implied`: composed, so weaker). A
+    round trip seeded by its last hop can range over the hop before it (the seed's amount
+    bounds it) or over the first (only ``within`` and an implied amount do): the one more
+    filters prune comes first (the three-hop paths ``bench.typologies``' ``round_trip``
+    enumerates fall from 68M to 39M on 800k events)."""
+    count = 0
+    for p in query.predicates:
+        right = p.right
+        if not isinstance(right, FieldRef) or p.implied or p.left.edge == right.edge:
+            continue
+        ends = {p.left.edge, right.edge}
+        if step.edge not in ends or not ends - {step.edge} <= bound:
+            continue
+        count += not (step.anchor in ends and TIME_FIELD in (p.left.name, right.name))
+    return count
 
 
 def _range_steps(query: Query, order: Sequence[str]) -> list[RangeStep]:

@@ -108,6 +108,9 @@ class Predicate:
     #: ``t1.ts + 10m``: offsets are durations in milliseconds, on times only).
     factor: float = 1.0
     offset: float = 0.0
+    #: Composed by the planner from a chain of the query's filters, not written
+    #: (:mod:`monitor.plan.implied`): compared with a tolerance.
+    implied: bool = field(default=False, compare=False)
 
     @property
     def edges(self) -> tuple[str, ...]:
@@ -127,7 +130,7 @@ class Predicate:
         if self.offset:
             sign = "+" if self.offset > 0 else "-"
             right = f"{right} {sign} {format_duration(abs(self.offset))}"
-        return f"{self.left} {self.op} {right}"
+        return f"{self.left} {self.op} {right}" + (" (implied)" if self.implied else "")
 
 
 @dataclass(frozen=True)
