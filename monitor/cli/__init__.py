@@ -11,7 +11,6 @@ stored state; 1 any other error.
 
 from __future__ import annotations
 
-import math
 import sys
 import time
 from collections.abc import Iterator, Mapping
@@ -32,7 +31,6 @@ from core.errors import (
     StateError,
 )
 from core.records import Checkpoint, UpdateBatch
-from core.times import format_duration
 from monitor.cli.options import (
     edges_option,
     format_option,
@@ -50,14 +48,13 @@ from monitor.cli.options import (
 from monitor.cli.partitioned import count_on_shards, inspect_shards, run_on_shards
 from monitor.cli.reports import (
     dead_letter_reporter,
-    describe_groups,
+    print_plans,
     print_progress,
     print_state,
     print_summary,
 )
 from monitor.plan.events import event_relations, rewrite
 from monitor.plan.planner import delta_queries, static_plan
-from monitor.plan.windows import describe, retentions, span
 from monitor.query.ast import Query
 from monitor.query.load import load_queries_many
 from monitor.service.epochs import EpochProcessor
@@ -364,36 +361,7 @@ def count(
 def explain(query_specs: tuple[str, ...]) -> None:
     """Print every plan of the queries: the delta queries, then the static plan."""
     try:
-        queries = _queries(query_specs)
-        events = event_relations(tuple(queries))
-        for query in queries:
-            click.echo(f"# {query}")
-            rewritten = rewrite(query, events, bounds=True)
-            internal = rewritten.internal
-            if internal is not query:
-                click.echo(f"# over the index: {internal}")
-            if query.aggregates:
-                click.echo(f"# {describe_groups(query)}")
-            for bound in rewritten.degrees:
-                click.echo(f"# degree bound (one process; monitor/plan/degrees.py): {bound}")
-            if query.edges:
-                reach = span(query)
-                click.echo(
-                    f"# span: {'unbounded' if math.isinf(reach) else format_duration(reach)}"
-                )
-            for plan in delta_queries(internal):
-                click.echo(plan.describe())
-            click.echo(static_plan(internal).describe())
-            click.echo()
-        if events:
-            window = retentions(queries, events, {})
-            click.echo(f"# retention by default (--retention overrides): {describe(window)}")
-            tables = sorted(frozenset().union(*(q.tables for q in queries)))
-            if tables:
-                click.echo(
-                    f"# tables (a record per vertex by 'key', the latest wins, never expiring): "
-                    f"{', '.join(tables)}"
-                )
+        print_plans(_queries(query_specs))
     except MonitorError as error:
         _fail(error)
 

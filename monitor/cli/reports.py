@@ -12,8 +12,13 @@ import click
 from core.errors import StateError
 from core.records import DeadLetter
 from core.times import format_duration, format_time
+from monitor.engine.shared import PlanTrie
 from monitor.index.graph import GraphIndex
 from monitor.index.store import StateStore
+from monitor.plan.events import event_relations, rewrite
+from monitor.plan.plan import DeltaQuery
+from monitor.plan.planner import delta_queries, static_plan
+from monitor.plan.windows import describe, retentions, span
 from monitor.query.ast import Query
 from monitor.service.epochs import RunTotals
 from monitor.service.filejob import Progress
@@ -137,3 +142,42 @@ def describe_groups(query: Query) -> str:
             f"{format_duration(query.over)} of the watermark"
         )
     return line
+
+
+def print_plans(queries: Sequence[Query]) -> None:
+    """What ``explain`` prints: each query, rewritten over the index, its bounds and span, every
+    delta query and the static plan; then what the plans share and the retentions."""
+    events = event_relations(tuple(queries))
+    plans: list[tuple[str, DeltaQuery]] = []
+    for query in queries:
+        click.echo(f"# {query}")
+        rewritten = rewrite(query, events, bounds=True)
+        internal = rewritten.internal
+        plans += [(query.name, plan) for plan in delta_queries(internal)]
+        if internal is not query:
+            click.echo(f"# over the index: {internal}")
+        if query.aggregates:
+            click.echo(f"# {describe_groups(query)}")
+        for bound in rewritten.degrees:
+            click.echo(f"# degree bound (one process; monitor/plan/degrees.py): {bound}")
+        if query.edges:
+            reach = span(query)
+            click.echo(f"# span: {'unbounded' if math.isinf(reach) else format_duration(reach)}")
+        for plan in delta_queries(internal):
+            click.echo(plan.describe())
+        click.echo(static_plan(internal).describe())
+        click.echo()
+    shared = PlanTrie(plans).shared
+    if shared:
+        click.echo(
+            f"# stages run once for several delta queries (monitor/engine/shared.py): {shared}"
+        )
+    if events:
+        window = retentions(queries, events, {})
+        click.echo(f"# retention by default (--retention overrides): {describe(window)}")
+        tables = sorted(frozenset().union(*(q.tables for q in queries)))
+        if tables:
+            click.echo(
+                f"# tables (a record per vertex by 'key', the latest wins, never expiring): "
+                f"{', '.join(tables)}"
+            )

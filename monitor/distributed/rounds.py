@@ -102,6 +102,8 @@ class SharedRoundsEvaluator(DeltaEvaluator):
     :class:`~monitor.distributed.sharded.ShardedIndex` whose delta queries of a query share
     their rounds of calls (``shared``; None: when the shards are not in this process)."""
 
+    shares_stages = False  # (its plans run in threads of their own, each a query's)
+
     def __init__(
         self, queries: Sequence[Query], max_prefixes: int, shared: bool | None = None
     ) -> None:

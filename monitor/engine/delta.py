@@ -21,6 +21,7 @@ from monitor.engine.extend import IndexReader, StageRunner
 from monitor.engine.pipeline import Emit, run_plan
 from monitor.engine.prefixes import Prefixes
 from monitor.engine.seeds import seed_prefixes
+from monitor.engine.shared import PlanTrie, run_trie
 from monitor.index.graph import Change
 from monitor.index.levels import I32, I64
 from monitor.plan.plan import DeltaQuery
@@ -63,19 +64,29 @@ class DeltaEvaluator:
         #: ends), which consolidation sorts and compares alone; the query's change then comes
         #: in their order. Set by a caller that reads the change in no particular order.
         self.keyed_by: dict[str, tuple[int, ...]] = {}
+        self._trie: PlanTrie | None = None
 
     #: The stage implementation; a subclass may swap it (the binary-join baseline does).
     runner: type[StageRunner] = StageRunner
 
+    #: Whether :meth:`evaluate` runs the stages plans share once (:mod:`monitor.engine.shared`);
+    #: a subclass that schedules each query's plans itself does not.
+    shares_stages = True
+
     def evaluate(self, index: IndexReader, changes: dict[str, Change]) -> list[MatchDeltas]:
         """Each query's consolidated match deltas for an epoch whose changes are staged."""
-        return [self.evaluate_query(q, index, changes) for q in self.queries]
+        if not self.shares_stages:
+            return [self.evaluate_query(q, index, changes) for q in self.queries]
+        produced = self._produce_shared(index, changes)
+        return [self._consolidated(q, produced[q.name]) for q in self.queries]
 
     def evaluate_query(
         self, query: Query, index: IndexReader, changes: dict[str, Change]
     ) -> MatchDeltas:
         """The consolidated change of one query."""
-        produced = self._produce(query, index, changes)
+        return self._consolidated(query, self._produce(query, index, changes))
+
+    def _consolidated(self, query: Query, produced: list[Prefixes]) -> MatchDeltas:
         width = len(query.head)
         if not produced:
             empty = Prefixes.empty(width)
@@ -108,6 +119,29 @@ class DeltaEvaluator:
             if change is None or not len(change):
                 continue
             self._run(plan, index, change, produced.append)
+        return produced
+
+    def _produce_shared(
+        self, index: IndexReader, changes: dict[str, Change]
+    ) -> dict[str, list[Prefixes]]:
+        """Every query's bindings, the stages its plans share with others' run once."""
+        produced: dict[str, list[Prefixes]] = {q.name: [] for q in self.queries}
+        if self._trie is None:
+            self._trie = PlanTrie((q, p) for q, plans in self.plans.items() for p in plans)
+        stats = self.stats
+
+        def emit(query: str, plan: DeltaQuery, p: Prefixes) -> None:
+            stats.produced += len(p)
+            produced[query].append(p)
+
+        for plan, root in self._trie.roots.values():
+            change = changes.get(plan.seed.relation)
+            if change is None or not len(change):
+                continue
+            seeds = seed_prefixes(plan, change.columns, change.diff.astype(np.int64), index)
+            stats.seeds += len(seeds)
+            peak = run_trie(root, index, seeds, self.max_prefixes, emit, self.runner)
+            stats.peak_prefixes = max(stats.peak_prefixes, peak)
         return produced
 
     def _run(
