@@ -11,7 +11,7 @@ them (each distinct id once, at the shard that numbered it).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -28,7 +28,7 @@ from monitor.distributed.sharded_events import ShardedEvents
 from monitor.distributed.stages import ShardedStageRunner
 from monitor.distributed.vertices import External
 from monitor.engine.delta import MatchDeltas
-from monitor.engine.static import enumerate_matches
+from monitor.engine.static import enumerate_given, enumerate_matches
 from monitor.index.graph import Change
 from monitor.index.levels import I32
 from monitor.plan.cut import Cut
@@ -245,7 +245,9 @@ class ShardedEpochs:
         i = next(k for k, r in enumerate(self.plan.rewritten) if r.source.name == out.query)
         body, internal = self.plan.rewritten[i].source, self.internal[i]
 
-        def bindings(restrict: Mapping[str, I32], take: Callable[[QueryOutput], None]) -> None:
+        def bindings(
+            variables: tuple[str, ...], given: list[I32], take: Callable[[QueryOutput], None]
+        ) -> None:
             def send(columns: list[I32]) -> None:
                 diff = np.ones(columns[0].shape[0], np.int64)
                 for found in outputs(
@@ -253,14 +255,14 @@ class ShardedEpochs:
                 ):
                     take(found)
 
-            enumerate_matches(
+            enumerate_given(
                 internal,
                 self.index,
+                variables,
+                given,
                 send,
                 max_prefixes=self.max_prefixes,
-                cut=Cut.NEW,
                 runner=ShardedStageRunner,
-                restrict=restrict,
             )
 
         def encode(columns: list[npt.NDArray[np.generic]]) -> list[I32]:

@@ -9,14 +9,13 @@ unless a single prefix alone proposes more than a stage's share of the budget.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
-import numpy.typing as npt
 
 from monitor.engine.extend import IndexReader, StageRunner
 from monitor.engine.prefixes import Prefixes
-from monitor.index.levels import I32, I64
+from monitor.index.levels import I64
 from monitor.plan.plan import DeltaQuery
 
 Emit = Callable[[Prefixes], None]
@@ -25,18 +24,10 @@ Emit = Callable[[Prefixes], None]
 class Pipeline:
     """The stages of one plan, bound to an index, with a prefix budget."""
 
-    def __init__(
-        self,
-        runners: Sequence[StageRunner],
-        max_prefixes: int,
-        keep: Mapping[int, tuple[int, I32]] | None = None,
-    ) -> None:
+    def __init__(self, runners: Sequence[StageRunner], max_prefixes: int) -> None:
         self.runners = list(runners)
         self.budget = max(1, max_prefixes // (len(self.runners) + 1))
         self.peak_prefixes = 0
-        #: Per stage, a prefix column and its allowed values (sorted): the prefixes whose
-        #: value the stage bound is not among them go no further.
-        self.keep = dict(keep or {})
 
     def run(self, seeds: Prefixes, emit: Emit) -> None:
         """Extend ``seeds`` through every stage and pass each batch of full bindings to ``emit``."""
@@ -59,9 +50,6 @@ class Pipeline:
         for lo, hi in _chunks(counts, self.budget):
             part = [k[lo:hi] for k in keys]
             extended = runner.extend(prefixes.slice(lo, hi), winner[lo:hi], part)
-            if level in self.keep and len(extended):
-                column, allowed = self.keep[level]
-                extended = extended.take(np.flatnonzero(_among(extended.columns[column], allowed)))
             if len(extended):
                 self._descend(level + 1, extended, emit, alive)
 
@@ -73,35 +61,18 @@ def run_plan(
     max_prefixes: int,
     emit: Emit,
     runner: type[StageRunner] = StageRunner,
-    restrict: Mapping[str, I32] | None = None,
 ) -> int:
     """Run ``plan``'s stages over ``seeds``, emitting bindings in head order; the peak prefixes.
 
     ``runner`` is the stage implementation (the benchmark's binary-join baseline swaps it).
-    ``restrict`` (variable -> sorted ids): a stage binding one of these variables keeps only
-    the prefixes whose value is among its ids.
     """
-    keep = {
-        level: (plan.order.index(stage.variable), restrict[stage.variable])
-        for level, stage in enumerate(plan.stages)
-        if restrict and stage.variable in restrict
-    }
-    pipeline = Pipeline([runner(s, index) for s in plan.stages], max_prefixes, keep)
+    pipeline = Pipeline([runner(s, index) for s in plan.stages], max_prefixes)
 
     def in_head_order(p: Prefixes) -> None:
         emit(Prefixes(tuple(p.columns[c] for c in plan.output), p.diff))
 
     pipeline.run(seeds, in_head_order)
     return pipeline.peak_prefixes
-
-
-def _among(values: npt.NDArray[np.integer], allowed: I32) -> npt.NDArray[np.bool_]:
-    """Which of ``values`` are in ``allowed`` (sorted): one binary search each."""
-    if not allowed.shape[0]:
-        return np.zeros(values.shape[0], np.bool_)
-    at = np.minimum(np.searchsorted(allowed, values), allowed.shape[0] - 1)
-    found: npt.NDArray[np.bool_] = allowed[at] == values
-    return found
 
 
 def _chunks(counts: I64, budget: int) -> list[tuple[int, int]]:

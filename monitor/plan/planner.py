@@ -12,6 +12,7 @@ Where a gap bounds an edge variable's time, a stage binds it by a range step
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from itertools import combinations
 
 from core.errors import PlanError
@@ -54,6 +55,19 @@ def static_plan(query: Query) -> DeltaQuery:
     """The plan that enumerates every current match, seeded by the first binary atom."""
     seed = next((i for i, a in enumerate(query.atoms) if len(a.variables) == 2), 0)
     return build(query, seed, delta=False)
+
+
+#: The relation of :func:`given_plan`'s seed: tuples the caller gives, never the index's.
+GIVEN = "#given"
+
+
+def given_plan(query: Query, variables: tuple[str, ...]) -> DeltaQuery:
+    """The static plan of ``query`` seeded by given tuples of its ``variables`` (an atom of
+    relation :data:`GIVEN` first): only the matches that extend one of them. An aggregate's
+    group rows find their bindings so: ``scatter_gather``'s groups ``(a, c)`` bind ``b`` as
+    ``a``'s successors among ``c``'s predecessors, not every chain from every ``a``."""
+    seeded = replace(query, atoms=(Atom(GIVEN, variables), *query.atoms))
+    return build(seeded, 0, delta=False)
 
 
 def attribute_order(query: Query, seed: int, forward: bool = True) -> tuple[str, ...]:

@@ -3,19 +3,20 @@
 A group's row says that it started or stopped holding; an analyst wants the transfers behind
 it. The groups keep no binding (:mod:`monitor.service.grouped`: counts, sums and distinct
 values only), so the events are found when a row is written: one static evaluation of the
-query's body over the staged index, its seed restricted to the vertices of the epoch's group
-rows (:func:`~monitor.engine.static.enumerate_matches`), its bindings kept where their group
-is one of those rows and, when the aggregate keeps a window of its own, where the binding is
+query's body over the staged index, seeded by the epoch's group rows
+(:func:`~monitor.engine.static.enumerate_given`), its bindings kept, when the aggregate keeps
+a window of its own, where the binding is
 counted (its earliest event within ``over`` of the watermark the epoch began with). Each row
 lists the distinct ids of its bindings' events, sorted as text, at most ``--output-limit``
-(0: no list): the same bytes in a rerun. The work (a scan of the seed relation for the groups'
-vertices, and the groups' bindings) is done on the epochs that write group rows only, by
+(0: no list): the same bytes in a rerun. The work (the groups' bindings, found from the
+groups: ``scatter_gather``'s ``b`` among ``a``'s successors and ``c``'s predecessors) is done on
+the epochs that write group rows only, by
 either engine (:class:`Bindings`: the single process's or the partitioned one's evaluation).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -29,9 +30,10 @@ from monitor.service.grouped import numbers
 from monitor.service.match_ids import match_hashes
 from monitor.service.query_output import QueryOutput
 
-#: ``bindings(restrict, take)``: the body's current bindings, those of the variables in
-#: ``restrict`` (variable -> sorted dense vertex ids) among them, to ``take`` as outputs.
-Bindings = Callable[[Mapping[str, I32], Callable[[QueryOutput], None]], None]
+#: ``bindings(variables, given, take)``: the body's current bindings whose ``variables`` take
+#: the values of a row of ``given`` (dense vertex ids, a column per variable), to ``take`` as
+#: outputs.
+Bindings = Callable[[tuple[str, ...], list[I32], Callable[[QueryOutput], None]], None]
 #: External vertex id columns -> dense ids (-1: unknown).
 Encode = Callable[[list[npt.NDArray[np.generic]]], list[I32]]
 
@@ -77,8 +79,9 @@ def contributions(
                 found[owner].add(str(event))
 
     if sorted_keys.shape[0]:
-        restrict = {body_head[k]: np.unique(dense[k][known]) for k in range(width)}
-        bindings(restrict, take)
+        rows_known = np.unique(np.stack([d[known] for d in dense], axis=1), axis=0)
+        given = [np.ascontiguousarray(rows_known[:, k]) for k in range(width)]
+        bindings(tuple(body_head[:width]), given, take)
     return Coded(np.arange(rows, dtype=np.int64), [sorted(events)[:limit] for events in found])
 
 

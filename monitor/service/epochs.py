@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -26,7 +26,7 @@ from monitor.engine import sorting
 from monitor.engine.consolidate import by_identity
 from monitor.engine.delta import DeltaEvaluator
 from monitor.engine.owned import ChangedTuples, decide
-from monitor.engine.static import count_matches, enumerate_matches
+from monitor.engine.static import count_matches, enumerate_given, enumerate_matches
 from monitor.index import warmup as index_kernels
 from monitor.index.event_relations import EventIndex
 from monitor.index.events import EventChanges
@@ -355,18 +355,20 @@ class EpochProcessor:
         i = next(k for k, r in enumerate(self.rewritten) if r.source.name == out.query)
         body = self.rewritten[i].source
 
-        def bindings(restrict: Mapping[str, I32], take: Callable[[QueryOutput], None]) -> None:
+        def bindings(
+            variables: tuple[str, ...], given: list[I32], take: Callable[[QueryOutput], None]
+        ) -> None:
             def send(columns: list[I32]) -> None:
                 take(self._output(i, columns, np.ones(columns[0].shape[0], np.int64), whole=True))
 
             with self.events.complete():
-                enumerate_matches(
+                enumerate_given(
                     self.rewritten[i].whole,  # (a group that stopped: its bindings)
                     self.index,
+                    variables,
+                    given,
                     send,
                     max_prefixes=self.settings.max_prefixes,
-                    cut=Cut.NEW,
-                    restrict=restrict,
                 )
 
         def encode(columns: list[npt.NDArray[np.generic]]) -> list[I32]:
