@@ -103,29 +103,6 @@ def compare(left: npt.NDArray[Any], op: str, right: Any) -> npt.NDArray[np.bool_
     return keep
 
 
-#: The relative tolerance an implied join filter is compared with (:mod:`monitor.plan.implied`):
-#: far above the rounding of a chain of a few products (about 1e-16 each), far below any
-#: difference of amounts a query means.
-IMPLIED_TOLERANCE = 1e-9
-
-
-def compare_implied(
-    left: npt.NDArray[np.float64], op: str, right: npt.NDArray[np.float64]
-) -> npt.NDArray[np.bool_]:
-    """``left op right`` loosened by :data:`IMPLIED_TOLERANCE` of the sides' magnitude (an
-    implied filter must keep every row its chain of filters keeps, rounding included); false
-    where either side is absent. Strict and non-strict are alike here."""
-    slack = IMPLIED_TOLERANCE * (np.abs(left) + np.abs(right))
-    slack[~np.isfinite(slack)] = 0.0  # (an infinite side compares exactly)
-    if op in (">", ">="):
-        out = left >= right - slack
-    elif op in ("<", "<="):
-        out = left <= right + slack
-    else:
-        raise ValueError(f"an implied filter orders, it is not {op!r}")
-    return np.asarray(out, np.bool_) & present(left) & present(right)
-
-
 @dataclass(frozen=True)
 class FieldTest:
     """``field op other_field`` (both of one event, the other as ``factor * other_field +

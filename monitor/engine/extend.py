@@ -14,7 +14,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from core.fields import affine, compare, compare_implied
+from core.fields import affine, compare
 from monitor.engine.prefixes import Candidates, Prefixes
 from monitor.engine.time_order import EndpointSource, RangeSource
 from monitor.index.adjacency import Probe
@@ -254,8 +254,6 @@ class Filters:
         b = self._index.field_values(join.right_relation, join.right_field, right)
         if a is None or b is None or a.dtype != b.dtype:
             return np.zeros(left.shape[0], np.bool_)
-        if join.implied:
-            return compare_implied(a, join.op, affine(b, join.factor, join.offset))
         return compare(a, join.op, affine(b, join.factor, join.offset))
 
     def compare(self, batch: Prefixes | Candidates) -> npt.NDArray[np.bool_]:

@@ -35,7 +35,6 @@ from itertools import combinations
 from core.fields import TIME_ORDERS, FieldTest, events_name, selection_name, time_order_name
 from core.times import TIME_FIELD
 from monitor.plan.degrees import DegreeBound, degree_bounds
-from monitor.plan.implied import implied
 from monitor.plan.windows import time_bounds
 from monitor.query.ast import Atom, FieldRef, Filter, Literal, Predicate, Query
 
@@ -111,9 +110,7 @@ def rewrite(
     if not query.has_events:  # set semantics only: the atoms read the relations as named
         reads = tuple((a.relation, ()) for a in query.atoms if a.relation in events)
         return EventQuery(source, query, {}, tuple(dict.fromkeys(reads)))
-    query = replace(
-        query, predicates=query.predicates + within(source) + implied(source.predicates)
-    )
+    query = replace(query, predicates=query.predicates + within(source))
     atoms: list[Atom] = []
     edges: dict[str, str] = {}
     selections: list[tuple[str, tuple[FieldTest, ...]]] = []

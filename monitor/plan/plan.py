@@ -131,9 +131,6 @@ class FieldFilter:
     #: The right side is ``factor * right_field + offset``.
     factor: float = 1.0
     offset: float = 0.0
-    #: Implied by a chain of the query's filters (:mod:`monitor.plan.implied`): compared with
-    #: a tolerance (:func:`core.fields.compare_implied`).
-    implied: bool = False
 
     def describe(self, order: tuple[str, ...]) -> str:
         right = f"{order[self.right]}.{self.right_field}"
@@ -141,8 +138,7 @@ class FieldFilter:
             right = f"{self.factor:g} * {right}"
         if self.offset:
             right = f"{right} {'+' if self.offset > 0 else '-'} {format_duration(abs(self.offset))}"
-        implied = " (implied)" if self.implied else ""
-        return f"{order[self.left]}.{self.left_field} {self.op} {right}{implied}"
+        return f"{order[self.left]}.{self.left_field} {self.op} {right}"
 
 
 @dataclass(frozen=True)

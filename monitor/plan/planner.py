@@ -75,10 +75,10 @@ def attribute_order(query: Query, seed: int, forward: bool = True) -> tuple[str,
 
     A variable can come next when some atom holds it and otherwise only bound variables; among
     those, the one with the most such atoms wins, then the edge variable with the most join
-    filters against bound ones (written ones, then implied ones; they prune its stage:
-    ``t3.amount <= t2.amount`` with ``t3`` bound puts ``t2`` before ``t1``), then head order.
-    A :func:`range_step`, when one is possible, comes first: its edge variable, then the far
-    end of its event (``forward``: which direction of time :func:`range_step` prefers).
+    filters against bound ones (they prune its stage: ``t3.amount <= t2.amount`` with ``t3``
+    bound puts ``t2`` before ``t1``), then head order. A :func:`range_step`, when one is
+    possible, comes first: its edge variable, then the far end of its event (``forward``:
+    which direction of time :func:`range_step` prefers).
     """
     order = list(dict.fromkeys(query.atoms[seed].variables))
     while len(order) < len(query.head):
@@ -87,7 +87,7 @@ def attribute_order(query: Query, seed: int, forward: bool = True) -> tuple[str,
             order += [step.edge, step.far]
             continue
         bound = set(order)
-        best: tuple[int, int, int, int, str] | None = None
+        best: tuple[int, int, int, str] | None = None
         for rank, var in enumerate(query.head):
             if var in bound:
                 continue
@@ -101,8 +101,7 @@ def attribute_order(query: Query, seed: int, forward: bool = True) -> tuple[str,
             connected = any(set(a.variables) - {var} for a in links)
             if not connected:
                 continue
-            written, implied = _joins(query, var, bound)
-            score = (-len(links), -written, -implied, rank, var)
+            score = (-len(links), -_joins(query, var, bound), rank, var)
             if best is None or score < best:
                 best = score
         if best is None:
@@ -248,19 +247,16 @@ def build(
     )
 
 
-def _joins(query: Query, var: str, bound: set[str]) -> tuple[int, int]:
-    """How many join filters tie edge variable ``var`` to bound edge variables: written ones,
-    then implied ones (:mod:`monitor.plan.implied`: composed of written ones, so weaker)."""
-    tied = [
-        p
+def _joins(query: Query, var: str, bound: set[str]) -> int:
+    """How many join filters tie edge variable ``var`` to bound edge variables."""
+    return sum(
+        1
         for p in query.predicates
         if isinstance(p.right, FieldRef)
         and {p.left.edge, p.right.edge} - {var} <= bound
         and var in (p.left.edge, p.right.edge)
         and p.left.edge != p.right.edge
-    ]
-    implied = sum(p.implied for p in tied)
-    return len(tied) - implied, implied
+    )
 
 
 def _field_filters(query: Query, column: dict[str, int]) -> list[FieldFilter]:
@@ -286,7 +282,6 @@ def _field_filters(query: Query, column: dict[str, int]) -> list[FieldFilter]:
                 right.name,
                 p.factor,
                 p.offset,
-                p.implied,
             )
         )
     return out

@@ -108,9 +108,6 @@ class Predicate:
     #: ``t1.ts + 10m``: offsets are durations in milliseconds, on times only).
     factor: float = 1.0
     offset: float = 0.0
-    #: Composed by the planner from a chain of the query's filters, not written
-    #: (:mod:`monitor.plan.implied`): compared with a tolerance.
-    implied: bool = field(default=False, compare=False)
 
     @property
     def edges(self) -> tuple[str, ...]:
@@ -130,7 +127,7 @@ class Predicate:
         if self.offset:
             sign = "+" if self.offset > 0 else "-"
             right = f"{right} {sign} {format_duration(abs(self.offset))}"
-        return f"{self.left} {self.op} {right}" + (" (implied)" if self.implied else "")
+        return f"{self.left} {self.op} {right}"
 
 
 @dataclass(frozen=True)

@@ -192,3 +192,21 @@ def test_a_range_holds_the_bounds_it_computes_and_leaves_strict_ones_to_filters(
     assert fields == ["t1.ts < t2.ts", "t1.ts <= t2.ts + 5m"]
     assert [f.describe(by_t2.order) for f in backward.holds] == ["t1.ts <= t2.ts + 5m"]
     assert len(by_t2.stages[0].fields) == 4
+
+
+def test_a_ring_seeded_by_its_last_hop_ranges_over_the_hop_before_it() -> None:
+    """The seed's amount bounds the hop before it (``p_6.amount >= 0.8 * p_5.amount``); only
+    ``within`` bounds the first hop: the plan ranges back from the seed's source, where the
+    filters prune, and the first hop's seed forward from its end. (With no such filter, as in
+    ``ring_4``, the first of the steps in atom order: the test above.)"""
+    (query,) = parse_queries(
+        """round_trip(a) := transfer{6,6}(a, a) as p, p.amount >= 1000, next(p).ts > p.ts,
+        next(p).amount >= 0.8 * p.amount, within 7d, distinct."""
+    )
+    firsts = {}
+    for plan in delta_queries(rewrite(query, event_relations((query,))).internal):
+        first = plan.stages[0].extenders[0]
+        assert isinstance(first, RangeExtender), plan.describe()
+        firsts[plan.order[plan.seed.columns[-1]], plan.seed.sign] = plan.order[first.key[0]]
+    assert firsts["p_6", 0] == "p_v5"  # (the seed's source: the hop before it ends there)
+    assert firsts["p_1", 0] == "p_v1"  # (the seed's destination: the next hop starts there)
