@@ -75,42 +75,47 @@ def run_trie(
     runner: type[StageRunner] = StageRunner,
 ) -> int:
     """Extend ``seeds`` through the trie below ``root``; the peak prefixes alive at once."""
-    budget = max(1, max_prefixes // root.depth)
-    runners: dict[int, StageRunner] = {}
-    peak = 0
+    run = _TrieRun(index, max(1, max_prefixes // root.depth), emit, runner)
+    n = len(seeds)
+    for lo in range(0, n, run.budget):
+        run.descend(root, seeds.slice(lo, min(lo + run.budget, n)), 0)
+    return run.peak
 
-    def descend(node: Node, prefixes: Prefixes, alive: int) -> None:
-        nonlocal peak
+
+class _TrieRun:
+    """One run of a trie over an epoch's seeds: its stage runners (made as the run reaches
+    them), its budget and peak. A class, not a closure calling itself: a closure's cycle would
+    keep the runners, and the index versions they read, until the cyclic collector ran."""
+
+    def __init__(
+        self, index: IndexReader, budget: int, emit: PlanEmit, runner: type[StageRunner]
+    ) -> None:
+        self.index, self.budget, self.emit, self.runner = index, budget, emit, runner
+        self.runners: dict[int, StageRunner] = {}
+        self.peak = 0
+
+    def descend(self, node: Node, prefixes: Prefixes, alive: int) -> None:
         alive += len(prefixes)
-        peak = max(peak, alive)
+        self.peak = max(self.peak, alive)
         for query, plan in node.ends:
-            emit(
-                query,
-                plan,
-                Prefixes(tuple(prefixes.columns[c] for c in plan.output), prefixes.diff),
-            )
+            columns = tuple(prefixes.columns[c] for c in plan.output)
+            self.emit(query, plan, Prefixes(columns, prefixes.diff))
         for child in node.children.values():
             assert child.stage is not None
-            stage = runners.get(id(child))
+            stage = self.runners.get(id(child))
             if stage is None:
-                stage = runners[id(child)] = runner(child.stage, index)
+                stage = self.runners[id(child)] = self.runner(child.stage, self.index)
             winner, counts, keys = stage.counts(prefixes)
             live = np.flatnonzero(counts > 0)
             part_of = prefixes
             if live.shape[0] < counts.shape[0]:
                 part_of, winner, counts = prefixes.take(live), winner[live], counts[live]
                 keys = [k[live] for k in keys]
-            for lo, hi in _chunks(counts, budget):
-                extended = stage.extend(
-                    part_of.slice(lo, hi), winner[lo:hi], [k[lo:hi] for k in keys]
-                )
+            for lo, hi in _chunks(counts, self.budget):
+                part = [k[lo:hi] for k in keys]
+                extended = stage.extend(part_of.slice(lo, hi), winner[lo:hi], part)
                 if len(extended):
-                    descend(child, extended, alive)
-
-    n = len(seeds)
-    for lo in range(0, n, budget):
-        descend(root, seeds.slice(lo, min(lo + budget, n)), 0)
-    return peak
+                    self.descend(child, extended, alive)
 
 
 def _seed_shape(plan: DeltaQuery) -> Any:

@@ -7,6 +7,7 @@ gets when each of its plans runs alone, on random streams with deletes and expir
 
 from __future__ import annotations
 
+import gc
 import itertools
 from collections import Counter
 from typing import Any
@@ -15,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from monitor.engine.delta import DeltaEvaluator
+from monitor.engine.extend import StageRunner
 from monitor.engine.shared import PlanTrie
 from monitor.plan.events import event_relations, rewrite
 from monitor.query import parse_queries
@@ -92,3 +94,23 @@ def test_shared_stages_give_every_query_the_change_its_plans_give_alone(
     ops: list[tuple[Any, ...]], cuts: list[int]
 ) -> None:
     assert run(ops, cuts, True) == run(ops, cuts, False)
+
+
+def test_a_run_leaves_no_stage_runner_for_the_cyclic_collector() -> None:
+    """The runners of an epoch read the index's versions of that epoch: once it is evaluated,
+    nothing may keep them (a cycle would, until the cyclic collector ran: the memory of a long
+    run grew by a version an epoch, 380 -> 690 MiB over bench.typologies' 2M events)."""
+    ops = [("insert", i, i % 3, (i + 1) % 3, 2, i) for i in range(12)]
+    processor = EpochProcessor(
+        parse_queries(QUERIES), Settings(allowed_lateness=0, watermark_outliers=0)
+    )
+    gc.collect()
+    gc.disable()
+    try:
+        for lo in range(0, len(ops), 4):
+            processor.process(batch(ops[lo : lo + 4], lo))
+            processor.commit()
+        left = [o for o in gc.get_objects() if isinstance(o, StageRunner)]
+    finally:
+        gc.enable()
+    assert left == []
