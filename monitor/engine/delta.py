@@ -18,10 +18,10 @@ import numpy as np
 
 from monitor.engine.consolidate import consolidate
 from monitor.engine.extend import IndexReader, StageRunner
-from monitor.engine.pipeline import Emit, run_plan
+from monitor.engine.pipeline import Emit, Pipeline, run_plan
 from monitor.engine.prefixes import Prefixes
 from monitor.engine.seeds import seed_prefixes
-from monitor.engine.shared import PlanTrie, run_trie
+from monitor.engine.shared import PlanTrie
 from monitor.index.graph import Change
 from monitor.index.levels import I32, I64
 from monitor.plan.plan import DeltaQuery
@@ -140,7 +140,7 @@ class DeltaEvaluator:
                 continue
             seeds = seed_prefixes(plan, change.columns, change.diff.astype(np.int64), index)
             stats.seeds += len(seeds)
-            peak = run_trie(root, index, seeds, self.max_prefixes, emit, self.runner)
+            peak = Pipeline(root, index, self.max_prefixes, self.runner).run(seeds, emit)
             stats.peak_prefixes = max(stats.peak_prefixes, peak)
         return produced
 
