@@ -4,14 +4,13 @@ A group's row says that it started or stopped holding; an analyst wants the tran
 it. The groups keep no binding (:mod:`monitor.service.grouped`: counts, sums and distinct
 values only), so the events are found when a row is written: one static evaluation of the
 query's body over the staged index, seeded by the epoch's group rows
-(:func:`~monitor.engine.static.enumerate_given`), its bindings kept, when the aggregate keeps
-a window of its own, where the binding is
-counted (its earliest event within ``over`` of the watermark the epoch began with). Each row
-lists the distinct ids of its bindings' events, sorted as text, at most ``--output-limit``
-(0: no list): the same bytes in a rerun. The work (the groups' bindings, found from the
-groups: ``scatter_gather``'s ``b`` among ``a``'s successors and ``c``'s predecessors) is done on
-the epochs that write group rows only, by
-either engine (:class:`Bindings`: the single process's or the partitioned one's evaluation).
+(:func:`~monitor.engine.static.enumerate_given`: ``scatter_gather``'s ``b`` is one of ``a``'s
+successors among ``c``'s predecessors), its bindings kept, when the aggregate keeps a window of
+its own, where the binding is counted (its earliest event within ``over`` of the watermark the
+epoch began with). Each row lists the distinct ids of its bindings' events, sorted as text, at
+most ``--output-limit`` (0: no list): the same bytes in a rerun. The work (the groups'
+bindings) is done on the epochs that write group rows only, by either engine
+(:class:`Bindings`: the single process's or the partitioned one's evaluation).
 """
 
 from __future__ import annotations
