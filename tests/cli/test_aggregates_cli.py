@@ -104,3 +104,15 @@ def test_initial_group_rows_carry_their_events_as_streamed_rows_do(tmp_path: Pat
         assert [(r["epoch"], r["diff"], r["values"], r["events"]) for r in out] == [
             (0, 1, {"count_distinct_a": 3}, ["t0", "t1"]),  # (the first 2 of t0, t1, t2)
         ], workers
+
+
+def test_explain_counts_the_stages_a_path_s_lengths_share() -> None:
+    query = (
+        "rt(a) := transfer{5,6}(a, a) as p, next(p).ts > p.ts, "
+        "next(p).amount >= 0.8 * p.amount, within 7d, distinct."
+    )
+    text = cli("explain", query).stdout.decode()
+    shared = [line for line in text.splitlines() if line.startswith("# stages run once")]
+    assert len(shared) == 1 and int(shared[0].rsplit(": ", 1)[1]) >= 4, shared
+    single = cli("explain", "pair(a, b) := transfer(a, b) as t, transfer(b, a) as u.").stdout
+    assert b"# stages run once" not in single
