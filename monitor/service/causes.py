@@ -17,12 +17,16 @@ window moved). Per atom of the query, whole columns at a time:
 
 A body pruned by degree bounds (:mod:`monitor.plan.degrees`) also loses bindings that still
 hold, when a vertex of theirs falls below a bound: a retraction with none of these causes (no
-event of it expired either) is ``pruned``, which only the aggregates read.
+event of it expired either) is ``pruned``, which only the aggregates read. So is one whose table
+record was written again in the epoch while the new record re-forms it (:data:`Holds`: the
+binding holds at ``NEW`` without the bounds, the record re-bound): the bound took it out, not
+the update.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
+from contextlib import AbstractContextManager
 from typing import Protocol
 
 import numpy as np
@@ -30,12 +34,17 @@ import numpy.typing as npt
 
 from core.columns import Coded
 from core.fields import selection_name
+from monitor.engine.extend import IndexReader
+from monitor.engine.static import enumerate_given
 from monitor.index.events import EventChanges
 from monitor.index.graph import Change
 from monitor.index.levels import I32
 from monitor.query.ast import Query
 
 EXPIRED, DELETED, UPDATED, PRUNED = "expired", "deleted", "updated", "pruned"
+#: ``holds(variables, rows)``: which ``rows`` (dense columns of ``variables``) some binding of
+#: the body without its degree bounds extends at ``NEW``.
+Holds = Callable[[tuple[str, ...], list[I32]], npt.NDArray[np.bool_]]
 
 
 class EpochEvents(Protocol):
@@ -70,9 +79,11 @@ def causes(
     events: EpochEvents,
     changes: Mapping[str, Change],
     pruned: bool = False,
+    holds: Holds | None = None,
 ) -> Coded:
     """Per row of ``query``'s deltas (dense columns: the head, then the edge variables), its
-    cause when it is a -1 (absent for +1 rows); ``pruned``: the body has degree bounds."""
+    cause when it is a -1 (absent for +1 rows); ``pruned``: the body has degree bounds, and
+    ``holds`` tells its retractions whose table record was written again apart."""
     codes = np.full(diff.shape[0], -1, np.int8)
     out = Coded(codes, _CAUSES)
     gone = np.flatnonzero(diff < 0)
@@ -110,6 +121,13 @@ def causes(
                 expired |= lost & lapsed
             else:
                 deleted |= _rows_in(rows, _removed(changes.get(atom.relation)))
+    if pruned and holds is not None and updated.any():
+        at = {name: k for k, name in enumerate((*query.head, *query.edges))}
+        records = {a.edge for a in query.atoms if a.relation in tables and a.edge}
+        kept = tuple(v for v in at if v not in records)
+        candidates = np.flatnonzero(updated & ~deleted)
+        again = holds(kept, [columns[at[v]][gone[candidates]] for v in kept])
+        updated[candidates[again]] = False
     if pruned:
         cause = np.where(expired, _CAUSES.index(EXPIRED), _CAUSES.index(PRUNED))
     else:
@@ -163,3 +181,30 @@ def _rows_in(rows: Sequence[I32], table: Sequence[I32]) -> npt.NDArray[np.bool_]
 def _as_rows(columns: Sequence[I32]) -> npt.NDArray[np.void]:
     stacked = np.ascontiguousarray(np.stack([c.astype(np.int32) for c in columns], axis=1))
     return stacked.view(np.dtype((np.void, 4 * len(columns)))).reshape(-1)
+
+
+def holding(
+    body: Query,
+    index: IndexReader,
+    complete: Callable[[], AbstractContextManager[object]],
+    variables: tuple[str, ...],
+    rows: list[I32],
+) -> npt.NDArray[np.bool_]:
+    """:data:`Holds` over the staged index: the bindings of ``body`` (without its degree
+    bounds) seeded by ``rows`` (:func:`~monitor.engine.static.enumerate_given`), with the
+    events store complete for its reads (``complete``). The few retractions of an epoch that
+    both prunes and rewrites a table record, one set lookup each."""
+    n = rows[0].shape[0] if rows else 0
+    if not n:
+        return np.zeros(0, np.bool_)
+    at = [body.head.index(v) for v in variables]
+    found: set[tuple[int, ...]] = set()
+
+    def take(columns: list[I32]) -> None:
+        found.update(zip(*(columns[k].tolist() for k in at), strict=True))
+
+    distinct = np.unique(np.stack(rows, axis=1), axis=0)
+    given = [np.ascontiguousarray(distinct[:, k]) for k in range(len(variables))]
+    with complete():
+        enumerate_given(body, index, variables, given, take)
+    return np.array([r in found for r in zip(*(c.tolist() for c in rows), strict=True)], np.bool_)

@@ -14,6 +14,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 import numpy as np
 import numpy.typing as npt
@@ -38,7 +39,7 @@ from monitor.plan.cut import Cut
 from monitor.plan.needs import unread
 from monitor.query.ast import Query
 from monitor.service import match_ids as match_id_kernels
-from monitor.service.causes import causes
+from monitor.service.causes import causes, holding
 from monitor.service.clock import EventClock, epoch_tick
 from monitor.service.contributions import contributed
 from monitor.service.event_plan import event_field_types, event_plan, names, positional_events
@@ -313,7 +314,10 @@ class EpochProcessor:
         extra: dict[str, Member] = {}
         pruned = bool(self.rewritten[i].degrees)  # (its groups tell pruned retractions apart)
         if self.caused or pruned:
-            extra["cause"] = causes(source, columns, diff, self.events, self._changes, pruned)
+            holds = partial(holding, self.rewritten[i].whole, self.index, self.events.complete)
+            extra["cause"] = causes(
+                source, columns, diff, self.events, self._changes, pruned, holds
+            )
         if reads is None or reads.match_ids:  # (with every edge variable: the window's keys)
             extra["match_id"] = match_ids(source.name, ids, diff.shape[0])
         return QueryOutput(source.name, source.head, vertices, diff, edges, extra)
