@@ -1,23 +1,27 @@
 """``subgraph-monitor run`` as a user runs it: the benchmarks' end-to-end figures.
 
-The command is the console script installed beside this Python (``subgraph-monitor``; without
-it, ``python -m monitor``, the same entry point), its match deltas written to ``/dev/null``.
-Measured from outside, as Flink SQL's jobs are: wall time from the process's start (``Popen``)
-to its exit (``wait4``), so starting the interpreter, importing, reading and decoding the JSON
-lines, the engine, and encoding and writing the output are all in; from ``wait4`` as well, the
-process's CPU time and its peak RSS. A child's ``ru_maxrss`` starts from the RSS of the process
-that started it (Linux keeps the larger at ``exec``), and the benchmarks hold their streams and
-engines, so the command is started from a fresh, small Python, ``python -m bench.end_to_end``
-(:func:`main`), which measures it and reports as JSON.
+The command is the console script installed beside this Python (``subgraph-monitor``; without it,
+``python -m monitor``, the same entry point), its match deltas written to ``/dev/null``. Measured
+from outside, as Flink SQL's jobs are: wall time from the process's start (``Popen``) to its exit
+(``wait4``), so starting the interpreter, importing (from bytecode, as an installation does:
+:func:`compiled`), reading and decoding the JSON lines, the engine, and encoding and writing the
+output are all in; from ``wait4`` as well, the process's CPU time and its peak RSS. A child's
+``ru_maxrss`` starts from the RSS of the process that started it (Linux keeps the larger at
+``exec``), and the benchmarks hold their streams and engines, so the command is started from a
+fresh, small Python, ``python -m bench.end_to_end`` (:func:`main`), which measures it and reports
+as JSON.
+
 From the process's summary on stderr (:func:`summary`): the updates it read, its epochs, each
 query's ``+1`` and ``-1`` deltas, and its own elapsed time (from its processor's start to the
-summary: no interpreter start, no imports); from its progress lines (:func:`progress`; one
-after every epoch with ``SGM_PROGRESS_SECONDS`` tiny), the updates read and the seconds since
-its job started at each, which time a stretch of its epochs on its own clock.
+summary: no interpreter start, no imports); from its progress lines (:func:`progress`; one after
+every epoch with ``SGM_PROGRESS_SECONDS`` tiny), the updates read and the seconds since its job
+started at each, which time a stretch of its epochs on its own clock.
 """
 
 from __future__ import annotations
 
+import compileall
+import functools
 import json
 import os
 import re
@@ -74,10 +78,20 @@ def command() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "monitor"]
 
 
+@functools.cache
+def compiled() -> None:
+    """The packages' bytecode written, as an installation has it (``pip install`` compiles
+    what it installs, the image runs ``compileall``): an editable checkout under
+    ``PYTHONDONTWRITEBYTECODE`` would compile every module from source at every start."""
+    for package in ("core", "monitor", "connectors"):
+        compileall.compile_dir(ROOT / package, quiet=1)
+
+
 def run_cli(arguments: list[str], env: dict[str, str] | None = None) -> CliRun:
     """``subgraph-monitor run ARGUMENTS`` with stdout to ``/dev/null`` (and ``env`` added to
     this environment), timed and parsed; :class:`RuntimeError` with the end of its stderr if it
     fails. It runs on the CPUs this process may use (the benchmarks pin themselves first)."""
+    compiled()
     argv = [*command(), "run", *arguments]
     measure = [sys.executable, "-m", "bench.end_to_end", *argv]
     environment = {**os.environ, **(env or {})}

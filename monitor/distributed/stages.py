@@ -17,7 +17,7 @@ import numpy.typing as npt
 
 from monitor.distributed.routing import Request, exchange, proposals, scattered
 from monitor.distributed.sharded import ShardedIndex, ShardedView
-from monitor.engine.extend import AdjacencySource, Keys, StageRunner
+from monitor.engine.extend import AdjacencySource, Keys, StageRunner, fewest
 from monitor.engine.prefixes import Candidates, Prefixes
 from monitor.index.levels import I32, I64
 from monitor.plan.plan import Stage
@@ -46,11 +46,7 @@ class ShardedStageRunner(StageRunner):
             (view.head, probe.keys, ()) for view, probe in zip(self.views, keys, strict=True)
         ]
         answers = exchange(self.shards, "count", requests)
-        counts = np.stack([scattered(a, n, np.int64) for a in answers])
-        if len(self.sources) == 1:
-            return np.zeros(n, np.intp), counts[0], keys
-        winner = np.argmin(counts, axis=0)
-        return winner, counts[winner, np.arange(n)], keys
+        return (*fewest([scattered(a, n, np.int64) for a in answers]), keys)
 
     def extend(self, prefixes: Prefixes, winner: npt.NDArray[np.intp], keys: Keys) -> Prefixes:
         if not self.adjacent:
