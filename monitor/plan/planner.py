@@ -18,6 +18,7 @@ from itertools import combinations
 from core.errors import PlanError
 from core.fields import base_relation, time_order_side
 from monitor.plan.cut import Cut, cut_of, projections
+from monitor.plan.implied import without_implied
 from monitor.plan.plan import (
     Check,
     Comparison,
@@ -240,7 +241,7 @@ def build(
         seed_plan,
         first_checks,
         first_comparisons,
-        tuple(stages),
+        without_implied(first_joins, stages, width),
         tuple(column[v] for v in query.head),
         first_joins,
         first_guards,
