@@ -167,7 +167,8 @@ def wait_consumed(
             if exited is not None and not svc.restarted_after(exited):
                 raise AssertionError(f"the service exited with {exited}:\n{svc.log_text()[-5000:]}")
         time.sleep(0.5)
-    logs = svc.logs[-1].read_text(errors="replace")[-3000:] if svc is not None else ""
+    # (enough of the log to follow a rebalance to its end: a broker restart's is ~10 kB)
+    logs = svc.log_text()[-20000:] if svc is not None else ""
     raise AssertionError(
         f"group {group} did not consume {topic} to {ends} in {timeout}s "
         f"(committed: {committed(bootstrap, group, topic, list(ends))})\n{logs}"
