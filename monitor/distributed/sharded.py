@@ -67,8 +67,9 @@ class ShardedView:
         return proposals(answers, keys.shape[0])
 
     def contains(
-        self, keys: npt.NDArray[np.integer], values: npt.NDArray[np.integer]
+        self, keys: npt.NDArray[np.integer] | Probe, values: npt.NDArray[np.integer]
     ) -> npt.NDArray[np.bool_]:
+        keys = self._keys(keys)
         answers = exchange(self.shards, "contains", [(self.head, keys, (values,))])[0]
         found: npt.NDArray[np.bool_] = scattered(answers, keys.shape[0], np.bool_)
         return found

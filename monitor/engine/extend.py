@@ -59,7 +59,7 @@ class View(Protocol):
     def propose(self, keys: npt.NDArray[np.integer] | Probe) -> tuple[I64, I32]: ...
 
     def contains(
-        self, keys: npt.NDArray[np.integer], values: npt.NDArray[np.integer]
+        self, keys: npt.NDArray[np.integer] | Probe, values: npt.NDArray[np.integer]
     ) -> npt.NDArray[np.bool_]: ...
 
 
@@ -115,7 +115,7 @@ class AdjacencySource:
         return self.view.propose(probe)
 
     def contains(self, probe: Probe, values: I32) -> npt.NDArray[np.bool_]:
-        return self.view.contains(probe.keys, values)
+        return self.view.contains(probe, values)
 
 
 def source(extender: Extender, index: IndexReader) -> Source:

@@ -134,16 +134,27 @@ class AdjacencyView:
         return owner, values
 
     def contains(
-        self, keys: npt.NDArray[np.integer], values: npt.NDArray[np.integer]
+        self, keys: npt.NDArray[np.integer] | Probe, values: npt.NDArray[np.integer]
     ) -> npt.NDArray[np.bool_]:
         """For each ``(keys[i], values[i])``, whether the pair is present (the intersection:
         :mod:`monitor.index.kernels`; many values of one key, as a unary relation's check
-        has, through a mask of that key's values)."""
+        has, through a mask of that key's values). A :class:`Probe` of the keys gives their
+        ranges in the level, which the compiled kernel then does not search again."""
+        probe = keys if isinstance(keys, Probe) else None
+        keys = keys.keys if isinstance(keys, Probe) else keys
         n = int(keys.shape[0])
         if n >= MASK_MIN and keys[0] == keys[-1] and (keys == keys[0]).all():
             found = self._masked(int(keys[0]), values)
             if found is not None:
                 return found
+        if probe is not None and kernels.KERNELS == "numba":
+            lo, hi = probe.lo, probe.hi
+            if lo is None or hi is None:
+                lo = hi = np.zeros(n, np.int64)
+            ranged: npt.NDArray[np.bool_] = kernels.compiled_contains(
+                self.offsets, self.targets, self.delta.pairs, self.delta.diff, keys, values, lo, hi
+            )
+            return ranged
         return contains(
             self.offsets,
             self.targets,

@@ -36,7 +36,7 @@ from core.compiled import AVAILABLE, ENABLED, njit
 from monitor.index.levels import I8, I32, I64, VALUE_BITS, VALUE_MASK, pack
 
 if AVAILABLE:
-    from monitor.index.levels import gallop, lower_bound
+    from monitor.index.levels import compiled_key_ranges, gallop, lower_bound
 
 Offsets = npt.NDArray[np.signedinteger[Any]]
 """CSR offsets: ``int32`` while they fit (half the bytes per key), else ``int64``."""
@@ -96,23 +96,19 @@ COMPILED = AVAILABLE
 if COMPILED:
 
     @njit(cache=True, nogil=True)
-    def compiled_contains(offsets, targets, level_pairs, level_diff, keys, values):  # type: ignore[no-untyped-def]
+    def compiled_contains(offsets, targets, level_pairs, level_diff, keys, values, lo, hi):  # type: ignore[no-untyped-def]
         """:func:`numpy_contains` as one loop: per candidate a binary search in its key's CSR
-        segment and, when the level holds pairs of the key, one among those."""
+        segment and, when the level holds pairs of the key (``lo[i] < hi[i]``: the range of
+        its pairs, as :meth:`~monitor.index.levels.Level.key_ranges` gives it: a stage's probe
+        has it already), one among those."""
         n = keys.shape[0]
-        levels = level_pairs.shape[0]
         out = np.zeros(n, np.bool_)
-        previous = -1
-        first = last = 0  # the level's pairs of the previous key: candidates come by prefix
         key_before = -1
         value_before = at_before = 0  # the previous candidate and its position in the CSR
         for i in range(n):
             key = keys[i]
             value = values[i]
-            if levels and key != previous:
-                previous = key
-                first = lower_bound(level_pairs, 0, levels, np.int64(key) << VALUE_BITS)
-                last = gallop(level_pairs, first, levels, np.int64(key + 1) << VALUE_BITS)
+            first, last = lo[i], hi[i]
             end = offsets[key + 1]
             if key == key_before and value >= value_before:
                 # The key's next candidate, in order: gallop on from the last position (a
@@ -213,10 +209,26 @@ if COMPILED:
             raise AssertionError("a level pair contradicts the compacted adjacency")
 
 
+def searching_contains(
+    offsets: Offsets,
+    targets: I32,
+    level_pairs: I64,
+    level_diff: I8,
+    keys: npt.NDArray[np.integer],
+    values: npt.NDArray[np.integer],
+) -> npt.NDArray[np.bool_]:
+    """:func:`compiled_contains`, the level's range of each key searched first."""
+    lo, hi = compiled_key_ranges(level_pairs, keys)
+    found: npt.NDArray[np.bool_] = compiled_contains(
+        offsets, targets, level_pairs, level_diff, keys, values, lo, hi
+    )
+    return found
+
+
 def _choose() -> tuple[Contains, str]:
     if not ENABLED:
         return numpy_contains, "numpy"
-    return compiled_contains, "numba"
+    return searching_contains, "numba"
 
 
 contains, KERNELS = _choose()

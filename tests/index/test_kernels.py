@@ -55,9 +55,14 @@ def cases(draw: st.DrawFn) -> tuple[np.ndarray, ...]:  # type: ignore[type-arg]
 @settings(max_examples=300, deadline=None)
 @given(cases())
 def test_both_kernels_answer_as_the_set_of_current_pairs(case: tuple[np.ndarray, ...]) -> None:  # type: ignore[type-arg]
+    """The numpy reference, the kernel in use, and a view given its probe of the keys (the
+    level's ranges of the keys, which the compiled kernel then reads instead of searching)."""
     *arguments, expected = case
     assert kernels.numpy_contains(*arguments).tolist() == expected.tolist()
     assert kernels.contains(*arguments).tolist() == expected.tolist()
+    offsets, targets, level_pairs, level_diff, keys, values = arguments
+    view = adjacency.AdjacencyView(offsets, targets, Level.of(level_pairs, level_diff))
+    assert view.contains(view.probe(keys), values).tolist() == expected.tolist()
 
 
 @settings(max_examples=300, deadline=None)
@@ -110,15 +115,28 @@ def test_both_proposals_are_the_current_values_of_each_key(case: tuple[np.ndarra
 @given(cases())
 def test_both_key_ranges_are_the_positions_of_each_keys_pairs(case: tuple[np.ndarray, ...]) -> None:  # type: ignore[type-arg]
     """The level's range of every probed key (absent keys, repeats, ascending runs that gallop,
-    keys past the last pair): the compiled pass and the numpy searches against a scan."""
+    keys past the last pair): the numpy searches, the compiled pass and the table's lookups
+    against a scan; a key the level does not hold has an empty range."""
     _, _, level_pairs, level_diff, probe_keys, _, _ = case
     keys = level_pairs >> 32
-    want_lo = [int(np.count_nonzero(keys < k)) for k in probe_keys.tolist()]
-    want_hi = [int(np.count_nonzero(keys <= k)) for k in probe_keys.tolist()]
+    want = [
+        (int(np.count_nonzero(keys < k)), int(np.count_nonzero(keys <= k)))
+        for k in probe_keys.tolist()
+    ]
     level = Level.of(level_pairs, level_diff)
-    for compiled in (False, True) if kernels.COMPILED else (False,):
-        lo, hi = level.key_ranges(probe_keys, compiled=compiled)
-        assert (lo.tolist(), hi.tolist()) == (want_lo, want_hi)
+    found = [level.key_ranges(probe_keys, compiled=False)]
+    if kernels.COMPILED:
+        from monitor.index.levels import compiled_key_ranges, compiled_table_ranges
+
+        found.append(compiled_key_ranges(level.pairs, probe_keys))
+        found.append(compiled_table_ranges(*level.table, probe_keys))
+        found.append(level.key_ranges(probe_keys))  # (the table, once built)
+    for lo, hi in found:
+        got = list(zip(lo.tolist(), hi.tolist(), strict=True))
+        assert [r for r, w in zip(got, want, strict=True) if w[0] < w[1]] == [
+            w for w in want if w[0] < w[1]
+        ]
+        assert all(a == b for (a, b), w in zip(got, want, strict=True) if w[0] == w[1])
 
 
 @settings(max_examples=300, deadline=None)
@@ -206,3 +224,24 @@ def test_the_compiled_merge_of_levels_is_numpys(case: tuple[Level, Level]) -> No
         for p, d in zip(level.pairs.tolist(), level.diff.tolist(), strict=True):
             summed[p] = summed.get(p, 0) + d
     assert got.pairs.tolist() == sorted(p for p, d in summed.items() if d)
+
+
+@pytest.mark.skipif(not kernels.COMPILED, reason="the table is the compiled path's")
+def test_a_level_s_table_finds_every_key_among_those_sharing_its_slots() -> None:
+    """Thousands of keys in a table twice their number: many share a first slot and are
+    found further on (linear probing); keys between them are not found."""
+    rng = np.random.default_rng(3)
+    held = np.unique(rng.integers(0, 1 << 30, 5000)) * 2  # (even: the odd ones are absent)
+    counts = rng.integers(1, 4, held.shape[0])
+    keys = np.repeat(held, counts)
+    pairs = pack(keys, np.concatenate([np.arange(c) for c in counts]))
+    level = Level.of(pairs, np.ones(pairs.shape[0], np.int8))
+    table_keys = level.table[0]
+    mask = table_keys.shape[0] - 1
+    first = ((held.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(32)) & mask
+    slot = {int(k): i for i, k in enumerate(table_keys.tolist()) if k >= 0}
+    assert sum(slot[int(k)] != int(f) for k, f in zip(held, first, strict=True)) > 100
+    probes = np.concatenate([held, held + 1])
+    lo, hi = level.key_ranges(probes)
+    assert (hi - lo).tolist() == [*counts.tolist(), *[0] * held.shape[0]]
+    assert (pairs[lo[: held.shape[0]]] >> 32).tolist() == held.tolist()
