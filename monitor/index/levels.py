@@ -71,10 +71,10 @@ class Level:
     ) -> tuple[I64, I64]:
         """For each key, the range ``[lo, hi)`` of its pairs (empty, ``lo == hi``, for a key
         the level does not hold): compiled, a lookup in the level's table of keys
-        (:attr:`table`) once the keys asked for are an eighth of its pairs or more, else one
+        (:attr:`table`) once as many keys are asked for as it has pairs, else one
         pass of binary searches (:func:`compiled_key_ranges`); in numpy, two ``searchsorted``
         calls."""
-        if compiled and ("table" in self.__dict__ or 8 * keys.shape[0] >= len(self)):
+        if compiled and ("table" in self.__dict__ or keys.shape[0] >= len(self)):
             found: tuple[I64, I64] = compiled_table_ranges(*self.table, keys)
             return found
         unique, inverse = distinct(keys, len(self))
@@ -87,13 +87,13 @@ class Level:
         return (lo, hi) if inverse is None else (lo[inverse], hi[inverse])
 
     @functools.cached_property
-    def table(self) -> tuple[I64, I64, I64]:
+    def table(self) -> tuple[I32, I32, I32]:
         """The level's keys in an open-addressing hash table (slots of key, -1 where empty,
         and the range of its pairs), built once, at the first large lookup: a key's range is
         then a probe or two, ~30 ns, where a binary search among a level's ten thousand pairs
         takes ~150 (the intersection of a round trip's first hop looks up 77M keys on 800k
         events)."""
-        built: tuple[I64, I64, I64] = compiled_key_table(self.pairs)
+        built: tuple[I32, I32, I32] = compiled_key_table(self.pairs)
         return built
 
     def lookup(self, packed: I64) -> I8:
@@ -327,9 +327,9 @@ if AVAILABLE:
         while size < 2 * count:
             size <<= 1
         mask = np.int64(size - 1)
-        keys = np.full(size, -1, np.int64)
-        lo = np.zeros(size, np.int64)
-        hi = np.zeros(size, np.int64)
+        keys = np.full(size, -1, np.int32)  # (keys and positions are below 2**31: 12 B a slot)
+        lo = np.zeros(size, np.int32)
+        hi = np.zeros(size, np.int32)
         previous = np.int64(-1)
         slot = np.int64(0)
         for i in range(n):
@@ -339,9 +339,9 @@ if AVAILABLE:
                 slot = _slot(key, mask)
                 while keys[slot] != -1:
                     slot = (slot + 1) & mask
-                keys[slot] = key
-                lo[slot] = i
-            hi[slot] = i + 1
+                keys[slot] = np.int32(key)
+                lo[slot] = np.int32(i)
+            hi[slot] = np.int32(i + 1)
         return keys, lo, hi
 
     @njit(cache=True, nogil=True)
@@ -363,7 +363,7 @@ if AVAILABLE:
                 while True:
                     held = table_keys[slot]
                     if held == key:
-                        first, last = table_lo[slot], table_hi[slot]
+                        first, last = np.int64(table_lo[slot]), np.int64(table_hi[slot])
                         break
                     if held == -1:
                         break
