@@ -61,6 +61,13 @@ class Probe:
     def __len__(self) -> int:
         return int(self.keys.shape[0])
 
+    def ranges(self) -> tuple[I64, I64]:
+        """The level's range of each key (empty ones where the view has no level)."""
+        if self.lo is None or self.hi is None:
+            none = np.zeros(self.keys.shape[0], np.int64)
+            return none, none
+        return self.lo, self.hi
+
     def __getitem__(self, rows: npt.NDArray[np.integer] | npt.NDArray[np.bool_] | slice) -> Probe:
         lo, hi = self.lo, self.hi
         return Probe(
@@ -105,9 +112,7 @@ class AdjacencyView:
         if kernels.KERNELS != "numba":
             return self._numpy_propose(keys.keys if isinstance(keys, Probe) else keys)
         probe = keys if isinstance(keys, Probe) else self.probe(keys)
-        lo, hi = probe.lo, probe.hi
-        if lo is None or hi is None:
-            lo = hi = np.zeros(probe.keys.shape[0], np.int64)
+        lo, hi = probe.ranges()
         owner: I64
         values: I32
         owner, values = kernels.compiled_propose(
@@ -148,9 +153,7 @@ class AdjacencyView:
             if found is not None:
                 return found
         if probe is not None and kernels.KERNELS == "numba":
-            lo, hi = probe.lo, probe.hi
-            if lo is None or hi is None:
-                lo = hi = np.zeros(n, np.int64)
+            lo, hi = probe.ranges()
             ranged: npt.NDArray[np.bool_] = kernels.compiled_contains(
                 self.offsets, self.targets, self.delta.pairs, self.delta.diff, keys, values, lo, hi
             )
