@@ -48,6 +48,7 @@ from monitor.index.graph import Change
 from monitor.index.levels import I32, I64
 from monitor.index.selections import Selection
 from monitor.index.time_kernels import F64
+from monitor.index.unique import first_rows
 from monitor.index.window import Tick, first_live
 from monitor.plan.cut import Cut
 
@@ -259,8 +260,8 @@ class ShardedEvents:
         groups = []
         for selection, part, _ in chosen:
             packed = (part.src.astype(np.int64) << 32) | part.dst.astype(np.int64)
-            pairs, first, inverse = np.unique(packed, return_index=True, return_inverse=True)
-            groups.append((selection, part, pairs, first, inverse.reshape(-1)))
+            first, inverse = first_rows(packed)  # (hashed: the pairs in any order)
+            groups.append((selection, part, packed[first], first, inverse))
         questions = [
             (s.events, [part.src[first], part.dst[first]]) for s, part, _, first, _ in groups
         ]

@@ -49,7 +49,7 @@ from monitor.index.graph import Change, GraphIndex
 from monitor.index.keys import TupleKeys
 from monitor.index.levels import I8, I32, I64, pack, unpack
 from monitor.index.time_kernels import F64, time_ranks
-from monitor.index.unique import sorted_distinct
+from monitor.index.unique import first_rows, sorted_distinct
 from monitor.plan.cut import Cut
 
 
@@ -173,8 +173,8 @@ class SelectionRelations:
         """The pairs that appear or disappear: selected events of each changed pair before
         the epoch, then after it (an unread pairs relation's change seeds all the same)."""
         events = self.graph.relations[self.selection.events]
-        pairs, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
-        inverse = inverse.reshape(-1)
+        first, inverse = first_rows(keys)  # (hashed: the pairs in any order)
+        pairs = keys[first]
         delta = np.bincount(inverse, weights=diff, minlength=pairs.shape[0]).astype(np.int64)
         before = events.primary.view(Cut.OLD).count(pairs)
         after = before + delta
@@ -202,8 +202,8 @@ class SelectionRelations:
         for name, (side, least) in self.degrees.items():
             ends, adjacency = (pairs[0], rel.forward) if side == "out" else (pairs[1], rel.reverse)
             assert adjacency is not None
-            vertices, inverse = np.unique(ends, return_inverse=True)
-            inverse = inverse.reshape(-1)
+            first, inverse = first_rows(ends)
+            vertices = ends[first]
             delta = np.bincount(inverse, weights=appears, minlength=vertices.shape[0])
             before = adjacency.view(Cut.OLD).count(vertices.astype(np.int64))
             after = before + delta.astype(np.int64)
