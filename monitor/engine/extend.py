@@ -174,11 +174,14 @@ class StageRunner:
         all_rows: list[npt.NDArray[np.int64]] = []
         all_values: list[I32] = []
         for e, chosen in enumerate(self.sources):
-            rows = np.flatnonzero(winner == e) if len(extenders) > 1 else np.arange(len(prefixes))
-            if not rows.shape[0]:
-                continue
-            owner, values = chosen.propose(keys[e][rows])
-            rows = rows[owner]
+            if len(extenders) == 1:  # (every prefix: its probe as it is, rows as proposed)
+                rows, values = chosen.propose(keys[e])
+            else:
+                rows = np.flatnonzero(winner == e)
+                if not rows.shape[0]:
+                    continue
+                owner, values = chosen.propose(keys[e][rows])
+                rows = rows[owner]
             if self.comparisons.comparisons:
                 # Comparisons are cheap: drop candidates before intersecting them.
                 keep = self.comparisons.compare(Candidates(prefixes, rows, values))
