@@ -16,6 +16,7 @@ import numpy.typing as npt
 
 from core.fields import affine, compare
 from monitor.engine.prefixes import Candidates, Prefixes
+from monitor.engine.shared_keys import distinct_probes, expanded
 from monitor.engine.time_order import EndpointSource, RangeSource
 from monitor.index.adjacency import Probe
 from monitor.index.levels import I32, I64
@@ -169,12 +170,34 @@ class StageRunner:
 
     def extend(self, prefixes: Prefixes, winner: npt.NDArray[np.intp], keys: Keys) -> Prefixes:
         """Every extension of every prefix by the stage's variable that passes the stage
-        (``keys``: :meth:`counts`'s of these prefixes)."""
-        extenders = self.stage.extenders
-        all_rows: list[npt.NDArray[np.int64]] = []
+        (``keys``: :meth:`counts`'s of these prefixes); intersected once per distinct tuple
+        of keys where they repeat (:mod:`monitor.engine.shared_keys`)."""
+        shared = distinct_probes(keys)
+        if shared is None:
+            rows, values = self._proposed(winner, keys, prefixes)
+        else:
+            first, inverse = shared
+            found, values = self._proposed(winner[first], [k[first] for k in keys], None)
+            rows, values = expanded(found, values, inverse, first.shape[0])
+            if self.comparisons.comparisons:
+                keep = self.comparisons.compare(Candidates(prefixes, rows, values))
+                rows, values = rows[keep], values[keep]
+        candidates = Candidates(prefixes, rows, values)
+        if self.checks.active:
+            candidates = candidates.take(self.checks.passing(candidates))
+        return candidates.extended()
+
+    def _proposed(
+        self, winner: npt.NDArray[np.intp], keys: Keys, prefixes: Prefixes | None
+    ) -> tuple[npt.NDArray[np.integer], I32]:
+        """The rows (of ``keys``) and values that each prefix's chosen extender proposes and
+        every other holds; ``prefixes``' comparisons drop candidates before the intersection
+        (cheap), when given."""
+        single = len(self.sources) == 1
+        all_rows: list[npt.NDArray[np.integer]] = []
         all_values: list[I32] = []
         for e, chosen in enumerate(self.sources):
-            if len(extenders) == 1:  # (every prefix: its probe as it is, rows as proposed)
+            if single:  # (every prefix: its probe as it is, rows as proposed)
                 rows, values = chosen.propose(keys[e])
             else:
                 rows = np.flatnonzero(winner == e)
@@ -182,8 +205,7 @@ class StageRunner:
                     continue
                 owner, values = chosen.propose(keys[e][rows])
                 rows = rows[owner]
-            if self.comparisons.comparisons:
-                # Comparisons are cheap: drop candidates before intersecting them.
+            if prefixes is not None and self.comparisons.comparisons:
                 keep = self.comparisons.compare(Candidates(prefixes, rows, values))
                 rows, values = rows[keep], values[keep]
             for f, other in enumerate(self.sources):
@@ -194,13 +216,10 @@ class StageRunner:
             all_rows.append(rows)
             all_values.append(values)
         if not all_rows:
-            return Prefixes.empty(prefixes.width + 1)
-        rows = all_rows[0] if len(all_rows) == 1 else np.concatenate(all_rows)
-        values = all_values[0] if len(all_values) == 1 else np.concatenate(all_values)
-        candidates = Candidates(prefixes, rows, values)
-        if self.checks.active:
-            candidates = candidates.take(self.checks.passing(candidates))
-        return candidates.extended()
+            return np.empty(0, np.int64), np.empty(0, np.int32)
+        if len(all_rows) == 1:
+            return all_rows[0], all_values[0]
+        return np.concatenate(all_rows), np.concatenate(all_values)
 
 
 def last_key(index: IndexReader, relation: str, columns: Sequence[I32]) -> npt.NDArray[np.integer]:
