@@ -291,6 +291,10 @@ class ShardedIndex:
     def field_values(self, relation: str, name: str, eids: I32) -> npt.NDArray[Any] | None:
         return self._events().reads.field_values(relation, name, eids)
 
+    def number_field(self, relation: str, name: str) -> None:
+        """None: the shards hold the fields (join filters gather them by round)."""
+        return None
+
     def time_view(self, relation: str, cut: Cut) -> Any:
         return self._events().reads.time_view(relation, cut)
 

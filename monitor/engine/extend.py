@@ -15,10 +15,12 @@ import numpy as np
 import numpy.typing as npt
 
 from core.fields import affine, compare
+from monitor.engine.field_joins import keep_joined
 from monitor.engine.prefixes import Candidates, Prefixes
 from monitor.engine.shared_keys import distinct_probes, expanded
 from monitor.engine.time_order import EndpointSource, RangeSource
 from monitor.index.adjacency import Probe
+from monitor.index.field_columns import NumberField
 from monitor.index.levels import I32, I64
 from monitor.index.time_index import TimeIndexView
 from monitor.plan.cut import Cut
@@ -79,6 +81,10 @@ class IndexReader(Protocol):
         ...
 
     def field_values(self, relation: str, name: str, eids: I32) -> npt.NDArray[Any] | None: ...
+
+    def number_field(self, relation: str, name: str) -> NumberField | None:
+        """A number field as compiled loops read it (None: the filter gathers it)."""
+        ...
 
     def time_view(self, relation: str, cut: Cut) -> TimeIndexView: ...
 
@@ -275,10 +281,21 @@ class Filters:
             cols = [batch.column(c, rows) for c in check.columns]
             keep[rows] = view.contains(last_key(self._index, check.relation, cols), cols[-1])
         for join in self.fields:
+            if isinstance(batch, Candidates) and self._fused(keep, batch, join):
+                continue
             rows = np.flatnonzero(keep)
             left, right = batch.column(join.left, rows), batch.column(join.right, rows)
             keep[rows] = self._join(join, left, right)
         return keep
+
+    def _fused(self, keep: npt.NDArray[np.bool_], batch: Candidates, join: FieldFilter) -> bool:
+        """``join`` applied to ``keep`` in one compiled pass (:mod:`~monitor.engine.field_joins`)
+        where both of its fields are numbers the index holds; False where not applied."""
+        left = self._index.number_field(join.left_relation, join.left_field)
+        right = self._index.number_field(join.right_relation, join.right_field)
+        return (
+            left is not None and right is not None and keep_joined(keep, batch, join, left, right)
+        )
 
     def _join(self, join: FieldFilter, left: I32, right: I32) -> npt.NDArray[np.bool_]:
         """Field comparison of the events in two columns (false where a field is absent)."""

@@ -24,6 +24,7 @@ keeps a comparison a multiply-free decode of one array.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -81,6 +82,17 @@ def code_dtype(codes: int) -> type[np.signedinteger[Any]]:
     return np.int32
 
 
+@dataclass(frozen=True)
+class NumberField:
+    """A number column as a compiled loop reads it: ``values`` by eid, scaled ``int32``
+    (``(value + base) / power``, :data:`SCALED_ABSENT` where absent) or ``float64`` (NaN)."""
+
+    values: npt.NDArray[Any]
+    scaled: bool
+    base: int
+    power: float
+
+
 class FieldColumn:
     """One field's values by eid, of one kind (numbers scaled while they can be, string codes
     as narrow as the pool allows)."""
@@ -102,6 +114,12 @@ class FieldColumn:
     def scaled(self) -> bool:
         """Whether the numbers are kept as scaled ``int32``."""
         return self.kind == "number" and self.values.dtype == np.int32
+
+    def numbers(self) -> NumberField | None:
+        """A number column's values as compiled loops read them (None: not numbers)."""
+        if self.kind != "number":
+            return None
+        return NumberField(self.values, self.scaled, self.base, 10.0 ** (self.exponent or 0))
 
     @property
     def absent(self) -> Any:

@@ -29,6 +29,7 @@ from core.records import RelationUpdates, UpdateBatch
 from monitor.index.adjacency import Adjacency, AdjacencyView
 from monitor.index.dictionary import VertexDictionary
 from monitor.index.events import EventChanges, EventStore
+from monitor.index.field_columns import NumberField
 from monitor.index.keys import TupleKeys
 from monitor.index.levels import I8, I32, I64, pack, unpack
 from monitor.index.netting import net
@@ -229,6 +230,12 @@ class GraphIndex:
     def field_values(self, relation: str, name: str, eids: I32) -> npt.NDArray[Any] | None:
         """Field ``name`` of the events ``eids`` of ``relation`` (None: no event has it)."""
         return self.event_stores[relation].column(name, eids)
+
+    def number_field(self, relation: str, name: str) -> NumberField | None:
+        """Field ``name`` of ``relation``'s events as compiled loops read numbers (None: not
+        a number field, or no event has it)."""
+        column = self.event_stores[relation].fields.get(name)
+        return None if column is None else column.numbers()
 
     def time_index(self, name: str) -> TimeIndex:
         """The time order ``name`` (``R{S}#by_src``), created empty if new."""
