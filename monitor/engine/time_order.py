@@ -6,7 +6,10 @@ event. The index keeps those events by vertex in time order (``R{S}#by_src``,
 :mod:`monitor.index.time_index`): the range ``anchor.ts + [low, high]`` of a prefix is two
 binary searches in its vertex's events, and its proposals are exactly the events in it: the
 bounds it computes as a filter would are not filtered again (``RangeExtender.holds``), the
-stage's join filters hold the others, strict ones included.
+stage's join filters hold the others, strict ones included. Other bound events' times narrow
+the range where the query's predicates bound it more tightly through them
+(:class:`~monitor.plan.plan.Narrowing`: a round trip's hops back from its seed all lie after
+the seed's time minus the window), a little wider than exactly, as their filters still test.
 
 Both sources answer as an adjacency source does (probe, count, propose, contains) over whole
 batches, so the stage runner counts, proposes and intersects with them like any extender.
@@ -14,6 +17,7 @@ batches, so the stage runner counts, proposes and intersects with them like any 
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -24,10 +28,15 @@ from monitor.engine.prefixes import Prefixes
 from monitor.index.adjacency import Probe
 from monitor.index.levels import I32, I64
 from monitor.index.time_index import TimeIndexView, TimeProbe
+from monitor.index.time_kernels import F64
 from monitor.plan.plan import EndpointExtender, RangeExtender
 
 if TYPE_CHECKING:  # extend.py imports this module for its sources
     from monitor.engine.extend import IndexReader
+
+#: A narrowing's ends are widened by this share of their size (and as much absolutely): a sum
+#: of two times or offsets rounds by 2**-53 of it, a chain of a query's filters by a few such.
+MARGIN = 2.0**-40
 
 
 class RangeSource:
@@ -41,10 +50,27 @@ class RangeSource:
     def probe(self, prefixes: Prefixes) -> TimeProbe:
         e = self.extender
         vertex = prefixes.columns[e.key[0]]
-        ts = self.index.field_values(e.anchor_relation, TIME_FIELD, prefixes.columns[e.anchor])
-        if ts is None or ts.dtype != np.float64:  # no anchor has a time: nothing is in range
-            ts = np.full(vertex.shape[0], np.nan)
-        return self.view.probe(vertex, ts + e.low, ts + e.high)
+        ts = self._times(e.anchor_relation, prefixes.columns[e.anchor])
+        lo, hi = ts + e.low, ts + e.high
+        for n in e.narrowing:
+            # (each end widened by far more than a chain of rounded sums can be off by; a
+            # NaN time makes the range empty, as its filters would fail)
+            at = self._times(n.anchor_relation, prefixes.columns[n.anchor])
+            if math.isfinite(n.low):
+                end = at + n.low
+                np.maximum(lo, end - (np.abs(end) * MARGIN + MARGIN), out=lo)
+            if math.isfinite(n.high):
+                end = at + n.high
+                np.minimum(hi, end + (np.abs(end) * MARGIN + MARGIN), out=hi)
+        return self.view.probe(vertex, lo, hi)
+
+    def _times(self, relation: str, eids: I32) -> F64:
+        """The times of events ``eids`` (NaN: none; no event has a time: nothing is in range)."""
+        ts = self.index.field_values(relation, TIME_FIELD, eids)
+        if ts is None or ts.dtype != np.float64:
+            return np.full(eids.shape[0], np.nan)
+        times: F64 = ts
+        return times
 
     def count(self, probe: TimeProbe) -> I64:
         return self.view.count(probe)

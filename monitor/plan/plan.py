@@ -19,6 +19,7 @@ their cut, hold one (a pair that appears had no events before the epoch).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from core.times import format_duration
@@ -64,14 +65,39 @@ class RangeExtender(Extender):
     low: float = 0.0
     high: float = 0.0
     holds: tuple[FieldFilter, ...] = ()
+    #: Bounds of other bound events that narrow the range where they are tighter
+    #: (:class:`Narrowing`).
+    narrowing: tuple[Narrowing, ...] = ()
 
     def describe(self, order: tuple[str, ...]) -> str:
         span = f"{_signed(self.low)} .. {_signed(self.high)}"
         held = ", ".join(f.describe(order) for f in self.holds)
+        narrowed = ", ".join(n.describe(order) for n in self.narrowing)
         return (
             f"{self.relation}#{self.atom + 1}[{order[self.key[0]]}, "
-            f"{order[self.anchor]}.ts {span}, {self.cut.name}]"
+            f"{order[self.anchor]}.ts {span}{f' within {narrowed}' if narrowed else ''}, "
+            f"{self.cut.name}]"
         ) + (f" holding {held}" if held else "")
+
+
+@dataclass(frozen=True)
+class Narrowing:
+    """The time of the event in column ``anchor`` (of ``anchor_relation``) bounds a range
+    step's times to ``[low, high]`` of it (either end infinite): what the query's order and gap
+    predicates imply through other hops (``round_trip``'s third hop back from its seed lies
+    after the seed's time minus 7 days, as well as within 7 days before the fourth). It only
+    narrows the range, each end widened by a margin above what floats round (the filters that
+    imply it are tested as they are); it holds no filter."""
+
+    anchor: int
+    anchor_relation: str
+    low: float
+    high: float
+
+    def describe(self, order: tuple[str, ...]) -> str:
+        low = _signed(self.low) if math.isfinite(self.low) else ""
+        high = _signed(self.high) if math.isfinite(self.high) else ""
+        return f"{order[self.anchor]}.ts {low} .. {high}".replace("  ", " ").strip()
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from monitor.plan.plan import (
     EndpointExtender,
     Extender,
     FieldFilter,
+    Narrowing,
     RangeExtender,
     Seed,
     Stage,
@@ -210,6 +211,7 @@ def build(
                     step.low,
                     step.high,
                     held,
+                    tuple(Narrowing(column[u], r, lo, hi) for u, r, lo, hi in step.narrowing),
                 )
             )
             pending = step

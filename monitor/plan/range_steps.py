@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from core.fields import base_relation, time_order_side
 from core.times import TIME_FIELD
@@ -51,6 +51,9 @@ class RangeStep:
     anchor_relation: str
     low: float
     high: float
+    #: Other bound edge variables' bounds on the step's time that may be tighter than the
+    #: anchor's: (edge variable, its relation, low, high), :func:`narrowing`.
+    narrowing: tuple[tuple[str, str, float, float], ...] = ()
 
 
 def range_step(query: Query, order: Sequence[str], forward: bool = True) -> RangeStep | None:
@@ -132,11 +135,53 @@ def _range_steps(query: Query, order: Sequence[str]) -> list[RangeStep]:
         if not anchors:
             continue
         _, _, t = min(anchors)
-        anchor_relation = base_relation(query.atoms[events_of[t]].relation)
+        relation = {u: base_relation(query.atoms[events_of[u]].relation) for u in edges}
         low, high = -bounds[edge, t], bounds[t, edge]
-        step = RangeStep(i, events, implied, vertex, edge, far, side, t, anchor_relation, low, high)
-        found.append(step)
+        others = [u for u in edges if u in bound and u not in (t, edge)]
+        narrowed = tuple(
+            (u, relation[u], lo, hi) for u, lo, hi in narrowing(bounds, edge, t, others)
+        )
+        step = RangeStep(i, events, implied, vertex, edge, far, side, t, relation[t], low, high)
+        found.append(replace(step, narrowing=narrowed))
     return found
+
+
+def narrowing(
+    bounds: dict[tuple[str, str], float], edge: str, anchor: str, others: Sequence[str]
+) -> list[tuple[str, float, float]]:
+    """The bounds of ``others`` on ``edge``'s time (``edge.ts - u.ts`` in ``[low, high]``,
+    from :func:`~monitor.plan.windows.time_bounds`) that no other bound, the anchor's
+    included, always makes at least as tight: ``v``'s low end covers ``u``'s when ``v.ts +
+    low_v >= u.ts + low_u`` always holds (``u.ts - v.ts <= low_v - low_u``, as the bounds
+    say), and likewise the high ends; of two that cover each other, the anchor's or the first
+    is kept. An end covered is left out (infinite), and ``u`` where both are."""
+    lows = {u: -bounds[edge, u] for u in (anchor, *others)}
+    highs = {u: bounds[u, edge] for u in (anchor, *others)}
+
+    def covers(v: str, u: str, low: bool) -> bool:
+        if low:
+            return bounds[v, u] <= lows[v] - lows[u]
+        return bounds[u, v] <= highs[u] - highs[v]
+
+    def kept(u: str, low: bool) -> bool:
+        ends = lows if low else highs
+        if not math.isfinite(ends[u]):
+            return False
+        for v in (anchor, *others):
+            if v == u or not math.isfinite(ends[v]) or not covers(v, u, low):
+                continue
+            first = v == anchor or others.index(v) < others.index(u)
+            if first or not covers(u, v, low):
+                return False
+        return True
+
+    out = []
+    for u in others:
+        low = lows[u] if kept(u, True) else -math.inf
+        high = highs[u] if kept(u, False) else math.inf
+        if math.isfinite(low) or math.isfinite(high):
+            out.append((u, low, high))
+    return out
 
 
 def held_by_range(join: FieldFilter, step: RangeStep, edge: int, anchor: int) -> bool:
