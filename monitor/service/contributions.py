@@ -21,7 +21,7 @@ from dataclasses import replace
 import numpy as np
 import numpy.typing as npt
 
-from core.columns import Coded, python_values
+from core.columns import Coded, Column, python_values
 from core.times import TIME_FIELD
 from monitor.index.levels import I32
 from monitor.query.ast import Query
@@ -57,7 +57,8 @@ def contributions(
     wanted = match_hashes(groups.query, groups.columns, rows)
     order = np.argsort(wanted[known], kind="stable")
     sorted_keys, rows_of = wanted[known][order], np.flatnonzero(known)[order]
-    found: list[set[str]] = [set() for _ in range(rows)]
+    owners_found: list[npt.NDArray[np.intp]] = []
+    ids_found: list[npt.NDArray[np.str_]] = []
 
     def take(out: QueryOutput) -> None:
         keys = match_hashes(groups.query, out.columns[:width], len(out))
@@ -71,17 +72,47 @@ def contributions(
         picked = np.flatnonzero(keep)
         if not picked.shape[0]:
             return
-        owners = rows_of[at[picked]].tolist()
+        owners = rows_of[at[picked]]
         for fields in out.edges.values():
-            ids = python_values(fields["id"][picked])
-            for owner, event in zip(owners, ids, strict=True):
-                found[owner].add(str(event))
+            owners_found.append(owners)
+            ids_found.append(texts(fields["id"][picked]))
 
     if sorted_keys.shape[0]:
         rows_known = np.unique(np.stack([d[known] for d in dense], axis=1), axis=0)
         given = [np.ascontiguousarray(rows_known[:, k]) for k in range(width)]
         bindings(tuple(body_head[:width]), given, take)
-    return Coded(np.arange(rows, dtype=np.int64), [sorted(events)[:limit] for events in found])
+    return Coded(np.arange(rows, dtype=np.int64), first_texts(owners_found, ids_found, rows, limit))
+
+
+def texts(column: Column) -> npt.NDArray[np.str_]:
+    """An id column as text, as the output prints it (``str`` of each value)."""
+    if isinstance(column, Coded):
+        table = np.array([str(v) for v in column.values], dtype=str)
+        found: npt.NDArray[np.str_] = table[column.codes]
+        return found
+    if column.dtype.kind in "SUiu":
+        return column.astype(str)
+    return np.array([str(v) for v in python_values(column)], dtype=str)
+
+
+def first_texts(
+    owners: list[npt.NDArray[np.intp]], ids: list[npt.NDArray[np.str_]], rows: int, limit: int
+) -> list[list[str]]:
+    """Per row, its distinct ``ids`` (``owners``: each id's row) sorted as text, at most
+    ``limit``: one sort of them all, not a set per row."""
+    if not owners:
+        return [[] for _ in range(rows)]
+    owner, text = np.concatenate(owners), np.concatenate(ids)
+    order = np.lexsort((text, owner))
+    owner, text = owner[order], text[order]
+    first = np.ones(owner.shape[0], np.bool_)
+    first[1:] = (owner[1:] != owner[:-1]) | (text[1:] != text[:-1])
+    owner, text = owner[first], text[first]
+    rank = np.arange(owner.shape[0]) - np.searchsorted(owner, owner, side="left")
+    kept = rank < limit
+    owner, listed = owner[kept], text[kept].tolist()
+    ends = np.cumsum(np.bincount(owner, minlength=rows)).tolist()
+    return [listed[lo:hi] for lo, hi in zip([0, *ends[:-1]], ends, strict=True)]
 
 
 def contributed(
