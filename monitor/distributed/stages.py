@@ -36,6 +36,7 @@ class ShardedStageRunner(StageRunner):
         #: A stage of a range step (its time order, or its event's far end) reads events: its
         #: one extender asks a round a question, as the single process asks it.
         self.adjacent = len(self.views) == len(self.sources)
+        self.paired = False  # (its rounds count per prefix)
 
     def counts(self, prefixes: Prefixes) -> tuple[npt.NDArray[np.intp], I64, Keys]:
         if not self.adjacent:

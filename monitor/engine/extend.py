@@ -17,12 +17,13 @@ import numpy.typing as npt
 from core.fields import affine, compare
 from monitor.engine.field_joins import keep_joined
 from monitor.engine.prefixes import Candidates, Prefixes
-from monitor.engine.shared_keys import distinct_probes, expanded
+from monitor.engine.shared_keys import SharedProbe, distinct_keys, distinct_probes, expanded
 from monitor.engine.time_order import EndpointSource, RangeSource
 from monitor.index.adjacency import Probe
 from monitor.index.field_columns import NumberField
 from monitor.index.levels import I32, I64
 from monitor.index.time_index import TimeIndexView
+from monitor.index.unique import first_rows
 from monitor.plan.cut import Cut
 from monitor.plan.plan import (
     Check,
@@ -163,12 +164,35 @@ class StageRunner:
         self.sources = [source(e, index) for e in stage.extenders]
         self.comparisons = Filters((), stage.comparisons, index)
         self.checks = Filters(stage.checks, (), index, stage.fields)
+        #: Two extenders over adjacencies keyed by one vertex each: their probes and counts
+        #: are shared by the prefixes with equal keys (:mod:`monitor.engine.shared_keys`).
+        self.paired = len(self.sources) == 2 and all(
+            isinstance(s, AdjacencySource) and s.extender.arity == 2 for s in self.sources
+        )
+
+    def _shared_counts(self, prefixes: Prefixes) -> tuple[npt.NDArray[np.intp], I64, Keys] | None:
+        """:meth:`counts` probed and counted once per distinct pair of keys (None: they do
+        not repeat enough); the keys are :class:`SharedProbe` s, which :meth:`extend` reads."""
+        sources = [s for s in self.sources if isinstance(s, AdjacencySource)]
+        columns = [adjacency_keys(s.extender, prefixes, self.index) for s in sources]
+        shared = distinct_keys(columns)
+        if shared is None:
+            return None
+        first, inverse = shared
+        probes = [s.view.probe(c[first]) for s, c in zip(sources, columns, strict=True)]
+        winner, counts = fewest([s.count(p) for s, p in zip(sources, probes, strict=True)])
+        keys: Keys = [SharedProbe(p, inverse) for p in probes]
+        return winner[inverse], counts[inverse], keys
 
     def counts(self, prefixes: Prefixes) -> tuple[npt.NDArray[np.intp], I64, Keys]:
         """For every prefix, the extender with the fewest values, and that number; and each
         extender's adjacency keys of the prefixes with their ranges in its level, which
         :meth:`extend` reads again (a tuple key is a hash lookup, a range two binary searches:
         once a stage, not once a count and once a proposal)."""
+        if self.paired:
+            shared = self._shared_counts(prefixes)
+            if shared is not None:
+                return shared
         keys = [s.probe(prefixes) for s in self.sources]
         if len(self.sources) == 1:
             return np.zeros(len(prefixes), np.intp), self.sources[0].count(keys[0]), keys
@@ -178,12 +202,20 @@ class StageRunner:
         """Every extension of every prefix by the stage's variable that passes the stage
         (``keys``: :meth:`counts`'s of these prefixes); intersected once per distinct tuple
         of keys where they repeat (:mod:`monitor.engine.shared_keys`)."""
-        shared = distinct_probes(keys)
+        if keys and isinstance(keys[0], SharedProbe):
+            first, inverse = first_rows(keys[0].of)
+            pairs = keys[0].of[first]
+            probes = [k.probe[pairs] for k in keys]
+            shared: tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]] | None = (first, inverse)
+        else:
+            shared = distinct_probes(keys)
+            if shared is not None:
+                probes = [k[shared[0]] for k in keys]
         if shared is None:
             rows, values = self._proposed(winner, keys, prefixes)
         else:
             first, inverse = shared
-            found, values = self._proposed(winner[first], [k[first] for k in keys], None)
+            found, values = self._proposed(winner[first], probes, None)
             rows, values = expanded(found, values, inverse, first.shape[0])
             if self.comparisons.comparisons:
                 keep = self.comparisons.compare(Candidates(prefixes, rows, values))

@@ -17,6 +17,7 @@ mostly distinct, having spent one hash pass on it.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -33,22 +34,46 @@ LEAST = 4096
 MOST_DISTINCT = 0.75
 
 
-def distinct_probes(probes: list[Any]) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]] | None:
-    """For two adjacency probes of a batch: the first row of each distinct pair of keys and
-    every row's pair (as :func:`~monitor.index.unique.first_rows`); None where the batch is
-    small, its keys not two adjacency keys below 2**31, or mostly distinct."""
-    if len(probes) != 2 or not all(isinstance(p, Probe) for p in probes):
+@dataclass(frozen=True)
+class SharedProbe:
+    """An extender's probe of the distinct key tuples of a batch (``probe``) and each
+    prefix's tuple (``of``): what :func:`shared_counts` hands the stage, rows of it for a
+    part of the batch."""
+
+    probe: Probe
+    of: npt.NDArray[np.intp]
+
+    def __len__(self) -> int:
+        return int(self.of.shape[0])
+
+    def __getitem__(self, rows: npt.NDArray[np.integer] | slice) -> SharedProbe:
+        return SharedProbe(self.probe, self.of[rows])
+
+
+def distinct_keys(
+    keys: list[npt.NDArray[np.integer]],
+) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]] | None:
+    """Of two adjacency key columns of a batch: the first row of each distinct pair and every
+    row's pair; None where the batch is small, a key not below 2**31, or mostly distinct."""
+    n = int(keys[0].shape[0])
+    if len(keys) != 2 or n < LEAST:
         return None
-    n = len(probes[0])
-    if n < LEAST:
-        return None
-    left, right = (np.asarray(p.keys, np.int64) for p in probes)
+    left, right = (np.asarray(k, np.int64) for k in keys)
     if int(left.min()) < 0 or int(right.min()) < 0 or max(left.max(), right.max()) >= 1 << 31:
         return None
     first, inverse = first_rows((left << 32) | right)
     if first.shape[0] > MOST_DISTINCT * n:
         return None
     return first, inverse
+
+
+def distinct_probes(probes: list[Any]) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]] | None:
+    """For two adjacency probes of a batch: the first row of each distinct pair of keys and
+    every row's pair (as :func:`~monitor.index.unique.first_rows`); None where the batch is
+    small, its keys not two adjacency keys below 2**31, or mostly distinct."""
+    if len(probes) != 2 or not all(isinstance(p, Probe) for p in probes):
+        return None
+    return distinct_keys([p.keys for p in probes])
 
 
 def expanded(

@@ -1,8 +1,9 @@
 """Intersecting once per distinct key tuple (:mod:`monitor.engine.shared_keys`).
 
 The oracles of the delta engine and of events run with every two-extender stage shared (no
-least batch, no share of distinct tuples too high), so that comparisons, checks and join
-filters all run on the expanded candidates; and the expansion itself against a loop.
+least batch, no share of distinct tuples too high), from its counts on and from its
+intersection on, so that comparisons, checks and join filters all run on the expanded
+candidates; and the expansion itself against a loop.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from monitor.engine import shared_keys
+from monitor.engine.extend import StageRunner
 from monitor.engine.shared_keys import distinct_probes, expanded
 from monitor.index.adjacency import Probe
 from tests.engine.test_delta_oracle import LABELLED, PAPER, check_against_oracle, scenario
@@ -30,14 +32,17 @@ def always_shared() -> Iterator[None]:
         yield
 
 
-def _shared(test: Any) -> Any:
+def _shared(test: Any, counted: bool = True) -> Any:
     """``test`` run with every two-extender stage shared (a fixture does not reach into
-    hypothesis's examples)."""
+    hypothesis's examples); ``counted``: from the counts on (their probes shared), else from
+    the intersection on (the counts' probes per prefix)."""
 
     def run(*args: Any, **kwargs: Any) -> None:
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(shared_keys, "LEAST", 1)
             patch.setattr(shared_keys, "MOST_DISTINCT", 1.0)
+            if not counted:
+                patch.setattr(StageRunner, "_shared_counts", lambda self, prefixes: None)
             test(*args, **kwargs)
 
     return run
@@ -47,6 +52,14 @@ def _shared(test: Any) -> Any:
 @given(scenario())
 def test_labelled_queries_shared_match_the_oracle(case: tuple[Any, list[int], int]) -> None:
     _shared(check_against_oracle)(LABELLED, *case)
+
+
+@settings(max_examples=80, deadline=None)
+@given(scenario())
+def test_labelled_queries_shared_after_the_counts_match_the_oracle(
+    case: tuple[Any, list[int], int],
+) -> None:
+    _shared(check_against_oracle, counted=False)(LABELLED, *case)
 
 
 @settings(max_examples=40, deadline=None)
