@@ -202,19 +202,11 @@ class StageRunner:
         """Every extension of every prefix by the stage's variable that passes the stage
         (``keys``: :meth:`counts`'s of these prefixes); intersected once per distinct tuple
         of keys where they repeat (:mod:`monitor.engine.shared_keys`)."""
-        if keys and isinstance(keys[0], SharedProbe):
-            first, inverse = first_rows(keys[0].of)
-            pairs = keys[0].of[first]
-            probes = [k.probe[pairs] for k in keys]
-            shared: tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]] | None = (first, inverse)
-        else:
-            shared = distinct_probes(keys)
-            if shared is not None:
-                probes = [k[shared[0]] for k in keys]
+        shared = _distinct(keys)
         if shared is None:
             rows, values = self._proposed(winner, keys, prefixes)
         else:
-            first, inverse = shared
+            first, inverse, probes = shared
             found, values = self._proposed(winner[first], probes, None)
             rows, values = expanded(found, values, inverse, first.shape[0])
             if self.comparisons.comparisons:
@@ -258,6 +250,22 @@ class StageRunner:
         if len(all_rows) == 1:
             return all_rows[0], all_values[0]
         return np.concatenate(all_rows), np.concatenate(all_values)
+
+
+def _distinct(
+    keys: Keys,
+) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp], Keys] | None:
+    """Where the prefixes repeat their tuples of keys: the first prefix of each tuple, every
+    prefix's tuple, and the tuples' probes (from the counts' :class:`SharedProbe` s, or
+    found among the probes themselves); None where they do not."""
+    if keys and isinstance(keys[0], SharedProbe):
+        first, inverse = first_rows(keys[0].of)
+        tuples = keys[0].of[first]
+        return first, inverse, [k.probe[tuples] for k in keys]
+    shared = distinct_probes(keys)
+    if shared is None:
+        return None
+    return shared[0], shared[1], [k[shared[0]] for k in keys]
 
 
 def last_key(index: IndexReader, relation: str, columns: Sequence[I32]) -> npt.NDArray[np.integer]:

@@ -19,7 +19,7 @@ import numpy.typing as npt
 
 from core.compiled import AVAILABLE, ENABLED, njit
 from monitor.engine.prefixes import Candidates
-from monitor.index.field_columns import SCALED_ABSENT, NumberField
+from monitor.index.field_columns import NumberField
 from monitor.plan.plan import FieldFilter
 
 #: The comparisons' codes in the compiled loop.
@@ -80,14 +80,14 @@ def warm() -> None:
 
 
 if AVAILABLE:
+    from monitor.index.field_columns import decoded_number
 
     @njit(cache=True, nogil=True, inline="always")
     def _number(values, eid, scaled, base, power):  # type: ignore[no-untyped-def]
         """The number of event ``eid`` (NaN where absent), as the field column decodes it."""
-        raw = values[eid]
         if scaled:
-            return np.nan if raw == SCALED_ABSENT else (np.float64(raw) + base) / power
-        return np.float64(raw)
+            return decoded_number(values[eid], base, power)
+        return np.float64(values[eid])
 
     @njit(cache=True, nogil=True)
     def _keep_joined(  # type: ignore[no-untyped-def]

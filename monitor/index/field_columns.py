@@ -285,10 +285,14 @@ def warm() -> None:
 
 if AVAILABLE:
 
+    @njit(cache=True, nogil=True, inline="always")
+    def decoded_number(raw, base, power):  # type: ignore[no-untyped-def]
+        """A scaled value as :meth:`FieldColumn._decoded` computes it (the same two IEEE
+        operations), NaN where absent: the one decoding every compiled loop uses."""
+        return np.nan if raw == SCALED_ABSENT else (np.float64(raw) + base) / power
+
     @njit(cache=True, nogil=True)
     def _gather_scaled(values, eids, base, power, out):  # type: ignore[no-untyped-def]
-        """``out[i]``: the number at ``eids[i]``, as :meth:`FieldColumn._decoded` computes it
-        (the same two IEEE operations), NaN where absent."""
+        """``out[i]``: the number at ``eids[i]`` (:func:`decoded_number`)."""
         for i in range(eids.shape[0]):
-            raw = values[eids[i]]
-            out[i] = np.nan if raw == SCALED_ABSENT else (np.float64(raw) + base) / power
+            out[i] = decoded_number(values[eids[i]], base, power)
