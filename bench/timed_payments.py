@@ -50,7 +50,8 @@ from bench.timed_report import SAMPLES, report
 from bench.timed_stream import TimedStream, batch, csv_lines, json_lines, timed_payments
 from core.columns import python_values
 from monitor.query.parser import parse_queries
-from monitor.service.epochs import EpochOutput, EpochProcessor
+from monitor.service.epoch_output import EpochOutput
+from monitor.service.epochs import EpochProcessor
 from monitor.service.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent

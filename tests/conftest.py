@@ -59,7 +59,7 @@ def _hang_backstop(request: pytest.FixtureRequest) -> Iterator[None]:
             yield
         finally:
             faulthandler.cancel_dump_traceback_later()
-    path.unlink()
+    path.unlink(missing_ok=True)  # (a session started beside this one clears the stale)
 
 
 @pytest.hookimpl(wrapper=True)

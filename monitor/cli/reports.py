@@ -20,7 +20,7 @@ from monitor.plan.plan import DeltaQuery
 from monitor.plan.planner import delta_queries, static_plan
 from monitor.plan.windows import describe, retentions, span
 from monitor.query.ast import Query
-from monitor.service.epochs import RunTotals
+from monitor.service.epoch_output import RunTotals
 from monitor.service.filejob import Progress
 
 

@@ -50,7 +50,7 @@ from monitor.failpoints import failpoint
 from monitor.query.ast import Query
 from monitor.service.clients import client_config
 from monitor.service.clock import EventClock
-from monitor.service.epochs import EpochOutput
+from monitor.service.epoch_output import EpochOutput
 from monitor.service.health import Health
 from monitor.service.metrics import Metrics
 from monitor.service.recovery import Positions

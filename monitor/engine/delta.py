@@ -7,17 +7,22 @@ change of ``Q`` is the sum of the delta queries
 
 (primes read NEW, the rest OLD), each evaluated by prefix extension from the changes of its seed
 atom. Their sum is consolidated so that each binding appears at most once with diff +1 or -1.
+
+A query whose live matches are kept (:mod:`monitor.engine.live_matches`) runs its delta queries
+seeded by the insertions only; its retractions are the kept matches the epoch removes a tuple
+of.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from monitor.engine.consolidate import consolidate
 from monitor.engine.extend import IndexReader, StageRunner
+from monitor.engine.live_matches import LiveMatches, Removed
 from monitor.engine.pipeline import Emit, Pipeline, run_plan
 from monitor.engine.prefixes import Prefixes
 from monitor.engine.seeds import seed_prefixes
@@ -65,6 +70,8 @@ class DeltaEvaluator:
         #: in their order. Set by a caller that reads the change in no particular order.
         self.keyed_by: dict[str, tuple[int, ...]] = {}
         self._trie: PlanTrie | None = None
+        #: The queries whose retractions are looked up in their live matches, not evaluated.
+        self.looked_up: frozenset[str] = frozenset()
 
     #: The stage implementation; a subclass may swap it (the binary-join baseline does).
     runner: type[StageRunner] = StageRunner
@@ -73,12 +80,40 @@ class DeltaEvaluator:
     #: a subclass that schedules each query's plans itself does not.
     shares_stages = True
 
-    def evaluate(self, index: IndexReader, changes: dict[str, Change]) -> list[MatchDeltas]:
-        """Each query's consolidated match deltas for an epoch whose changes are staged."""
+    def evaluate(
+        self,
+        index: IndexReader,
+        changes: dict[str, Change],
+        live: Mapping[str, LiveMatches] | None = None,
+    ) -> list[MatchDeltas]:
+        """Each query's consolidated match deltas for an epoch whose changes are staged; the
+        queries of ``live`` retract the matches it keeps (:meth:`LiveMatches.retract`) and run
+        their delta queries seeded by the insertions only."""
+        live = {} if live is None else live
         if not self.shares_stages:
+            if live:
+                raise ValueError("live matches need the shared evaluation")
             return [self.evaluate_query(q, index, changes) for q in self.queries]
+        if frozenset(live) != self.looked_up:
+            self.looked_up, self._trie = frozenset(live), None
         produced = self._produce_shared(index, changes)
-        return [self._consolidated(q, produced[q.name]) for q in self.queries]
+        removed = Removed(changes)
+        out = []
+        for q in self.queries:
+            matches = live.get(q.name)
+            if matches is None:
+                out.append(self._consolidated(q, produced[q.name]))
+                continue
+            gone = matches.retract(removed)
+            kept = [*produced[q.name], Prefixes(tuple(gone), np.full(gone[0].shape[0], -1))]
+            deltas = self._consolidated(q, kept)
+            # (bindings of inserted and removed tuples at once: never matches)
+            keep = (deltas.diff < 0) | ~removed.holding(q, deltas.columns)
+            if not keep.all():
+                deltas = replace(deltas, columns=[c[keep] for c in deltas.columns])
+                deltas = replace(deltas, diff=deltas.diff[keep])
+            out.append(deltas)
+        return out
 
     def evaluate_query(
         self, query: Query, index: IndexReader, changes: dict[str, Change]
@@ -127,7 +162,11 @@ class DeltaEvaluator:
         """Every query's bindings, the stages its plans share with others' run once."""
         produced: dict[str, list[Prefixes]] = {q.name: [] for q in self.queries}
         if self._trie is None:
-            self._trie = PlanTrie((q, p) for q, plans in self.plans.items() for p in plans)
+            self._trie = PlanTrie(
+                (q, p)
+                for q, plans in self.plans.items()
+                for p in (_insertions(plans) if q in self.looked_up else plans)
+            )
         stats = self.stats
 
         def emit(query: str, plan: DeltaQuery, p: Prefixes) -> None:
@@ -164,3 +203,8 @@ class DeltaEvaluator:
 
         peak = run_plan(plan, index, seeds, self.max_prefixes, counted, self.runner)
         stats.peak_prefixes = max(stats.peak_prefixes, peak)
+
+
+def _insertions(plans: Sequence[DeltaQuery]) -> list[DeltaQuery]:
+    """``plans`` seeded by the insertions only (a query whose retractions are looked up)."""
+    return [replace(p, seed=replace(p.seed, sign=1)) for p in plans if p.seed.sign >= 0]

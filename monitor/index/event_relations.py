@@ -278,10 +278,11 @@ class EventIndex:
                 old = None if renumbered is None else renumbered.get(relation)
                 kept.load(self.stores[relation], self.pair_keys[relation], renumbered=old)
 
-    def compact(self, minimum: int = COMPACTION_MIN) -> list[str]:
+    def compact(self, minimum: int = COMPACTION_MIN) -> dict[str, I32]:
         """After :meth:`commit`: compact the event stores that are due and the string pool if
         it is (:mod:`monitor.index.compaction`), and rebuild the relations derived from the
-        compacted stores (they hold eids). Returns the relations compacted."""
+        compacted stores (they hold eids). Returns, per relation compacted, the old eid of each
+        new one (ascending)."""
         compacted = [name for name, store in sorted(self.stores.items()) if due(store, minimum)]
         renumbered = {name: compact_store(self.stores[name]) for name in compacted}
         for pool in {id(s.pool): s.pool for s in self.stores.values()}.values():
@@ -289,7 +290,7 @@ class EventIndex:
                 compact_pool(pool, self.stores.values())
         if compacted:
             self.rebuild(compacted, renumbered)
-        return compacted
+        return renumbered
 
     def commit(self) -> None:
         """Keep the staged epoch (its expiries leave the queues)."""

@@ -23,7 +23,8 @@ from core.records import UpdateBatch
 from monitor.index.store import StateStore
 from monitor.query.ast import Query
 from monitor.service.clock import EventClock
-from monitor.service.epochs import EpochOutput, EpochProcessor
+from monitor.service.epoch_output import EpochOutput
+from monitor.service.epochs import EpochProcessor
 from monitor.service.health import Health
 from monitor.service.metrics import Metrics
 from monitor.service.recovery import Positions, load_state, stored_meta
@@ -136,6 +137,7 @@ class EmbeddedEngine:
         metrics.index({name: len(rel) for name, rel in index.relations.items()}, index.nbytes)
         events = self.processor.events
         metrics.events(events.stored(), events.field_bytes())
+        metrics.kept({name: len(m) for name, m in self.processor.kept.matches.items()})
 
 
 #: Makes the engine for the settings and queries, closed when the context ends.

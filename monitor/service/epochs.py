@@ -9,11 +9,10 @@ processor only sees :class:`~core.records.UpdateBatch` es and returns
 
 from __future__ import annotations
 
-import math
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from functools import partial
 
 import numpy as np
@@ -30,7 +29,6 @@ from monitor.engine.owned import ChangedTuples, decide
 from monitor.engine.static import count_matches, enumerate_given, enumerate_matches
 from monitor.index import warmup as index_kernels
 from monitor.index.event_relations import EventIndex
-from monitor.index.events import EventChanges
 from monitor.index.graph import Change, GraphIndex, StagedEpoch
 from monitor.index.levels import I32, I64
 from monitor.index.store import StateStore
@@ -42,69 +40,13 @@ from monitor.service import match_ids as match_id_kernels
 from monitor.service.causes import causes, holding
 from monitor.service.clock import EventClock, epoch_tick
 from monitor.service.contributions import contributed
+from monitor.service.epoch_output import EpochOutput, RunTotals
 from monitor.service.event_plan import event_field_types, event_plan, names, positional_events
 from monitor.service.grouped import GroupedQuery, emit_grouped, grouped_outputs, grouped_queries
+from monitor.service.kept_matches import KeptMatches
 from monitor.service.match_ids import Hashed, match_ids
 from monitor.service.query_output import QueryOutput
 from monitor.service.settings import Settings
-
-
-@dataclass(frozen=True)
-class EpochOutput:
-    """Everything an epoch produced."""
-
-    epoch: int
-    updates: int
-    applied: int
-    ignored: Counter[str]
-    queries: list[QueryOutput]
-    seconds: float
-    changes: dict[str, Change] = field(default_factory=dict)
-    #: The epoch's effective event changes, by event relation (what the store records).
-    event_changes: dict[str, EventChanges] = field(default_factory=dict)
-    #: Per event relation, the sequence numbers of the updates refused as late or untimed.
-    late: dict[str, I64] = field(default_factory=dict)
-    #: The watermark the epoch advanced to.
-    watermark: float = -math.inf
-    #: Per event relation with a window: events expired, inserts refused as late.
-    expired_by: dict[str, int] = field(default_factory=dict)
-    late_by: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def deltas(self) -> int:
-        return sum(len(q) for q in self.queries)
-
-    @property
-    def expired(self) -> int:
-        """Events that expired as the epoch began."""
-        return sum(self.expired_by.values())
-
-
-@dataclass
-class RunTotals:
-    """Running totals over a run, for progress lines and the final summary."""
-
-    updates: int = 0
-    applied: int = 0
-    ignored: Counter[str] = field(default_factory=Counter)
-    deltas: Counter[tuple[str, int]] = field(default_factory=Counter)
-    epochs: int = 0
-    epoch_seconds: list[float] = field(default_factory=list)
-    expired: int = 0
-    watermark: float = -math.inf
-
-    def add(self, out: EpochOutput) -> None:
-        self.updates += out.updates
-        self.expired += out.expired
-        self.watermark = out.watermark
-        self.applied += out.applied
-        self.ignored.update(out.ignored)
-        for q in out.queries:
-            plus = int((q.diff > 0).sum())
-            self.deltas[(q.query, 1)] += plus
-            self.deltas[(q.query, -1)] += len(q) - plus
-        self.epochs += 1
-        self.epoch_seconds.append(out.seconds)
 
 
 class EpochProcessor:
@@ -152,6 +94,8 @@ class EpochProcessor:
         self.grouped = grouped_queries(
             queries, self.caused, settings.emit, self.retention, self.evaluator, self.rewritten
         )
+        #: The live matches kept so that removals retract them by lookup.
+        self.kept = KeptMatches(self.rewritten, self.retention, settings.live_matches)
         self.epoch = 0
         self.totals = RunTotals()
 
@@ -172,6 +116,7 @@ class EpochProcessor:
         self._note_arities()
         self.events.rebuild()
         self.clock.restore(meta.position.get("clock"))
+        self.kept.outdated()
         for relation, events in self.index.event_stores.items():
             assert self.field_types is not None  # the stored event relations are this run's
             known = self.field_types.types.setdefault(relation, {})
@@ -211,6 +156,7 @@ class EpochProcessor:
         from elsewhere, whose clock is restored apart)."""
         staged = self._stage(batch, timed)
         self.commit()
+        self.kept.outdated()
         self.totals.updates += batch.count
         self.totals.applied += staged.applied
         self.totals.ignored.update(staged.ignored)
@@ -241,7 +187,7 @@ class EpochProcessor:
         started = time.perf_counter()
         began = self.clock.watermark  # (the window of the epoch: the watermark it begins with)
         staged = self.stage(batch)
-        queries = grouped_outputs(self.grouped, self.evaluate(staged.changes), began)
+        queries = grouped_outputs(self.grouped, self._evaluate(staged.changes), began)
         if self.grouped and self.settings.output_limit:
             queries = [self._contributed(q, began) for q in queries]
         out = replace(staged, queries=queries, seconds=time.perf_counter() - started)
@@ -255,6 +201,10 @@ class EpochProcessor:
         changes of the partitions it owns only.
         """
         started = time.perf_counter()
+        if self.kept.stale:  # (between epochs: the index holds what no epoch told them)
+            self.kept.fill(
+                self.rewritten, self.index, self.events.complete, self.settings.max_prefixes
+            )
         self.epoch += 1
         staged = self._stage(batch)
         return EpochOutput(
@@ -273,10 +223,17 @@ class EpochProcessor:
         )
 
     def evaluate(self, changes: dict[str, Change]) -> list[QueryOutput]:
-        """Every query's match deltas seeded by ``changes`` (some or all of the staged epoch's)."""
+        """Every query's match deltas seeded by ``changes`` (some or all of the staged epoch's;
+        the live matches are then no longer kept)."""
+        self.kept.drop_all("its epochs are evaluated a part at a time")
+        return self._evaluate(changes)
+
+    def _evaluate(self, changes: dict[str, Change]) -> list[QueryOutput]:
+        """Every query's match deltas seeded by the staged epoch's ``changes``."""
         if not any(len(c) for c in changes.values()):
             return []
-        results = self.evaluator.evaluate(self.index, changes)
+        results = self.evaluator.evaluate(self.index, changes, self.kept.matches)
+        self.kept.staged(results)
         outputs = [self._output(i, r.columns, r.diff) for i, r in enumerate(results) if len(r)]
         return [out for out in outputs if len(out)]
 
@@ -336,7 +293,7 @@ class EpochProcessor:
         self.index.commit()
         self.clock.commit()
         self.events.commit()
-        self.events.compact(self.settings.event_compaction_min)
+        self.kept.commit(self.events.compact(self.settings.event_compaction_min))
         self._note_arities()
 
     def _note_arities(self) -> None:
@@ -347,6 +304,7 @@ class EpochProcessor:
         """Forget the staged epoch (its output was not committed); its number is reused."""
         self.index.abort()
         self.events.abort()
+        self.kept.abort()
         self.clock.abort()
         self.epoch -= 1
         self._regroup()
@@ -395,6 +353,7 @@ class EpochProcessor:
     ) -> list[QueryOutput]:
         """Every query's deltas seeded by ``changes``, consolidated across workers: only the
         bindings this worker decides (``monitor.engine.owned``), each with its whole change."""
+        self.kept.drop_all("its epochs are evaluated a part at a time")
         if not any(len(c) for c in changes.values()):
             return []
         outputs = []

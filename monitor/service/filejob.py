@@ -29,7 +29,8 @@ from monitor.index.stored_meta import StoredMeta
 from monitor.query.ast import Query
 from monitor.query.parser import parse_queries
 from monitor.service.allocator import keep_freed_memory
-from monitor.service.epochs import EpochProcessor, RunTotals
+from monitor.service.epoch_output import RunTotals
+from monitor.service.epochs import EpochProcessor
 from monitor.service.query_output import QueryOutput
 from monitor.service.stop import Stop, stop_on_signals
 

@@ -67,6 +67,7 @@ METRIC_NAMES: tuple[str, ...] = tuple(
         "index_bytes",
         "events_stored",
         "event_field_bytes",
+        "live_matches",
         "rebalances_total",
         "transactions_aborted_total",
         "output_waits_seconds_total",
@@ -283,6 +284,14 @@ class Metrics:
             namespace=ns,
             registry=reg,
         )
+        self.live_matches = Gauge(
+            "live_matches",
+            "Live matches kept per query (internal, one per path length) so that expiries and "
+            "deletes retract them by lookup (--live-matches).",
+            ["query"],
+            namespace=ns,
+            registry=reg,
+        )
         self.last_committed_epoch = Gauge(
             "last_committed_epoch", "The last committed epoch.", namespace=ns, registry=reg
         )
@@ -379,6 +388,13 @@ class Metrics:
             self.events_stored.labels(relation).set(n)
         for relation, n in field_bytes.items():
             self.event_field_bytes.labels(relation).set(n)
+
+    def kept(self, matches: Mapping[str, int]) -> None:
+        """Each query keeping its live matches keeps ``matches`` of them (a query that stopped
+        keeping them loses its series)."""
+        self.live_matches.clear()
+        for query, n in matches.items():
+            self.live_matches.labels(query).set(n)
 
     def set_ready(self, ready: bool) -> None:
         """Whether the service is ready (the same conditions as ``/readyz``)."""

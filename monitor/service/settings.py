@@ -36,6 +36,13 @@ class Settings(BaseSettings):
     max_prefixes: int = Field(
         1 << 20, ge=1024, description="prefixes alive at once during evaluation (memory bound)"
     )
+    live_matches: int = Field(
+        1 << 18,
+        ge=0,
+        description="per query whose events in windows close a cycle, live matches kept so "
+        "that expiries and deletes retract them by lookup instead of running the joins again "
+        "(4 bytes per variable each; a query with more evaluates them again; 0: none)",
+    )
     undirected: bool = Field(False, description="insert/delete every binary edge both ways")
     default_relation: str = Field("e", description="relation of input records that name none")
     compaction_ratio: float = Field(

@@ -92,6 +92,7 @@ def check_windows(
     lateness: int,
     outliers: int,
     compaction_min: int | None = None,
+    live_matches: int | None = None,
 ) -> EpochProcessor:
     overrides = {} if retention is None else {"transfer": retention * MINUTE}
     run = Settings(
@@ -99,6 +100,8 @@ def check_windows(
     )
     if compaction_min is not None:
         run = run.model_copy(update={"event_compaction_min": compaction_min})
+    if live_matches is not None:
+        run = run.model_copy(update={"live_matches": live_matches})
     processor = EpochProcessor(QUERIES, run)
     assert processor.windowed
     model = WindowModel(processor.retention["transfer"], lateness * MINUTE, outliers)

@@ -23,7 +23,8 @@ from core.records import UpdateBatch
 from monitor.index.events import EventStore
 from monitor.index.store import META_KEY, StateStore
 from monitor.index.stored_meta import StoredMeta
-from monitor.service.epochs import EpochOutput, EpochProcessor
+from monitor.service.epoch_output import EpochOutput
+from monitor.service.epochs import EpochProcessor
 from monitor.service.settings import Settings
 from tests.engine.test_events_oracle import QUERIES, Model, batch, brute_force, rows
 

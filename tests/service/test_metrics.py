@@ -51,6 +51,8 @@ def exercise(metrics: Metrics) -> None:
     metrics.rebalanced()
     metrics.rebalanced()
     metrics.index({"e": 120, "transfer": 30}, 4096)
+    metrics.kept({"ring{3}": 7, "ring{4}": 2})
+    metrics.kept({"ring{3}": 5})
     metrics.set_ready(True)
     metrics.observe_librdkafka_stats(json.dumps(consumer_stats({("edges", 0): 12})))
 
@@ -91,6 +93,8 @@ def test_values_follow_the_calls() -> None:
     assert value(metrics, ns + "output_waits_seconds_total") == 0.25
     assert value(metrics, ns + "index_edges", relation="transfer") == 30
     assert value(metrics, ns + "index_bytes") == 4096
+    assert value(metrics, ns + "live_matches", query="ring{3}") == 5
+    assert (ns + "live_matches", frozenset({("query", "ring{4}")})) not in samples(metrics)
     assert value(metrics, ns + "last_committed_epoch") == 7
     assert value(metrics, ns + "last_committed_epoch_timestamp_seconds") == 1_700_000_000.5
     assert value(metrics, ns + "ready") == 1

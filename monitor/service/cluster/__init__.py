@@ -74,6 +74,8 @@ def run_cluster(
 ) -> int:
     """Scale-out (``SGM_CONTROL_TOPIC``): one worker of several; see ``cluster``."""
     check_queries(settings, processor.queries)
+    # (a worker evaluates the changes of the partitions it owns: the matches are not its own)
+    processor.kept.drop_all("scale-out evaluates each worker's partitions apart")
     fresh = store.meta is None
     meta = load_state(settings, processor, store, mode="cluster")
     client = client_config(settings, consumer=False)

@@ -45,7 +45,8 @@ from monitor.service.cluster.epoch_input import (
 from monitor.service.cluster.group import GroupMember
 from monitor.service.cluster.leader import Leader
 from monitor.service.cluster.reader import Reader
-from monitor.service.epochs import EpochOutput, EpochProcessor
+from monitor.service.epoch_output import EpochOutput
+from monitor.service.epochs import EpochProcessor
 from monitor.service.health import Health
 from monitor.service.metrics import Metrics
 from monitor.service.settings import Settings
