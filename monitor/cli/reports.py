@@ -22,6 +22,7 @@ from monitor.plan.windows import describe, retentions, span
 from monitor.query.ast import Query
 from monitor.service.epoch_output import RunTotals
 from monitor.service.filejob import Progress
+from monitor.service.kept_matches import keeping
 
 
 def dead_letter_reporter(quiet: bool) -> Callable[[DeadLetter], None]:
@@ -148,6 +149,7 @@ def print_plans(queries: Sequence[Query]) -> None:
     """What ``explain`` prints: each query, rewritten over the index, its bounds and span, every
     delta query and the static plan; then what the plans share and the retentions."""
     events = event_relations(tuple(queries))
+    window = retentions(queries, events, {}) if events else {}
     plans: list[tuple[str, DeltaQuery]] = []
     for query in queries:
         click.echo(f"# {query}")
@@ -163,6 +165,12 @@ def print_plans(queries: Sequence[Query]) -> None:
         if query.edges:
             reach = span(query)
             click.echo(f"# span: {'unbounded' if math.isinf(reach) else format_duration(reach)}")
+        if keeping(rewritten, window):
+            click.echo(
+                "# live matches kept (monitor/engine/live_matches.py, --live-matches): "
+                "expiries and deletes retract them by lookup, the plans seeded by insertions "
+                "alone run"
+            )
         for plan in delta_queries(internal):
             click.echo(plan.describe())
         click.echo(static_plan(internal).describe())
@@ -173,7 +181,6 @@ def print_plans(queries: Sequence[Query]) -> None:
             f"# stages run once for several delta queries (monitor/engine/shared.py): {shared}"
         )
     if events:
-        window = retentions(queries, events, {})
         click.echo(f"# retention by default (--retention overrides): {describe(window)}")
         tables = sorted(frozenset().union(*(q.tables for q in queries)))
         if tables:

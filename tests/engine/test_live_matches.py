@@ -164,3 +164,19 @@ def test_removed_rows_are_found_by_packed_keys_and_whole() -> None:
     assert found.tolist() == [False, True]
     live = LiveMatches(query, limit=2)
     assert live.fill([columns]) is False  # four matches, a limit of two
+
+
+def test_explain_says_which_queries_keep_their_matches() -> None:
+    from click.testing import CliRunner
+
+    from monitor.cli import main
+
+    ring = "ring(a, b) := transfer(a, b) as x, transfer(b, a) as y, within 1h."
+    chain = "chain(a, b, c) := transfer(a, b) as x, transfer(b, c) as y, within 1h."
+    forever = "forever(a, b) := transfer(a, b) as x, transfer(b, a) as y."
+    said = {}
+    for text in (ring, chain, forever):
+        done = CliRunner().invoke(main, ["explain", text])
+        assert done.exit_code == 0, done.output
+        said[text] = "# live matches kept" in done.output
+    assert said == {ring: True, chain: False, forever: False}
