@@ -98,12 +98,8 @@ class KeptMatches:
             matches = self.matches.get(q.internal.name)
             if matches is None:
                 continue
-            batches: list[list[I32]] = []
-            with complete():
-                enumerate_matches(
-                    q.internal, index, batches.append, max_prefixes=max_prefixes, cut=Cut.NEW
-                )
-            if not matches.fill(batches):
+            batches = matches_up_to(q, index, complete, max_prefixes, self.limit)
+            if batches is None or not matches.fill(batches):
                 self.drop(q.internal.name, "")
 
     def staged(self, results: Sequence[MatchDeltas]) -> None:
@@ -152,6 +148,37 @@ class KeptMatches:
     @property
     def nbytes(self) -> int:
         return sum(m.nbytes for m in self.matches.values())
+
+
+class _Outgrown(Exception):
+    """A static evaluation found more matches than a query keeps."""
+
+
+def matches_up_to(
+    query: EventQuery,
+    index: IndexReader,
+    complete: Callable[[], AbstractContextManager[object]],
+    max_prefixes: int,
+    limit: int,
+) -> list[list[I32]] | None:
+    """``query``'s matches by a static evaluation, in batches; None, stopped as soon as
+    found, where they are more than ``limit``."""
+    batches: list[list[I32]] = []
+    found = 0
+
+    def take(columns: list[I32]) -> None:
+        nonlocal found
+        found += int(columns[0].shape[0]) if columns else 0
+        if found > limit:
+            raise _Outgrown
+        batches.append(columns)
+
+    try:
+        with complete():
+            enumerate_matches(query.internal, index, take, max_prefixes=max_prefixes, cut=Cut.NEW)
+    except _Outgrown:
+        return None
+    return batches
 
 
 def _eid_positions(query: EventQuery) -> dict[str, list[int]]:

@@ -24,7 +24,7 @@ from monitor.index.graph import Change
 from monitor.index.levels import I32
 from monitor.query.parser import parse_queries
 from monitor.service.epochs import EpochProcessor
-from monitor.service.kept_matches import keeping
+from monitor.service.kept_matches import keeping, matches_up_to
 from monitor.service.settings import Settings
 from tests.engine.test_time_oracle import MINUTE, QUERIES, batch
 from tests.engine.test_window_oracle import OPS, check_windows
@@ -118,7 +118,7 @@ def test_a_preloaded_processor_fills_its_matches_before_its_next_epoch() -> None
     ops = [("insert", i, i % 3, (i + 1) % 3, 1, i) for i in range(30)]
     ops += [("delete", 24), ("insert", 40, 0, 2, 1, 29)]
     outputs = []
-    for limit in (1 << 18, 0):
+    for limit in (1 << 18, 2, 0):
         run = Settings(retention={"transfer": 20 * MINUTE}, allowed_lateness=0, live_matches=limit)
         processor = EpochProcessor(QUERIES, run)
         processor.preload(batch(ops, 0))
@@ -131,9 +131,11 @@ def test_a_preloaded_processor_fills_its_matches_before_its_next_epoch() -> None
             found += sorted((q.query, tuple(q.diff.tolist())) for q in out.queries)
             if limit and k == 0:
                 assert not processor.kept.stale
-                assert any(len(m) for m in processor.kept.matches.values())
+                # (more triangles than 2 in the preloaded window: found so, and not kept)
+                assert ("layering" in processor.kept.matches) == (limit > 2)
+                assert bool(len(processor.kept.matches.get("layering", ()))) == (limit > 2)
         outputs.append(found)
-    assert outputs[0] == outputs[1]
+    assert outputs[0] == outputs[1] == outputs[2]
     assert any(d < 0 for _, ds in outputs[0] for d in ds)
 
 
@@ -180,3 +182,17 @@ def test_explain_says_which_queries_keep_their_matches() -> None:
         assert done.exit_code == 0, done.output
         said[text] = "# live matches kept" in done.output
     assert said == {ring: True, chain: False, forever: False}
+
+
+def test_a_static_fill_stops_as_soon_as_the_matches_outgrow_the_limit() -> None:
+    ops = [("insert", i, i % 3, (i + 1) % 3, 1, i) for i in range(30)]
+    run = Settings(retention={"transfer": 20 * MINUTE}, allowed_lateness=0)
+    processor = EpochProcessor(QUERIES, run)
+    processor.preload(batch(ops, 0))
+    layering = next(q for q in processor.rewritten if q.internal.name == "layering")
+    every = static_rows(processor, "layering")
+    index, complete = processor.index, processor.events.complete
+    found = matches_up_to(layering, index, complete, 1 << 20, len(every))
+    assert found is not None and len(every) > 2
+    assert rows([np.concatenate(c) for c in zip(*found, strict=True)]) == every
+    assert matches_up_to(layering, index, complete, 1 << 20, len(every) - 1) is None
