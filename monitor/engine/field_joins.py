@@ -89,6 +89,16 @@ if AVAILABLE:
             return decoded_number(values[eid], base, power)
         return np.float64(values[eid])
 
+    @njit(cache=True, nogil=True, inline="always")
+    def _right(values, eid, scaled, base, power, factor, offset, scale):  # type: ignore[no-untyped-def]
+        """The right side of a join filter: ``factor * number + offset`` (a product, then a
+        sum, as the arrays compute it)."""
+        b = _number(values, eid, scaled, base, power)
+        if scale:
+            b = b * factor
+            b = b + offset
+        return b
+
     @njit(cache=True, nogil=True)
     def _keep_joined(  # type: ignore[no-untyped-def]
         keep,
@@ -111,17 +121,42 @@ if AVAILABLE:
         op,
     ):
         """``keep[i]`` cleared where candidate ``i`` (prefix ``rows[i]``, its proposal a
-        column's value where ``*_is_value``) fails ``left op factor * right + offset``."""
+        column's value where ``*_is_value``) fails ``left op factor * right + offset``. A
+        side read from the prefix is decoded once for its candidates in a row (they come
+        grouped by prefix)."""
+        row = np.int64(-1)
+        a = b = np.nan
         for i in range(keep.shape[0]):
             if not keep[i]:
                 continue
-            le = left_column[i] if left_is_value else left_column[rows[i]]
-            re = right_column[i] if right_is_value else right_column[rows[i]]
-            a = _number(left_values, le, left_scaled, left_base, left_power)
-            b = _number(right_values, re, right_scaled, right_base, right_power)
-            if scale:
-                b = b * factor
-                b = b + offset
+            if rows[i] != row:
+                row = rows[i]
+                if not left_is_value:
+                    a = _number(left_values, left_column[row], left_scaled, left_base, left_power)
+                if not right_is_value:
+                    b = _right(
+                        right_values,
+                        right_column[row],
+                        right_scaled,
+                        right_base,
+                        right_power,
+                        factor,
+                        offset,
+                        scale,
+                    )
+            if left_is_value:
+                a = _number(left_values, left_column[i], left_scaled, left_base, left_power)
+            if right_is_value:
+                b = _right(
+                    right_values,
+                    right_column[i],
+                    right_scaled,
+                    right_base,
+                    right_power,
+                    factor,
+                    offset,
+                    scale,
+                )
             if np.isnan(a) or np.isnan(b):
                 keep[i] = False
             elif op == 0:
