@@ -220,6 +220,8 @@ def check(ops: list[tuple[Any, ...]], cuts: list[int]) -> int:
         parse_queries(QUERIES), Settings(allowed_lateness=0, watermark_outliers=0)
     )
     assert processor.retention == {"transfer": RETENTION}, processor.retention
+    # (the ring keeps its live matches: a record's update or tombstone retracts by lookup)
+    assert set(processor.kept.matches) == {"ring"}
     model = Model()
     current: Counter[Row] = Counter()
     before = model.matches()
