@@ -22,7 +22,7 @@ from core.columns import Column, Member
 from core.errors import StateError
 from core.fields import time_order_side
 from core.records import UpdateBatch, mirrored
-from monitor.engine import field_joins, sorting
+from monitor.engine import field_joins, prefixes, sorting
 from monitor.engine.consolidate import by_identity
 from monitor.engine.delta import DeltaEvaluator
 from monitor.engine.owned import ChangedTuples, decide
@@ -66,6 +66,7 @@ class EpochProcessor:
         index_kernels.warm()
         sorting.warm()
         field_joins.warm()
+        prefixes.warm()
         match_id_kernels.warm()
         self.evaluator = DeltaEvaluator(self.internal, settings.max_prefixes)
         plans = [p for plans in self.evaluator.plans.values() for p in plans]
