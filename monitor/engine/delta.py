@@ -110,8 +110,9 @@ class DeltaEvaluator:
             # (bindings of inserted and removed tuples at once: never matches)
             keep = (deltas.diff < 0) | ~removed.holding(q, deltas.columns)
             if not keep.all():
-                deltas = replace(deltas, columns=[c[keep] for c in deltas.columns])
-                deltas = replace(deltas, diff=deltas.diff[keep])
+                deltas = replace(
+                    deltas, columns=[c[keep] for c in deltas.columns], diff=deltas.diff[keep]
+                )
             out.append(deltas)
         return out
 
