@@ -89,16 +89,6 @@ if AVAILABLE:
             return decoded_number(values[eid], base, power)
         return np.float64(values[eid])
 
-    @njit(cache=True, nogil=True, inline="always")
-    def _right(values, eid, scaled, base, power, factor, offset, scale):  # type: ignore[no-untyped-def]
-        """The right side of a join filter: ``factor * number + offset`` (a product, then a
-        sum, as the arrays compute it)."""
-        b = _number(values, eid, scaled, base, power)
-        if scale:
-            b = b * factor
-            b = b + offset
-        return b
-
     @njit(cache=True, nogil=True)
     def _keep_joined(  # type: ignore[no-untyped-def]
         keep,
@@ -129,34 +119,17 @@ if AVAILABLE:
         for i in range(keep.shape[0]):
             if not keep[i]:
                 continue
-            if rows[i] != row:
-                row = rows[i]
-                if not left_is_value:
-                    a = _number(left_values, left_column[row], left_scaled, left_base, left_power)
-                if not right_is_value:
-                    b = _right(
-                        right_values,
-                        right_column[row],
-                        right_scaled,
-                        right_base,
-                        right_power,
-                        factor,
-                        offset,
-                        scale,
-                    )
-            if left_is_value:
-                a = _number(left_values, left_column[i], left_scaled, left_base, left_power)
-            if right_is_value:
-                b = _right(
-                    right_values,
-                    right_column[i],
-                    right_scaled,
-                    right_base,
-                    right_power,
-                    factor,
-                    offset,
-                    scale,
-                )
+            new = rows[i] != row
+            row = rows[i]
+            if new or left_is_value:
+                le = left_column[i] if left_is_value else left_column[row]
+                a = _number(left_values, le, left_scaled, left_base, left_power)
+            if new or right_is_value:
+                re = right_column[i] if right_is_value else right_column[row]
+                b = _number(right_values, re, right_scaled, right_base, right_power)
+                if scale:
+                    b = b * factor
+                    b = b + offset
             if np.isnan(a) or np.isnan(b):
                 keep[i] = False
             elif op == 0:

@@ -286,8 +286,7 @@ class Metrics:
         )
         self.live_matches = Gauge(
             "live_matches",
-            "Live matches kept per query (internal, one per path length) so that expiries and "
-            "deletes retract them by lookup (--live-matches).",
+            "Live matches kept per query (one per path length), retracted by lookup.",
             ["query"],
             namespace=ns,
             registry=reg,
@@ -390,8 +389,7 @@ class Metrics:
             self.event_field_bytes.labels(relation).set(n)
 
     def kept(self, matches: Mapping[str, int]) -> None:
-        """Each query keeping its live matches keeps ``matches`` of them (a query that stopped
-        keeping them loses its series)."""
+        """The live matches each query keeps (one that stopped keeping them loses its series)."""
         self.live_matches.clear()
         for query, n in matches.items():
             self.live_matches.labels(query).set(n)
