@@ -203,9 +203,7 @@ class EpochProcessor:
         """
         started = time.perf_counter()
         if self.kept.stale:  # (between epochs: the index holds what no epoch told them)
-            self.kept.fill(
-                self.rewritten, self.index, self.events.complete, self.settings.max_prefixes
-            )
+            self.kept.fill(self.index, self.events.complete, self.settings.max_prefixes)
         self.epoch += 1
         staged = self._stage(batch)
         return EpochOutput(

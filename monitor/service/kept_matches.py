@@ -71,10 +71,9 @@ class KeptMatches:
             for q in queries
             if limit > 0 and keeping(q, retention)
         }
+        self._queries = {q.internal.name: q for q in queries if q.internal.name in self.matches}
         #: Per query kept, per event relation, the head positions of its events' ids.
-        self._eids = {
-            q.internal.name: _eid_positions(q) for q in queries if q.internal.name in self.matches
-        }
+        self._eids = {name: _eid_positions(q) for name, q in self._queries.items()}
         #: Whether the index holds what the matches do not tell (filled before the next epoch).
         self.stale = False
 
@@ -87,20 +86,16 @@ class KeptMatches:
 
     def fill(
         self,
-        queries: Sequence[EventQuery],
         index: IndexReader,
         complete: Callable[[], AbstractContextManager[object]],
         max_prefixes: int,
     ) -> None:
         """Every kept query's matches from a static evaluation of the committed index."""
         self.stale = False
-        for q in queries:
-            matches = self.matches.get(q.internal.name)
-            if matches is None:
-                continue
-            batches = matches_up_to(q, index, complete, max_prefixes, self.limit)
+        for name, matches in list(self.matches.items()):
+            batches = matches_up_to(self._queries[name], index, complete, max_prefixes, self.limit)
             if batches is None or not matches.fill(batches):
-                self.drop(q.internal.name, "")
+                self.drop(name, "")
 
     def staged(self, results: Sequence[MatchDeltas]) -> None:
         """Stage the epoch's new matches of every kept query (from its evaluated change)."""
@@ -117,6 +112,7 @@ class KeptMatches:
         if self.matches.pop(query, None) is None:
             return
         self._eids.pop(query, None)
+        self._queries.pop(query, None)
         log.info(
             "%s: %s; its retractions are evaluated again from now on",
             query,
