@@ -54,6 +54,8 @@ class EvaluationStats:
     seeds: int = 0
     produced: int = 0
     peak_prefixes: int = 0
+    #: Prefixes sent down an alternative of their plan (:mod:`monitor.plan.alternatives`).
+    alternated: int = 0
     per_query: dict[str, int] = field(default_factory=dict)
 
 
@@ -180,8 +182,10 @@ class DeltaEvaluator:
                 continue
             seeds = seed_prefixes(plan, change.columns, change.diff.astype(np.int64), index)
             stats.seeds += len(seeds)
-            peak = Pipeline(root, index, self.max_prefixes, self.runner).run(seeds, emit)
+            pipeline = Pipeline(root, index, self.max_prefixes, self.runner)
+            peak = pipeline.run(seeds, emit)
             stats.peak_prefixes = max(stats.peak_prefixes, peak)
+            stats.alternated += pipeline.alternated
         return produced
 
     def _run(

@@ -5,6 +5,10 @@ extensions it can produce, so the batch is cut into chunks whose counts add up t
 per-stage budget, and each chunk is carried to the end before the next one starts (the paper's
 batching of B prefixes). At most ``max_prefixes`` prefixes are alive at once over all stages,
 unless a single prefix alone proposes more than a stage's share of the budget.
+
+Where a node's child has an alternative (:mod:`monitor.plan.alternatives`), both stages count
+every prefix, and each prefix goes down the one that counts fewer values for it (the plan's own
+where equal).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from monitor.engine.extend import IndexReader, StageRunner
 from monitor.engine.prefixes import Prefixes
@@ -34,6 +39,9 @@ class Node:
     stage: Stage | None
     ends: list[tuple[str, DeltaQuery]] = field(default_factory=list)
     children: dict[Any, Node] = field(default_factory=dict)
+    #: Per child (its key), the key of its alternative: each prefix goes down the one of the
+    #: two whose stage counts fewer values for it (:mod:`monitor.plan.alternatives`).
+    alternatives: dict[Any, Any] = field(default_factory=dict)
 
     @property
     def depth(self) -> int:
@@ -65,6 +73,8 @@ class Pipeline:
         self.budget = max(1, max_prefixes // root.depth)
         self.runners: dict[int, StageRunner] = {}  # (made as the run reaches them)
         self.peak_prefixes = 0
+        #: How many prefixes went down an alternative (:mod:`monitor.plan.alternatives`).
+        self.alternated = 0
 
     def run(self, seeds: Prefixes, emit: PlanEmit) -> int:
         """Extend ``seeds`` through every stage, handing each plan its bindings; the peak
@@ -83,22 +93,67 @@ class Pipeline:
                 plan,
                 Prefixes(tuple(prefixes.columns[c] for c in plan.output), prefixes.diff),
             )
-        for child in node.children.values():
-            assert child.stage is not None
-            runner = self.runners.get(id(child))
-            if runner is None:
-                runner = self.runners[id(child)] = self.runner(child.stage, self.index)
+        instead = set(node.alternatives.values())
+        for key, child in node.children.items():
+            if key in instead:
+                continue  # (with the child it is the alternative of)
+            runner = self._runner(child)
             winner, counts, keys = runner.counts(prefixes)
-            live = np.flatnonzero(counts > 0)  # rows, not a mask: each column is read once
-            extending = prefixes
-            if live.shape[0] < counts.shape[0]:
-                extending, winner, counts = prefixes.take(live), winner[live], counts[live]
-                keys = [k[live] for k in keys]
-            for lo, hi in _chunks(counts, self.budget):
-                part = [k[lo:hi] for k in keys]
-                extended = runner.extend(extending.slice(lo, hi), winner[lo:hi], part)
-                if len(extended):
-                    self._descend(child, extended, emit, alive)
+            other = node.alternatives.get(key)
+            if other is None:
+                self._extend(child, runner, prefixes, counts > 0, winner, counts, keys, emit, alive)
+                continue
+            child_b = node.children[other]
+            runner_b = self._runner(child_b)
+            winner_b, counts_b, keys_b = runner_b.counts(prefixes)
+            fewer = counts_b < counts
+            self.alternated += int(np.count_nonzero(fewer & (counts_b > 0)))
+            self._extend(
+                child, runner, prefixes, ~fewer & (counts > 0), winner, counts, keys, emit, alive
+            )
+            self._extend(
+                child_b,
+                runner_b,
+                prefixes,
+                fewer & (counts_b > 0),
+                winner_b,
+                counts_b,
+                keys_b,
+                emit,
+                alive,
+            )
+
+    def _runner(self, child: Node) -> StageRunner:
+        assert child.stage is not None
+        runner = self.runners.get(id(child))
+        if runner is None:
+            runner = self.runners[id(child)] = self.runner(child.stage, self.index)
+        return runner
+
+    def _extend(
+        self,
+        child: Node,
+        runner: StageRunner,
+        prefixes: Prefixes,
+        going: npt.NDArray[np.bool_],
+        winner: npt.NDArray[np.intp],
+        counts: I64,
+        keys: list[Any],
+        emit: PlanEmit,
+        alive: int,
+    ) -> None:
+        """Extend the prefixes ``going`` down ``child`` (``counts`` and ``keys``: its runner's
+        of every prefix), chunk by chunk within the budget, and descend."""
+        live = np.flatnonzero(going)  # rows, not a mask: each column is read once
+        extending = prefixes
+        if live.shape[0] < counts.shape[0]:
+            extending, winner, counts = prefixes.take(live), winner[live], counts[live]
+            keys = [k[live] for k in keys]
+        for lo, hi in _chunks(counts, self.budget):
+            part = [k[lo:hi] for k in keys]
+            extended = runner.extend(extending.slice(lo, hi), winner[lo:hi], part)
+            if len(extended):
+                self._descend(child, extended, emit, alive)
 
 
 def run_plan(

@@ -13,6 +13,12 @@ numbers or the variable names, which only print. A
 :class:`~monitor.engine.pipeline.Pipeline` runs each root's trie as it runs one plan's chain:
 it extends each node's prefixes once and hands every plan the bindings of the node its stages
 end at, so each plan gets what it would alone, and the stages two plans share run once.
+
+A plan's alternatives (:mod:`monitor.plan.alternatives`) part from it at a node: the node's
+child for the plan's stage has the alternative's stage as its other, and the pipeline sends each
+prefix down one of the two. That holds only where every plan through the child has the same
+alternative there (else a plan through it alone would lose the prefixes sent away): the trie
+keeps an alternative only so (:func:`_add_alternatives`).
 """
 
 from __future__ import annotations
@@ -33,17 +39,63 @@ class PlanTrie:
     def __init__(self, plans: Iterable[tuple[str, DeltaQuery]]) -> None:
         #: Per seed shape, a plan that seeds it (every plan under it seeds alike) and the root.
         self.roots: dict[Any, tuple[DeltaQuery, Node]] = {}
+        by_root: dict[int, list[tuple[str, DeltaQuery]]] = {}
         for query, plan in plans:
             key = _seed_shape(plan)
-            node = self.roots.setdefault(key, (plan, Node(None)))[1]
-            for stage in plan.stages:
-                node = node.children.setdefault(_stage_shape(stage), Node(stage))
-            node.ends.append((query, plan))
+            root = self.roots.setdefault(key, (plan, Node(None)))[1]
+            _insert(root, query, plan, 0)
+            by_root.setdefault(id(root), []).append((query, plan))
+        for _, root in self.roots.values():
+            _add_alternatives(root, by_root[id(root)])
 
     @property
     def shared(self) -> int:
         """How many stages run once for several plans (``explain`` and the tests read it)."""
         return sum(_shared(root) for _, root in self.roots.values())
+
+
+def _insert(node: Node, query: str, plan: DeltaQuery, start: int) -> None:
+    """``plan``'s stages from ``start`` on below ``node``, ending there."""
+    for stage in plan.stages[start:]:
+        node = node.children.setdefault(_stage_shape(stage), Node(stage))
+    node.ends.append((query, plan))
+
+
+def _add_alternatives(root: Node, plans: list[tuple[str, DeltaQuery]]) -> None:
+    """The alternatives of ``plans`` (inserted below ``root``) below the nodes where they
+    part, where every plan through the stage they replace has the same alternative there: the
+    pipeline sends a prefix down one of the two, so no plan may be through one alone."""
+    proposed: dict[tuple[int, Any], list[tuple[str, DeltaQuery, int, DeltaQuery]]] = {}
+    nodes: dict[int, Node] = {}
+    for query, plan in plans:
+        for k, alt in plan.alternatives:
+            node = root
+            for stage in plan.stages[:k]:
+                node = node.children[_stage_shape(stage)]
+            nodes[id(node)] = node
+            proposed.setdefault((id(node), _stage_shape(plan.stages[k])), []).append(
+                (query, plan, k, alt)
+            )
+    added: list[tuple[str, DeltaQuery]] = []
+    for (at, main), proposals in proposed.items():
+        node = nodes[at]
+        shapes = {_stage_shape(alt.stages[k]) for _, _, k, alt in proposals}
+        through = {(q, id(p)) for q, p in _ends(node.children[main])}
+        if len(shapes) != 1 or through != {(q, id(p)) for q, p, _, _ in proposals}:
+            continue
+        other = shapes.pop()
+        if other in node.children:  # (another plan's own stage: not an alternative)
+            continue
+        node.alternatives[main] = other
+        for query, _, k, alt in proposals:
+            _insert(node, query, alt, k)
+            added.append((query, alt))
+    if added:
+        _add_alternatives(root, added)
+
+
+def _ends(node: Node) -> list[tuple[str, DeltaQuery]]:
+    return [*node.ends, *(e for c in node.children.values() for e in _ends(c))]
 
 
 def _seed_shape(plan: DeltaQuery) -> Any:
@@ -69,10 +121,17 @@ def _unnumbered(part: P) -> P:
 
 def _shared(node: Node) -> int:
     ends = len(node.ends)
-    below = sum(_plans(c) for c in node.children.values())
+    below = sum(_plans(c) for c in _own(node))
     here = int(node.stage is not None and ends + below > 1)
     return here + sum(_shared(c) for c in node.children.values())
 
 
 def _plans(node: Node) -> int:
-    return len(node.ends) + sum(_plans(c) for c in node.children.values())
+    """How many plans end at or below ``node`` (an alternative is its plan again: not counted)."""
+    return len(node.ends) + sum(_plans(c) for c in _own(node))
+
+
+def _own(node: Node) -> list[Node]:
+    """``node``'s children but the alternatives of others."""
+    instead = set(node.alternatives.values())
+    return [c for k, c in node.children.items() if k not in instead]

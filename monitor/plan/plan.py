@@ -225,6 +225,10 @@ class DeltaQuery:
     fields: tuple[FieldFilter, ...] = ()
     #: Extenders of later stages that must count a value for a seed prefix (see above).
     guards: tuple[Extender, ...] = ()
+    #: Per stage that takes a range step where another bound vertex could range instead, the
+    #: plan that does, from that stage on, for the prefixes whose range is the shorter there
+    #: (:mod:`monitor.plan.alternatives`).
+    alternatives: tuple[tuple[int, DeltaQuery], ...] = ()
 
     def describe(self) -> str:
         """The plan as text, as ``subgraph-monitor explain`` prints it."""
@@ -249,4 +253,21 @@ class DeltaQuery:
         if self.guards:
             lines.append("         guard " + ", ".join(g.describe(order) for g in self.guards))
         lines.extend(f"  stage {i + 1}: {s.describe(order)}" for i, s in enumerate(self.stages))
+        lines.extend(self._alternatives("  ", 0))
         return "\n".join(lines)
+
+    def _alternatives(self, indent: str, start: int) -> list[str]:
+        """The alternatives, each from the stage where it parts, indented under its plan."""
+        lines = []
+        for k, alt in self.alternatives:
+            order = alt.order
+            lines.append(
+                f"{indent}or, where its range is shorter than stage {k + 1}'s: "
+                f"order {', '.join(order[len(order) - len(alt.stages) + k :])}"
+            )
+            lines.extend(
+                f"{indent}  stage {i + 1}: {alt.stages[i].describe(order)}"
+                for i in range(k, len(alt.stages))
+            )
+            lines.extend(alt._alternatives(indent + "  ", k + 1))
+        return lines

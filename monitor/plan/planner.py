@@ -11,12 +11,13 @@ Where a gap bounds an edge variable's time, a stage binds it by a range step
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from itertools import combinations
 
 from core.errors import PlanError
 from core.fields import base_relation, time_order_side
+from monitor.plan.alternatives import alternatives
 from monitor.plan.cut import Cut, cut_of, projections
 from monitor.plan.implied import without_implied
 from monitor.plan.plan import (
@@ -31,14 +32,15 @@ from monitor.plan.plan import (
     Seed,
     Stage,
 )
-from monitor.plan.range_steps import RangeStep, held_by_range, range_step
+from monitor.plan.range_steps import RangeStep, held_by_range, range_step, range_steps
 from monitor.query.ast import Atom, FieldRef, Query
 
 
 def delta_queries(query: Query) -> tuple[DeltaQuery, ...]:
     """One delta query per atom of ``query`` that is not a projection (:mod:`monitor.plan.cut`),
     in atom order; two where the atom's insertions and deletions take range steps in opposite
-    directions of time (:func:`range_step`): each seeded by its own sign of the changes."""
+    directions of time (:func:`range_step`): each seeded by its own sign of the changes. Each
+    with its alternatives (:mod:`monitor.plan.alternatives`)."""
     projected = projections(query)
     plans: list[DeltaQuery] = []
     for i in range(len(query.atoms)):
@@ -46,10 +48,15 @@ def delta_queries(query: Query) -> tuple[DeltaQuery, ...]:
             continue
         inserted = build(query, i, delta=True)
         deleted = build(query, i, delta=True, forward=False)
-        if inserted.order == deleted.order:
-            plans.append(inserted)
-        else:
-            plans += [build(query, i, delta=True, sign=1), build(query, i, delta=True, sign=-1)]
+        signs = [0] if inserted.order == deleted.order else [1, -1]
+        for sign in signs:
+            forward = sign >= 0
+
+            def replan(begin: tuple[str, ...], i: int = i, sign: int = sign) -> DeltaQuery:
+                return build(query, i, delta=True, sign=sign, begin=begin)
+
+            plan = inserted if sign == 0 else build(query, i, delta=True, sign=sign)
+            plans.append(alternatives(query, plan, replan, forward))
     return tuple(plans)
 
 
@@ -72,7 +79,9 @@ def given_plan(query: Query, variables: tuple[str, ...]) -> DeltaQuery:
     return build(seeded, 0, delta=False)
 
 
-def attribute_order(query: Query, seed: int, forward: bool = True) -> tuple[str, ...]:
+def attribute_order(
+    query: Query, seed: int, forward: bool = True, begin: Sequence[str] = ()
+) -> tuple[str, ...]:
     """The seed atom's variables, then, greedily, the variable most constrained by bound ones.
 
     A variable can come next when some atom holds it and otherwise only bound variables; among
@@ -80,9 +89,10 @@ def attribute_order(query: Query, seed: int, forward: bool = True) -> tuple[str,
     filters against bound ones (they prune its stage: ``t3.amount <= t2.amount`` with ``t3``
     bound puts ``t2`` before ``t1``), then head order. A :func:`range_step`, when one is
     possible, comes first: its edge variable, then the far end of its event (``forward``:
-    which direction of time :func:`range_step` prefers).
+    which direction of time :func:`range_step` prefers). ``begin``: the order's first
+    variables, given (an alternative's, :mod:`monitor.plan.alternatives`), the seed's first.
     """
-    order = list(dict.fromkeys(query.atoms[seed].variables))
+    order = list(begin) or list(dict.fromkeys(query.atoms[seed].variables))
     while len(order) < len(query.head):
         step = range_step(query, order, forward)
         if step is not None:
@@ -119,13 +129,20 @@ def attribute_order(query: Query, seed: int, forward: bool = True) -> tuple[str,
 
 
 def build(
-    query: Query, seed: int, *, delta: bool, forward: bool | None = None, sign: int = 0
+    query: Query,
+    seed: int,
+    *,
+    delta: bool,
+    forward: bool | None = None,
+    sign: int = 0,
+    begin: Sequence[str] = (),
 ) -> DeltaQuery:
     """The plan of ``query`` seeded by atom ``seed`` (its changes if ``delta``, else its tuples;
     of the changes, only insertions with ``sign`` 1, only deletions with -1). Range steps prefer
-    ranges forward in time (``forward``; default: unless seeded by deletions only)."""
+    ranges forward in time (``forward``; default: unless seeded by deletions only). ``begin``:
+    the first variables of its order (:func:`attribute_order`)."""
     forward = sign >= 0 if forward is None else forward
-    order = attribute_order(query, seed, forward)
+    order = attribute_order(query, seed, forward, begin)
     column = {var: i for i, var in enumerate(order)}
     seed_cut = seed if delta else None
     seed_atom = query.atoms[seed]
@@ -181,7 +198,9 @@ def build(
     for p in range(width, len(order)):
         var = order[p]
         extenders: list[Extender] = []
-        step = None if pending is not None else range_step(query, order[:p], forward)
+        # (the step of the order's next variable: range_step's, or an alternative's other)
+        steps = [] if pending is not None else range_steps(query, order[:p])
+        step = next((s for s in steps if s.edge == var), None)
         if pending is not None and var == pending.far:
             events = pending.events
             position = 1 if pending.side == "by_src" else 0

@@ -56,15 +56,19 @@ class RangeStep:
     narrowing: tuple[tuple[str, str, float, float], ...] = ()
 
 
-def range_step(query: Query, order: Sequence[str], forward: bool = True) -> RangeStep | None:
+def range_step(
+    query: Query, order: Sequence[str], forward: bool = True, besides: str = ""
+) -> RangeStep | None:
     """The range step to take once ``order``'s variables are bound (None: none): of those
     possible, the first (in atom order) whose range lies after its anchor's time (``forward``;
     else before it), else the first. Inserted events are the stream's newest: the events after
     them are the epoch's own and late ones, so a range forward from them is nearly empty, and
     a round trip seeded at a middle hop by an insertion ends there instead of enumerating the
     hops before it first. An expiring event is the oldest: the hops before it expired already
-    (the range backward is empty) and a deletion ranges backward first."""
-    steps = _range_steps(query, order)
+    (the range backward is empty) and a deletion ranges backward first. ``besides``: an edge
+    variable whose step is not to be chosen (an alternative's, :mod:`monitor.plan.alternatives`).
+    """
+    steps = [s for s in range_steps(query, order) if s.edge != besides]
     preferred = [s for s in steps if (s.low >= 0.0 if forward else s.high <= 0.0)] or steps
     if not preferred:
         return None
@@ -92,7 +96,7 @@ def _pruning(query: Query, step: RangeStep, bound: set[str]) -> int:
     return count
 
 
-def _range_steps(query: Query, order: Sequence[str]) -> list[RangeStep]:
+def range_steps(query: Query, order: Sequence[str]) -> list[RangeStep]:
     """Every range step possible once ``order``'s variables are bound, in atom order."""
     found: list[RangeStep] = []
     bound = set(order)
