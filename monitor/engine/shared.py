@@ -40,18 +40,21 @@ class PlanTrie:
         #: Per seed shape, a plan that seeds it (every plan under it seeds alike) and the root.
         self.roots: dict[Any, tuple[DeltaQuery, Node]] = {}
         by_root: dict[int, list[tuple[str, DeltaQuery]]] = {}
+        #: Per plan (by id), the delta query it is an alternative of (its own id if none).
+        self._main: dict[int, int] = {}
         for query, plan in plans:
             key = _seed_shape(plan)
             root = self.roots.setdefault(key, (plan, Node(None)))[1]
             _insert(root, query, plan, 0)
+            self._main[id(plan)] = id(plan)
             by_root.setdefault(id(root), []).append((query, plan))
         for _, root in self.roots.values():
-            _add_alternatives(root, by_root[id(root)])
+            _add_alternatives(root, by_root[id(root)], self._main)
 
     @property
     def shared(self) -> int:
         """How many stages run once for several plans (``explain`` and the tests read it)."""
-        return sum(_shared(root) for _, root in self.roots.values())
+        return sum(_shared(root, self._main) for _, root in self.roots.values())
 
 
 def _insert(node: Node, query: str, plan: DeltaQuery, start: int) -> None:
@@ -61,7 +64,9 @@ def _insert(node: Node, query: str, plan: DeltaQuery, start: int) -> None:
     node.ends.append((query, plan))
 
 
-def _add_alternatives(root: Node, plans: list[tuple[str, DeltaQuery]]) -> None:
+def _add_alternatives(
+    root: Node, plans: list[tuple[str, DeltaQuery]], mains: dict[int, int]
+) -> None:
     """The alternatives of ``plans`` (inserted below ``root``) below the nodes where they
     part, where every plan through the stage they replace has the same alternative there: the
     pipeline sends a prefix down one of the two, so no plan may be through one alone."""
@@ -87,11 +92,12 @@ def _add_alternatives(root: Node, plans: list[tuple[str, DeltaQuery]]) -> None:
         if other in node.children:  # (another plan's own stage: not an alternative)
             continue
         node.alternatives[main] = other
-        for query, _, k, alt in proposals:
+        for query, plan, k, alt in proposals:
             _insert(node, query, alt, k)
             added.append((query, alt))
+            mains[id(alt)] = mains[id(plan)]
     if added:
-        _add_alternatives(root, added)
+        _add_alternatives(root, added, mains)
 
 
 def _ends(node: Node) -> list[tuple[str, DeltaQuery]]:
@@ -119,19 +125,12 @@ def _unnumbered(part: P) -> P:
     return replace(part, atom=0)
 
 
-def _shared(node: Node) -> int:
-    ends = len(node.ends)
-    below = sum(_plans(c) for c in _own(node))
-    here = int(node.stage is not None and ends + below > 1)
-    return here + sum(_shared(c) for c in node.children.values())
+def _shared(node: Node, main: dict[int, int]) -> int:
+    """How many stages below ``node`` run for several delta queries (a plan's alternatives
+    are the plan: they do not make its stages shared)."""
+    here = int(node.stage is not None and len(_mains(node, main)) > 1)
+    return here + sum(_shared(c, main) for c in node.children.values())
 
 
-def _plans(node: Node) -> int:
-    """How many plans end at or below ``node`` (an alternative is its plan again: not counted)."""
-    return len(node.ends) + sum(_plans(c) for c in _own(node))
-
-
-def _own(node: Node) -> list[Node]:
-    """``node``'s children but the alternatives of others."""
-    instead = set(node.alternatives.values())
-    return [c for k, c in node.children.items() if k not in instead]
+def _mains(node: Node, main: dict[int, int]) -> set[int]:
+    return {main[id(p)] for _, p in _ends(node)}

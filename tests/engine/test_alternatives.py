@@ -106,6 +106,7 @@ def test_a_ring_ranges_from_either_end_at_each_step() -> None:
     assert "or, where its range is shorter than stage 1's: order p_" in last.describe()
     trie = PlanTrie([("r", p) for p in plans])
     assert sum(_alternatives(root) for _, root in trie.roots.values()) >= 3
+    assert PlanTrie([("r", last)]).shared == 0  # (its alternatives are the plan again)
 
 
 def test_plans_through_a_stage_without_the_same_alternative_keep_it_to_themselves() -> None:
@@ -123,6 +124,7 @@ def test_plans_through_a_stage_without_the_same_alternative_keep_it_to_themselve
     assert sum(_alternatives(root) for _, root in trie.roots.values()) == 0
     alone = PlanTrie([("r", plan)])
     assert sum(_alternatives(root) for _, root in alone.roots.values()) >= 1
+    assert alone.shared == 0  # (a plan's alternatives are the plan: it shares nothing)
 
 
 def _alternatives(node: Node) -> int:
