@@ -19,8 +19,10 @@ from monitor.engine.field_joins import keep_joined
 from monitor.engine.prefixes import Candidates, Prefixes
 from monitor.engine.shared_keys import SharedProbe, distinct_keys, distinct_probes, expanded
 from monitor.engine.time_order import EndpointSource, RangeSource
-from monitor.index.adjacency import Probe
+from monitor.index import kernels
+from monitor.index.adjacency import AdjacencyView, Probe
 from monitor.index.field_columns import NumberField
+from monitor.index.intersect import fusable, intersect
 from monitor.index.levels import I32, I64
 from monitor.index.time_index import TimeIndexView
 from monitor.index.unique import first_rows
@@ -169,6 +171,16 @@ class StageRunner:
         self.paired = len(self.sources) == 2 and all(
             isinstance(s, AdjacencySource) and s.extender.arity == 2 for s in self.sources
         )
+        #: Two adjacencies of this process's index: proposed and intersected in one pass
+        #: (:mod:`monitor.index.intersect`).
+        self.fused = (
+            len(self.sources) == 2
+            and kernels.KERNELS == "numba"
+            and all(
+                isinstance(s, AdjacencySource) and isinstance(s.view, AdjacencyView)
+                for s in self.sources
+            )
+        )
 
     def _shared_counts(self, prefixes: Prefixes) -> tuple[npt.NDArray[np.intp], I64, Keys] | None:
         """:meth:`counts` probed and counted once per distinct pair of keys (None: they do
@@ -223,6 +235,10 @@ class StageRunner:
         """The rows (of ``keys``) and values that each prefix's chosen extender proposes and
         every other holds; ``prefixes``' comparisons drop candidates before the intersection
         (cheap), when given."""
+        if self.fused and all(isinstance(k, Probe) for k in keys):
+            fused = self._intersected(winner, keys, prefixes)
+            if fused is not None:
+                return fused
         single = len(self.sources) == 1
         all_rows: list[npt.NDArray[np.integer]] = []
         all_values: list[I32] = []
@@ -250,6 +266,27 @@ class StageRunner:
         if len(all_rows) == 1:
             return all_rows[0], all_values[0]
         return np.concatenate(all_rows), np.concatenate(all_values)
+
+    def _intersected(
+        self, winner: npt.NDArray[np.intp], keys: Keys, prefixes: Prefixes | None
+    ) -> tuple[npt.NDArray[np.integer], I32] | None:
+        """:meth:`_proposed` of two adjacencies in one pass, the comparisons after it (None:
+        their CSRs are wide, :func:`~monitor.index.intersect.fusable`)."""
+        views = [s.view for s in self.sources if isinstance(s, AdjacencySource)]
+        a, b = (v for v in views if isinstance(v, AdjacencyView))
+        if not fusable(a.offsets, b.offsets):
+            return None
+        rows, values = intersect(
+            (a.offsets, a.targets, a.delta),
+            (keys[0].keys, *keys[0].ranges()),
+            (b.offsets, b.targets, b.delta),
+            (keys[1].keys, *keys[1].ranges()),
+            winner == 1,
+        )
+        if prefixes is not None and self.comparisons.comparisons and rows.shape[0]:
+            keep = self.comparisons.compare(Candidates(prefixes, rows, values))
+            rows, values = rows[keep], values[keep]
+        return rows, values
 
 
 def _distinct(

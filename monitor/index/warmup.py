@@ -12,6 +12,7 @@ from __future__ import annotations
 from monitor.index import (
     field_columns,
     hashtable,
+    intersect,
     kernels,
     levels,
     numbered,
@@ -23,6 +24,16 @@ from monitor.index import (
 
 def warm() -> None:
     """Load every compiled loop of the index for the types the engine passes."""
-    modules = (levels, kernels, unique, hashtable, field_columns, texts, numbered, time_kernels)
+    modules = (
+        levels,
+        kernels,
+        intersect,
+        unique,
+        hashtable,
+        field_columns,
+        texts,
+        numbered,
+        time_kernels,
+    )
     for module in modules:
         module.warm()
