@@ -73,8 +73,12 @@ class Level:
         the level does not hold): compiled, a lookup in the level's table of keys
         (:attr:`table`) once as many keys are asked for as it has pairs, else one
         pass of binary searches (:func:`compiled_key_ranges`); in numpy, two ``searchsorted``
-        calls."""
-        if compiled and ("table" in self.__dict__ or keys.shape[0] >= len(self)):
+        calls. The table is built once the keys asked for, over all calls, are as many as
+        the level's pairs: a committed level is probed by every stage of every epoch until
+        the next compaction, in calls of fewer keys each."""
+        asked = self.__dict__.get("_asked", 0) + int(keys.shape[0])
+        self.__dict__["_asked"] = asked  # (not a field: the level's pairs do not change)
+        if compiled and ("table" in self.__dict__ or asked >= len(self)):
             found: tuple[I64, I64] = compiled_table_ranges(*self.table, keys)
             return found
         unique, inverse = distinct(keys, len(self))

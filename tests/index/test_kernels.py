@@ -245,3 +245,19 @@ def test_a_level_s_table_finds_every_key_among_those_sharing_its_slots() -> None
     lo, hi = level.key_ranges(probes)
     assert (hi - lo).tolist() == [*counts.tolist(), *[0] * held.shape[0]]
     assert (pairs[lo[: held.shape[0]]] >> 32).tolist() == held.tolist()
+
+
+def test_a_level_probed_often_in_small_calls_builds_its_table_once_asked_for_its_size() -> None:
+    """A committed level is probed by every stage of every epoch, each call for fewer keys than
+    it holds: the table comes once as many keys were asked for as it has pairs, and every call
+    finds the same ranges before and after."""
+    keys = np.repeat(np.arange(50, dtype=np.int64), 2)
+    level = Level.of((keys << 32) | np.tile([1, 2], 50), np.ones(100, np.int8))
+    probe = np.array([0, 7, 7, 49, 60], np.int64)
+    want = ([0, 14, 14, 98, 100], [2, 16, 16, 100, 100])
+    for call in range(25):
+        lo, hi = level.key_ranges(probe)
+        assert [lo.tolist()[i] for i in range(4)] == want[0][:4]
+        assert hi.tolist()[:4] == want[1][:4] and lo[4] == hi[4]
+        if kernels.COMPILED:
+            assert ("table" in level.__dict__) == ((call + 1) * 5 >= 100)
