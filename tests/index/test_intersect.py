@@ -34,15 +34,22 @@ def test_the_values_both_hold_for_each_prefix_whichever_side_proposes(
     data: st.DataObject,
 ) -> None:
     views = [adjacency.AdjacencyView(c[0], c[1], Level.of(c[2], c[3])) for c in (one, other)]
-    n = data.draw(st.integers(0, 12))
-    keys = [
-        np.array(
-            data.draw(st.lists(st.integers(0, v.offsets.shape[0] - 2), min_size=n, max_size=n)),
-            np.int64,
+    # (runs of prefixes testing one key of one side: a stage's prefixes come so, and a run
+    # long enough puts the key's values in a bitmap, cleared for the next)
+    runs = data.draw(
+        st.lists(
+            st.tuples(
+                st.integers(0, views[0].offsets.shape[0] - 2),
+                st.integers(0, views[1].offsets.shape[0] - 2),
+                st.booleans(),
+                st.integers(1, 4),
+            ),
+            max_size=6,
         )
-        for v in views
-    ]
-    from_b = np.array(data.draw(st.lists(st.booleans(), min_size=n, max_size=n)), np.bool_)
+    )
+    keys = [np.array([r[side] for r in runs for _ in range(r[3])], np.int64) for side in (0, 1)]
+    from_b = np.array([r[2] for r in runs for _ in range(r[3])], np.bool_)
+    n = from_b.shape[0]
     probes = [v.probe(k) for v, k in zip(views, keys, strict=True)]
     rows, values = intersect(
         (views[0].offsets, views[0].targets, views[0].delta),
