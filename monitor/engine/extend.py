@@ -171,16 +171,9 @@ class StageRunner:
         self.paired = len(self.sources) == 2 and all(
             isinstance(s, AdjacencySource) and s.extender.arity == 2 for s in self.sources
         )
-        #: Two adjacencies of this process's index: proposed and intersected in one pass
-        #: (:mod:`monitor.index.intersect`).
-        self.fused = (
-            len(self.sources) == 2
-            and kernels.KERNELS == "numba"
-            and all(
-                isinstance(s, AdjacencySource) and isinstance(s.view, AdjacencyView)
-                for s in self.sources
-            )
-        )
+        #: Two adjacencies of this process's index, narrow: proposed and intersected in one
+        #: pass (:mod:`monitor.index.intersect`).
+        self.fused = _fused_views(self.sources)
 
     def _shared_counts(self, prefixes: Prefixes) -> tuple[npt.NDArray[np.intp], I64, Keys] | None:
         """:meth:`counts` probed and counted once per distinct pair of keys (None: they do
@@ -235,10 +228,8 @@ class StageRunner:
         """The rows (of ``keys``) and values that each prefix's chosen extender proposes and
         every other holds; ``prefixes``' comparisons drop candidates before the intersection
         (cheap), when given."""
-        if self.fused and all(isinstance(k, Probe) for k in keys):
-            fused = self._intersected(winner, keys, prefixes)
-            if fused is not None:
-                return fused
+        if self.fused is not None and all(isinstance(k, Probe) for k in keys):
+            return self._intersected(self.fused, winner, keys, prefixes)
         single = len(self.sources) == 1
         all_rows: list[npt.NDArray[np.integer]] = []
         all_values: list[I32] = []
@@ -268,14 +259,14 @@ class StageRunner:
         return np.concatenate(all_rows), np.concatenate(all_values)
 
     def _intersected(
-        self, winner: npt.NDArray[np.intp], keys: Keys, prefixes: Prefixes | None
-    ) -> tuple[npt.NDArray[np.integer], I32] | None:
-        """:meth:`_proposed` of two adjacencies in one pass, the comparisons after it (None:
-        their CSRs are wide, :func:`~monitor.index.intersect.fusable`)."""
-        views = [s.view for s in self.sources if isinstance(s, AdjacencySource)]
-        a, b = (v for v in views if isinstance(v, AdjacencyView))
-        if not fusable(a.offsets, b.offsets):
-            return None
+        self,
+        views: tuple[AdjacencyView, AdjacencyView],
+        winner: npt.NDArray[np.intp],
+        keys: Keys,
+        prefixes: Prefixes | None,
+    ) -> tuple[npt.NDArray[np.integer], I32]:
+        """:meth:`_proposed` of two adjacencies in one pass, the comparisons after it."""
+        a, b = views
         rows, values = intersect(
             (a.offsets, a.targets, a.delta),
             (keys[0].keys, *keys[0].ranges()),
@@ -287,6 +278,19 @@ class StageRunner:
             keep = self.comparisons.compare(Candidates(prefixes, rows, values))
             rows, values = rows[keep], values[keep]
         return rows, values
+
+
+def _fused_views(sources: Sequence[Source]) -> tuple[AdjacencyView, AdjacencyView] | None:
+    """The two adjacency views of a stage that :func:`~monitor.index.intersect.intersect`
+    takes (None: other sources, a partitioned index's views, wide CSRs, or no compiled
+    loops)."""
+    views = [s.view for s in sources if isinstance(s, AdjacencySource)]
+    if len(sources) != 2 or kernels.KERNELS != "numba":
+        return None
+    local = [v for v in views if isinstance(v, AdjacencyView)]
+    if len(local) != 2 or not fusable(local[0].offsets, local[1].offsets):
+        return None
+    return local[0], local[1]
 
 
 def _distinct(

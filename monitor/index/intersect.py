@@ -25,7 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from core.compiled import AVAILABLE, njit
-from monitor.index.levels import I8, I32, I64, VALUE_BITS, VALUE_MASK, Level
+from monitor.index.levels import I32, I64, VALUE_BITS, VALUE_MASK, Level
 
 #: The largest value a run's bitmap holds (2**26 bits: 8 MiB); a key with larger values is
 #: searched instead.
@@ -184,15 +184,11 @@ def intersect(
     rows: I64
     values: I32
     rows, values = _intersect(
-        a_offsets, a_targets, a_level.pairs, _diff(a_level), _wide(a_keys), a_lo, a_hi,
-        b_offsets, b_targets, b_level.pairs, _diff(b_level), _wide(b_keys), b_lo, b_hi,
+        a_offsets, a_targets, a_level.pairs, a_level.diff, _wide(a_keys), a_lo, a_hi,
+        b_offsets, b_targets, b_level.pairs, b_level.diff, _wide(b_keys), b_lo, b_hi,
         from_b,
     )  # fmt: skip
     return rows, values
-
-
-def _diff(level: Level) -> I8:
-    return level.diff
 
 
 def _wide(keys: npt.NDArray[np.integer]) -> I64:

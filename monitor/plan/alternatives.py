@@ -66,5 +66,5 @@ def _seeding(plan: DeltaQuery) -> tuple[object, ...]:
 
 
 def count(plan: DeltaQuery) -> int:
-    """How many plans ``plan`` is with its alternatives (``explain`` prints it)."""
+    """How many plans ``plan`` is with its alternatives, its own included."""
     return 1 + sum(count(alt) for _, alt in plan.alternatives)
