@@ -1,5 +1,5 @@
 """``python -m monitor`` is ``subgraph-monitor``."""
 
-from monitor.cli import main
+from monitor.cli.program import entry
 
-main()
+entry()

@@ -15,8 +15,11 @@ where the event does).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import Enum
+from functools import lru_cache
 from itertools import pairwise
+from types import MappingProxyType
 
 from core.fields import time_order_side
 from monitor.query.ast import Query
@@ -43,10 +46,12 @@ def cut_of(atom: int, seed: int | None, projects: int | None = None) -> Cut:
     return Cut.OLD
 
 
-def projections(query: Query) -> dict[int, int]:
+@lru_cache(maxsize=256)
+def projections(query: Query) -> Mapping[int, int]:
     """Each projection atom's index -> the index of the events atom it is the pairs of:
     ``R{S}(a, b)`` followed by ``R{S}#events(a, b, t)``; and each time-ordered atom
-    (``R{S}#by_src(a, t)``, ``R{S}#by_dst(b, t)``) -> the events atom of its edge variable."""
+    (``R{S}#by_src(a, t)``, ``R{S}#by_dst(b, t)``) -> the events atom of its edge variable.
+    (Kept per query, read-only.)"""
     out = {
         i: i + 1
         for i, (atom, events) in enumerate(pairwise(query.atoms))
@@ -58,4 +63,4 @@ def projections(query: Query) -> dict[int, int]:
     for i, atom in enumerate(query.atoms):
         if time_order_side(atom.relation) is not None:
             out[i] = events_of[atom.variables[-1]]
-    return out
+    return MappingProxyType(out)

@@ -23,8 +23,10 @@ yet imply it; by induction from the last, the kept ones imply every dropped one.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import lru_cache
+from types import MappingProxyType
 
 from core.fields import base_relation
 from core.times import TIME_FIELD
@@ -46,6 +48,7 @@ class Bound:
     on_big: bool
 
 
+@lru_cache(maxsize=4096)
 def bound_of(join: FieldFilter) -> Bound | None:
     """The bound a join filter is, if it compares two times with factor 1."""
     if join.left_field != TIME_FIELD or join.right_field != TIME_FIELD or join.factor != 1.0:
@@ -68,7 +71,7 @@ def range_bounds(extender: RangeExtender, edge: int) -> list[Bound]:
 
 def implies(known: Sequence[Bound], target: Bound) -> bool:
     """Whether ``known`` imply ``target``, as the filters compute them (module docstring)."""
-    below = _chains(known)
+    below = _chains(tuple(known))
 
     def chain(a: int, b: int) -> bool | None:
         """None: no chain from ``a`` up to ``b``; else whether a link of it is strict."""
@@ -94,9 +97,11 @@ def implies(known: Sequence[Bound], target: Bound) -> bool:
     return False
 
 
-def _chains(known: Iterable[Bound]) -> dict[tuple[int, int], bool]:
+@lru_cache(maxsize=8192)
+def _chains(known: tuple[Bound, ...]) -> Mapping[tuple[int, int], bool]:
     """Every ``(a, b)`` joined by a chain of bounds without offset from ``a`` up to ``b``, and
-    whether some chain has a strict link (a closure over a stage's dozen columns)."""
+    whether some chain has a strict link (a closure over a stage's dozen columns; kept, as a
+    plan's alternatives repeat its first stages)."""
     links: dict[tuple[int, int], bool] = {}
     for k in known:
         if k.offset == 0.0:
@@ -109,7 +114,7 @@ def _chains(known: Iterable[Bound]) -> dict[tuple[int, int], bool]:
             for (c, d), onward in list(links.items()):
                 if c == via and a != d:
                     links[a, d] = links.get((a, d), False) or strict or onward
-    return links
+    return MappingProxyType(links)
 
 
 def without_implied(
@@ -133,11 +138,14 @@ def without_implied(
         kept: list[FieldFilter] = []
         for i, join in enumerate(fields):
             target = bound_of(join)
+            if target is None:
+                kept.append(join)
+                continue
             others = [b for b in map(bound_of, kept + fields[i + 1 :]) if b is not None]
-            if target is None or not implies(known + others, target):
+            if not implies(known + others, target):
                 kept.append(join)
         known += [b for b in map(bound_of, kept) if b is not None]
-        ordered = _chains(known)
+        ordered = _chains(tuple(known))
         comparisons = tuple(
             c
             for c in stage.comparisons

@@ -10,8 +10,9 @@ deletions); :func:`held_by_range` tells the join filters a range computes alread
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 from core.fields import base_relation, time_order_side
 from core.times import TIME_FIELD
@@ -96,8 +97,14 @@ def _pruning(query: Query, step: RangeStep, bound: set[str]) -> int:
     return count
 
 
-def range_steps(query: Query, order: Sequence[str]) -> list[RangeStep]:
-    """Every range step possible once ``order``'s variables are bound, in atom order."""
+def range_steps(query: Query, order: Sequence[str]) -> tuple[RangeStep, ...]:
+    """Every range step possible once ``order``'s variables are bound, in atom order (kept
+    per query and bound prefix: a plan's alternatives ask again for the prefixes it asked)."""
+    return _range_steps(query, tuple(order))
+
+
+@lru_cache(maxsize=4096)
+def _range_steps(query: Query, order: tuple[str, ...]) -> tuple[RangeStep, ...]:
     found: list[RangeStep] = []
     bound = set(order)
     events_of = {
@@ -105,7 +112,7 @@ def range_steps(query: Query, order: Sequence[str]) -> list[RangeStep]:
     }
     edges = list(events_of)
     projected = projections(query)
-    bounds: dict[tuple[str, str], float] | None = None
+    bounds: Mapping[tuple[str, str], float] | None = None
     for i, atom in enumerate(query.atoms):
         side = time_order_side(atom.relation)
         if side is None:
@@ -147,11 +154,11 @@ def range_steps(query: Query, order: Sequence[str]) -> list[RangeStep]:
         )
         step = RangeStep(i, events, implied, vertex, edge, far, side, t, relation[t], low, high)
         found.append(replace(step, narrowing=narrowed))
-    return found
+    return tuple(found)
 
 
 def narrowing(
-    bounds: dict[tuple[str, str], float], edge: str, anchor: str, others: Sequence[str]
+    bounds: Mapping[tuple[str, str], float], edge: str, anchor: str, others: Sequence[str]
 ) -> list[tuple[str, float, float]]:
     """The bounds of ``others`` on ``edge``'s time (``edge.ts - u.ts`` in ``[low, high]``,
     from :func:`~monitor.plan.windows.time_bounds`) that no other bound, the anchor's

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from functools import lru_cache
+from types import MappingProxyType
 
 from core.times import FOREVER, TIME_FIELD, format_duration
 from monitor.query.ast import FieldRef, Predicate, Query
@@ -44,11 +46,18 @@ def _body_span(query: Query, n: int) -> float:
 
 def time_bounds(
     edges: Sequence[str], predicates: Sequence[Predicate], within: float | None = None
-) -> dict[tuple[str, str], float]:
+) -> Mapping[tuple[str, str], float]:
     """For every two edge variables ``(t, u)``, the largest ``u.ts - t.ts`` the order and gap
     predicates (and ``within``) allow (``inf``: unbounded): shortest paths in the graph of
     the difference constraints. Predicates on other fields, or on variables not in ``edges``,
-    bound nothing."""
+    bound nothing. (Kept per arguments, read-only: the planner asks at every range step.)"""
+    return _time_bounds(tuple(edges), tuple(predicates), within)
+
+
+@lru_cache(maxsize=1024)
+def _time_bounds(
+    edges: tuple[str, ...], predicates: tuple[Predicate, ...], within: float | None
+) -> Mapping[tuple[str, str], float]:
     n = len(edges)
     at = {edge: k for k, edge in enumerate(edges)}
     # bound[t][u]: the largest u.ts - t.ts allowed so far.
@@ -79,7 +88,7 @@ def time_bounds(
         for t in range(n):
             for u in range(n):
                 bound[t][u] = min(bound[t][u], bound[t][k] + bound[k][u])
-    return {(t, u): bound[at[t]][at[u]] for t in edges for u in edges}
+    return MappingProxyType({(t, u): bound[at[t]][at[u]] for t in edges for u in edges})
 
 
 def retentions(

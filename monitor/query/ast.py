@@ -10,7 +10,7 @@ the query text; built-in queries carry positions in their own text.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 
 from core.times import format_duration
 
@@ -210,6 +210,19 @@ class Query:
     #: ``over D``: the aggregates count the bindings whose events all lie within this many
     #: milliseconds of the watermark (None: every live binding).
     over: float | None = None
+
+    def __hash__(self) -> int:
+        """The compared fields' hash, computed once per query: the planner's memos look one
+        query up thousands of times while planning it and its alternatives."""
+        cached: int | None = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash(tuple(getattr(self, f.name) for f in fields(self) if f.compare))
+            object.__setattr__(self, "_hash", cached)
+        return cached
+
+    def __getstate__(self) -> dict[str, object]:
+        """The fields without the cached hash (another process hashes strings otherwise)."""
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
 
     @property
     def edges(self) -> tuple[str, ...]:

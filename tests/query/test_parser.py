@@ -572,3 +572,32 @@ def test_errors_name_the_source_when_one_is_given() -> None:
 def test_the_first_error_in_text_order_is_reported() -> None:
     error = parse_error("ok(a) := e(a, a).\nbad(a) := e(a, b).\nworse(a := f(a).")
     assert (error.line, error.name) == (2, "b")
+
+
+def test_a_query_hashes_its_compared_fields_once_and_pickles_without_the_hash() -> None:
+    """The planner's memos key on queries (:meth:`Query.__hash__`): equal queries hash equal
+    wherever their text stood, and a query sent to another process (Ray's workers) hashes as
+    that process hashes an equal one, not as the sender did (strings hash per process)."""
+    import pickle
+    import subprocess
+    import sys
+
+    text = "ring(a, b) := transfer(a, b) as t, transfer(b, a) as u, t.ts < u.ts, within 1h."
+    first, moved = parse_one(text), parse_one("\n\n   " + text)
+    assert (first.line, first.column) != (moved.line, moved.column)
+    assert first == moved and hash(first) == hash(moved)
+    assert hash(first) == hash(first)  # (the cached value)
+    changed = parse_one(text.replace("1h", "2h"))
+    assert hash(changed) != hash(first)
+    shipped = pickle.dumps(first)
+    check = (
+        "import pickle, sys\n"
+        "from monitor.query import parse_queries\n"
+        "shipped = pickle.loads(sys.stdin.buffer.read())\n"
+        f"(fresh,) = parse_queries({text!r})\n"
+        "print(hash(shipped) == hash(fresh), {shipped: 1}.get(fresh))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", check], input=shipped, capture_output=True, check=True
+    )
+    assert done.stdout.split() == [b"True", b"1"]
