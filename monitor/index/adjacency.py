@@ -75,6 +75,10 @@ class Probe:
         )
 
 
+#: The ranges a count passes where its probe has no level's (never read).
+_NO_RANGES: I64 = np.zeros(0, np.int64)
+
+
 class AdjacencyView:
     """The adjacency as one cut sees it: a compacted CSR plus one delta level on top of it.
 
@@ -100,6 +104,14 @@ class AdjacencyView:
         """Number of values of each key."""
         probe = keys if isinstance(keys, Probe) else self.probe(keys)
         keys = probe.keys
+        if kernels.KERNELS == "numba":
+            lo, hi = probe.lo, probe.hi
+            if lo is None or hi is None:  # (no level: the ranges are not read)
+                lo = hi = _NO_RANGES
+            counted: I64 = kernels.compiled_count(
+                self.offsets, keys, self.delta.running, lo, hi, lo is not _NO_RANGES
+            )
+            return counted
         counts: I64 = (self.offsets[keys + 1] - self.offsets[keys]).astype(np.int64)
         if probe.lo is not None and probe.hi is not None:
             counts = counts + (self.delta.running[probe.hi] - self.delta.running[probe.lo])

@@ -95,6 +95,19 @@ class SlotTable:
         found: I32 = _find_values(self.table, self.tags, values, hashes, keys)
         return found
 
+    def find_packed(self, values: I64, left: I32, right: I32) -> I32:
+        """:meth:`find_values` of the pairs ``left << 32 | right``, hashed with :func:`mix`,
+        in the same compiled loop as the probes (one pass, no packed or hashed arrays); ``-1``
+        also where ``left`` is."""
+        if not ENABLED:
+            valid = left >= 0
+            packed = (np.where(valid, left, 0).astype(np.int64) << 32) | right.astype(np.int64)
+            found = self.find_values(mix(packed.view(np.uint64)), values, packed)
+            found[~valid] = -1
+            return found
+        out: I32 = _find_packed(self.table, self.tags, values, left, right)
+        return out
+
     def find_pairs(
         self, hashes: U64, firsts: I32 | I64, seconds: I64, keys: tuple[I32 | I64, I64]
     ) -> I32:
@@ -153,10 +166,12 @@ class SlotTable:
 
 def warm() -> None:
     """Load (or compile, the first time on a machine) the probe of :meth:`SlotTable.find_values`
-    and the insertion of :meth:`SlotTable.add` before the first epoch."""
+    and :meth:`SlotTable.find_packed` and the insertion of :meth:`SlotTable.add` before the
+    first epoch."""
     if ENABLED:
         table = SlotTable()
         table.find_values(np.zeros(1, np.uint64), np.zeros(1, np.int64), np.zeros(1, np.int64))
+        table.find_packed(np.zeros(1, np.int64), np.zeros(1, np.int32), np.zeros(1, np.int32))
         table.add(np.zeros(1, np.uint64), np.zeros(1, np.int32), lambda: _NOTHING)
         small, zeros = np.zeros(1, np.int32), np.zeros(1, np.int64)  # (as PairCounts keeps them)
         table.find_pairs(np.zeros(1, np.uint64), small, zeros, (small, zeros))
@@ -202,6 +217,31 @@ if AVAILABLE:
                     out[i] = -1
                     break
                 if tags[at] == tag and values[found] == keys[i]:
+                    out[i] = found
+                    break
+                at = (at + 1) & mask
+        return out
+
+    @njit(cache=True, nogil=True)
+    def _find_packed(table, tags, values, left, right):  # type: ignore[no-untyped-def]
+        """:meth:`SlotTable.find_packed`: each pair packed and hashed, then probed as
+        :func:`_find_values` probes."""
+        mask = np.int64(table.shape[0] - 1)
+        out = np.empty(left.shape[0], np.int32)
+        for i in range(left.shape[0]):
+            if left[i] < 0:
+                out[i] = -1
+                continue
+            key = (np.int64(left[i]) << np.int64(32)) | np.int64(right[i])
+            hashed = mix_one(np.uint64(key))
+            at = np.int64(hashed & np.uint64(mask))
+            tag = np.uint8(hashed >> np.uint64(56))
+            while True:
+                found = table[at]
+                if found < 0:
+                    out[i] = -1
+                    break
+                if tags[at] == tag and values[found] == key:
                     out[i] = found
                     break
                 at = (at + 1) & mask

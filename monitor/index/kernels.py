@@ -127,6 +127,18 @@ if COMPILED:
         return out
 
     @njit(cache=True, nogil=True)
+    def compiled_count(offsets, keys, running, lo, hi, level):  # type: ignore[no-untyped-def]
+        """``AdjacencyView.count`` in one pass: each key's CSR segment's length, plus its
+        pairs' net change in the level (``running[hi] - running[lo]``) where ``level``."""
+        out = np.empty(keys.shape[0], np.int64)
+        for i in range(keys.shape[0]):
+            count = np.int64(offsets[keys[i] + 1]) - np.int64(offsets[keys[i]])
+            if level:
+                count += running[hi[i]] - running[lo[i]]
+            out[i] = count
+        return out
+
+    @njit(cache=True, nogil=True)
     def compiled_propose(offsets, targets, level_pairs, level_diff, keys, lo, hi):  # type: ignore[no-untyped-def]
         """All values of every key, as ``AdjacencyView.propose`` gives them (its numpy path is
         the reference): per key, one merge of its sorted CSR segment with its sorted pairs in
@@ -254,6 +266,7 @@ def warm() -> None:
             if ENABLED:
                 ranges = np.zeros(1, np.int64)
                 compiled_propose(offsets, targets, level_pairs, level_diff, keys, ranges, ranges)
+                compiled_count(offsets, keys, ranges, ranges, ranges, True)
         if ENABLED:
             for new_offsets in (np.zeros(2, np.int32), np.zeros(2, np.int64)):
                 compiled_compact(offsets, targets, level_pairs, level_diff, new_offsets, targets)

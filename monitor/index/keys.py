@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from monitor.index import hashtable
 from monitor.index.hashtable import U64, SlotTable, mix
 from monitor.index.levels import I32, I64, grow, pack
 from monitor.index.unique import unique_inverse
@@ -25,6 +26,9 @@ class _Fold:
     packed pair's hash, which compares the pair itself."""
 
     def __init__(self) -> None:
+        #: The pairs' hash; with :func:`~monitor.index.hashtable.mix`, lookups hash and probe in
+        #: one compiled pass (:meth:`SlotTable.find_packed`).
+        self.hash = mix
         self.table = SlotTable()
         self.pairs: I64 = np.zeros(1, np.int64)
         self._size = 1
@@ -41,13 +45,18 @@ class _Fold:
         """The id of each pair (``-1`` where ``left`` is): one probe per pair, no sort of the
         pairs first; the missing pairs, each once, get the next ids in order."""
         valid = left >= 0
-        packed = pack(np.where(valid, left, 0), right)
-        ids = self.table.find_values(mix(packed.view(np.uint64)), self.pairs, packed)
-        ids[~valid] = -1
+        if self.hash is hashtable.mix:
+            ids = self.table.find_packed(self.pairs, left, right)
+        else:
+            packed = pack(np.where(valid, left, 0), right)
+            ids = self.table.find_values(self.hash(packed.view(np.uint64)), self.pairs, packed)
+            ids[~valid] = -1
+        if not add:
+            return ids
         missing = np.flatnonzero((ids < 0) & valid)
-        if add and missing.shape[0]:
-            fresh, inverse = unique_inverse(packed[missing])
-            ids[missing] = self._add(fresh, mix(fresh.view(np.uint64)))[inverse]
+        if missing.shape[0]:
+            fresh, inverse = unique_inverse(pack(left[missing], right[missing]))
+            ids[missing] = self._add(fresh, self.hash(fresh.view(np.uint64)))[inverse]
         return ids
 
     def decode(self, ids: I32) -> tuple[I32, I32]:
@@ -62,7 +71,7 @@ class _Fold:
         self.pairs[new] = fresh
         everything = np.arange(1, start, dtype=np.int32)
         self.table.add(
-            hashes, new, lambda: (mix(self.pairs[everything].view(np.uint64)), everything)
+            hashes, new, lambda: (self.hash(self.pairs[everything].view(np.uint64)), everything)
         )
         return new
 

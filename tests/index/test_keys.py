@@ -61,3 +61,37 @@ def test_tuple_keys_are_a_dense_dict_of_tuples(
         if model:
             decoded = keys.decode(np.array(list(model.values()), np.int64))
             assert list(zip(*(c.tolist() for c in decoded), strict=True)) == list(model)
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "numpy"])
+@settings(max_examples=30, deadline=None)
+@given(
+    n=st.integers(0, 4000),
+    top=st.sampled_from([50, 2**31 - 1]),
+    asked=st.lists(st.tuples(st.integers(-1, 60), st.integers(0, 60)), max_size=50),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_find_packed_probes_as_find_values_does(
+    n: int, top: int, asked: list[tuple[int, int]], seed: int, compiled: bool
+) -> None:
+    """The fused hash-and-probe of packed pairs finds every pair the table holds, by id, and
+    nothing else: pairs absent, among them some whose tag equals a present pair's on their
+    probe sequence (thousands of lookups meet some), and a negative left, never a pair."""
+    if compiled and not hashtable.ENABLED:
+        pytest.skip("numba is switched off")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(hashtable, "ENABLED", compiled)
+        rng = np.random.default_rng(seed)
+        pairs = sorted({(int(a), int(b)) for a, b in rng.integers(0, top, (n, 2))})
+        packed = np.array([(a << 32) | b for a, b in pairs], np.int64)
+        values = np.concatenate([[0], packed]).astype(np.int64)  # (ids from 1, as a fold's)
+        table = hashtable.SlotTable()
+        ids = np.arange(1, len(pairs) + 1, dtype=np.int32)
+        table.add(hashtable.mix(packed.view(np.uint64)), ids, lambda: hashtable._NOTHING)
+        probes = asked + [(int(a), int(b)) for a, b in rng.integers(0, top, (2 * n, 2))]
+        probes += [pairs[i] for i in rng.integers(0, len(pairs), n)] if pairs else []
+        left = np.array([a for a, _ in probes], np.int32)
+        right = np.array([b for _, b in probes], np.int32)
+        got = table.find_packed(values, left, right).tolist()
+        index = {p: i + 1 for i, p in enumerate(pairs)}
+        assert got == [index.get(p, -1) if p[0] >= 0 else -1 for p in probes]
