@@ -36,6 +36,7 @@ import numpy.typing as npt
 
 from monitor.index.graph import Change
 from monitor.index.levels import I32
+from monitor.plan.cut import projections
 from monitor.query.ast import Query
 
 Mask = npt.NDArray[np.bool_]
@@ -58,7 +59,10 @@ class Removed:
         if not n:
             return hit
         at = {v: k for k, v in enumerate(query.head)}
-        for atom in dict.fromkeys(query.atoms):
+        # (an atom derived from an events atom, its pairs or its events in time order, loses
+        # a tuple only with an event of it: the events atom's lookup finds those matches)
+        derived = projections(query)
+        for atom in dict.fromkeys(a for i, a in enumerate(query.atoms) if i not in derived):
             table = self._table(atom.relation)
             if table is not None:
                 rows = [columns[at[v]] for v in atom.variables]
