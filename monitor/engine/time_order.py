@@ -52,6 +52,10 @@ class RangeSource:
         vertex = prefixes.columns[e.key[0]]
         ts = self._times(e.anchor_relation, prefixes.columns[e.anchor])
         lo, hi = ts + e.low, ts + e.high
+        if e.open_low:  # (the next float up: ``> lo`` exactly, as the filter it holds)
+            np.nextafter(lo, np.inf, out=lo)
+        if e.open_high:
+            np.nextafter(hi, -np.inf, out=hi)
         for n in e.narrowing:
             # (each end widened by far more than a chain of rounded sums can be off by; a
             # NaN time makes the range empty, as its filters would fail)

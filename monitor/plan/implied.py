@@ -64,8 +64,8 @@ def bound_of(join: FieldFilter) -> Bound | None:
 def range_bounds(extender: RangeExtender, edge: int) -> list[Bound]:
     """The bounds every event a range step proposes for column ``edge`` lies within."""
     return [
-        Bound(edge, extender.anchor, extender.high, False, on_big=True),
-        Bound(extender.anchor, edge, -extender.low, False, on_big=False),
+        Bound(edge, extender.anchor, extender.high, extender.open_high, on_big=True),
+        Bound(extender.anchor, edge, -extender.low, extender.open_low, on_big=False),
     ]
 
 

@@ -68,9 +68,15 @@ class RangeExtender(Extender):
     #: Bounds of other bound events that narrow the range where they are tighter
     #: (:class:`Narrowing`).
     narrowing: tuple[Narrowing, ...] = ()
+    #: The range excludes its low (high) end: a strict filter on it, ``t2.ts > t1.ts``, holds
+    #: (:func:`~monitor.plan.range_steps.held_by_range`).
+    open_low: bool = False
+    open_high: bool = False
 
     def describe(self, order: tuple[str, ...]) -> str:
         span = f"{_signed(self.low)} .. {_signed(self.high)}"
+        if self.open_low or self.open_high:
+            span = f"{'(' if self.open_low else '['}{span}{')' if self.open_high else ']'}"
         held = ", ".join(f.describe(order) for f in self.holds)
         narrowed = ", ".join(n.describe(order) for n in self.narrowing)
         return (

@@ -217,9 +217,13 @@ def build(
             relation = query.atoms[step.atom].relation
             key = (column[step.vertex],)
             anchor = column[step.anchor]
-            held = tuple(
-                f for f in joins if f not in joined and held_by_range(f, step, column[var], anchor)
-            )
+            ends = {
+                f: end
+                for f in joins
+                if f not in joined
+                and (end := held_by_range(f, step, column[var], anchor)) is not None
+            }
+            held = tuple(ends)
             joined.update(held)
             extenders.append(
                 RangeExtender(
@@ -235,6 +239,8 @@ def build(
                     step.high,
                     held,
                     tuple(Narrowing(column[u], r, lo, hi) for u, r, lo, hi in step.narrowing),
+                    "low" in ends.values(),
+                    "high" in ends.values(),
                 )
             )
             pending = step

@@ -195,24 +195,35 @@ def narrowing(
     return out
 
 
-def held_by_range(join: FieldFilter, step: RangeStep, edge: int, anchor: int) -> bool:
+def held_by_range(join: FieldFilter, step: RangeStep, edge: int, anchor: int) -> str | None:
     """Whether every event a range step proposes passes ``join`` (``edge``, ``anchor``: the
     columns of its edge variable and of its anchor), computed as the filter computes it: a
-    non-strict bound on the time, ``edge.ts <= anchor.ts + c`` with the range's high end at
-    most ``c`` (the same sum, rounded the same way) or ``>=`` with its low end at least ``c``,
-    or the anchor on the left with no offset (``anchor.ts <= edge.ts``). A strict one, or the
-    anchor's side shifted (``anchor.ts <= edge.ts + c``: another sum, rounded otherwise), stays
-    a filter."""
+    bound on the time, ``edge.ts <= anchor.ts + c`` with the range's high end at most ``c``
+    (the same sum, rounded the same way) or ``>=`` with its low end at least ``c``, or the
+    anchor on the left with no offset (``anchor.ts <= edge.ts``). The range's end itself
+    holds a strict one equal to it, ``edge.ts > anchor.ts + c`` with its low end ``c`` (or
+    ``anchor.ts < edge.ts`` with ``0``), once the end is left out of the range: the answer
+    names the end to leave out (``"low"``, ``"high"``), ``"held"`` where none need be, None
+    where the range does not hold ``join``. The anchor's side shifted (``anchor.ts <= edge.ts
+    + c``: another sum, rounded otherwise) stays a filter."""
     if (
         join.left_field != TIME_FIELD
         or join.right_field != TIME_FIELD
         or join.factor != 1.0
-        or join.op not in ("<=", ">=")
+        or join.op not in ("<=", ">=", "<", ">")
         or {join.left, join.right} != {edge, anchor}
     ):
-        return False
+        return None
+    strict = join.op in ("<", ">")
     if join.left == edge:
-        return step.high <= join.offset if join.op == "<=" else step.low >= join.offset
-    if join.offset != 0.0:
-        return False
-    return step.low >= 0.0 if join.op == "<=" else step.high <= 0.0
+        upper, offset = join.op in ("<=", "<"), join.offset
+    elif join.offset != 0.0:
+        return None
+    else:  # (anchor op edge: edge's bound is the other way round)
+        upper, offset = join.op in (">=", ">"), 0.0
+    end = step.high if upper else step.low
+    if not strict:
+        return "held" if (end <= offset if upper else end >= offset) else None
+    if end != offset:  # (a strict bound inside the range's end stays a filter)
+        return None
+    return "high" if upper else "low"

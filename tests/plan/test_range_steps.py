@@ -10,11 +10,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from monitor.plan.cut import projections
 from monitor.plan.events import event_relations, rewrite
 from monitor.plan.needs import time_ordered, unread
-from monitor.plan.plan import EndpointExtender, RangeExtender
+from monitor.plan.plan import EndpointExtender, FieldFilter, RangeExtender
 from monitor.plan.planner import delta_queries, static_plan
+from monitor.plan.range_steps import RangeStep, held_by_range
 from monitor.query.ast import Query
 from monitor.query.parser import parse_queries
 
@@ -172,29 +175,64 @@ def test_relations_no_delta_query_reads_are_not_maintained() -> None:
     assert unread(selection, plans) == set()
 
 
-def test_a_range_holds_the_bounds_it_computes_and_leaves_strict_ones_to_filters() -> None:
-    """``t1.ts < t2.ts`` is strict (the range includes equal times): a filter. The 10-minute
-    gap is looser than ``within 5m``, the range's end: every event proposed passes it, as
-    its own bound ``t2.ts <= t1.ts + 5m`` and the hour before (looser than the range's start,
-    0). ``within``'s other half, ``t1.ts <= t2.ts + 5m``, has the anchor on the left, shifted
-    (another sum, rounded otherwise): a filter. Seeded by t2, t1's range is t2.ts - [5m, 0]
-    and holds that half only. The filters the others imply are left out
-    (:mod:`monitor.plan.implied`): ``t1.ts <= t2.ts + 5m`` once ``t1.ts < t2.ts``; seeded by t2,
-    the 10-minute gap (the 5-minute one is tighter) and the hour before (``t1.ts < t2.ts``)."""
+def test_a_range_holds_the_bounds_it_computes_and_strict_ones_at_its_open_ends() -> None:
+    """``t1.ts < t2.ts`` is strict and is the range's low end, 0: the range leaves the end
+    out (the next float up from ``t1.ts``) and holds it. The 10-minute gap is looser than
+    ``within 5m``, the range's end: every event proposed passes it, as its own bound ``t2.ts
+    <= t1.ts + 5m`` and the hour before (looser than the range's start, 0). ``within``'s
+    other half, ``t1.ts <= t2.ts + 5m``, has the anchor on the left, shifted (another sum,
+    rounded otherwise): a filter. Seeded by t2, t1's range is t2.ts - [5m, 0), open at its
+    high end for ``t1.ts < t2.ts``, and holds that half too. The filters the others imply are
+    left out (:mod:`monitor.plan.implied`): ``t1.ts <= t2.ts + 5m`` once ``t1.ts < t2.ts``;
+    seeded by t2, the 10-minute gap (the 5-minute one is tighter) and the hour before."""
     query = internal("strict_echo")
     (forward, _), (backward, _) = ranges(query)
     by_t1, by_t2 = delta_queries(query)
     assert (forward.low, forward.high) == (0, 5 * MINUTE)
+    assert (forward.open_low, forward.open_high) == (True, False)
     assert [f.describe(by_t1.order) for f in forward.holds] == [
+        "t1.ts < t2.ts",
         "t2.ts <= t1.ts + 10m",
         "t2.ts >= t1.ts - 1h",
         "t2.ts <= t1.ts + 5m",
     ]
-    fields = [f.describe(by_t1.order) for f in by_t1.stages[0].fields]
-    assert fields == ["t1.ts < t2.ts"]
-    assert [f.describe(by_t2.order) for f in backward.holds] == ["t1.ts <= t2.ts + 5m"]
+    assert "t1.ts (0 .. +5m]" in by_t1.describe()
+    assert by_t1.stages[0].fields == ()
+    assert (backward.open_low, backward.open_high) == (False, True)
+    assert [f.describe(by_t2.order) for f in backward.holds] == [
+        "t1.ts < t2.ts",
+        "t1.ts <= t2.ts + 5m",
+    ]
     fields = [f.describe(by_t2.order) for f in by_t2.stages[0].fields]
-    assert fields == ["t1.ts < t2.ts", "t2.ts <= t1.ts + 5m"]
+    assert fields == ["t2.ts <= t1.ts + 5m"]
+
+
+@pytest.mark.parametrize(
+    ("op", "offset", "edge_left", "low", "high", "held"),
+    [
+        (">", 0.0, True, 0.0, 60.0, "low"),  # t2 > t1: the low end, 0
+        (">", 5.0, True, 5.0, 60.0, "low"),  # t2 > t1 + 5: the low end, 5
+        (">", 5.0, True, 0.0, 60.0, None),  # inside the range: a filter
+        ("<", 60.0, True, 0.0, 60.0, "high"),  # t2 < t1 + 60: the high end
+        ("<", 0.0, False, 0.0, 60.0, "low"),  # t1 < t2 (the anchor on the left)
+        ("<", 5.0, False, 5.0, 60.0, None),  # t1 < t2 + 5: shifted, another sum
+        (">", 0.0, False, -60.0, 0.0, "high"),  # t1 > t2, backward
+        (">=", 0.0, True, 0.0, 60.0, "held"),
+        (">=", 0.0, True, -1.0, 60.0, None),
+        ("<=", 90.0, True, 0.0, 60.0, "held"),
+    ],
+)
+def test_a_strict_bound_is_held_at_the_range_s_end_it_equals_only(
+    op: str, offset: float, edge_left: bool, low: float, high: float, held: str | None
+) -> None:
+    """:func:`held_by_range` of ``t2 op t1 + offset`` (edge t2 in column 1, anchor t1 in 0;
+    ``t1 op t2 + offset`` where the anchor is on the left) over a range ``t1.ts + [low,
+    high]``: a strict bound is held by leaving out the range's end that equals it, the end
+    named; inside the range, or shifted on the anchor's side, it stays a filter."""
+    step = RangeStep(0, 1, frozenset(), "b", "t2", "c", "by_src", "t1", "transfer", low, high)
+    left, right = (1, 0) if edge_left else (0, 1)
+    join = FieldFilter(left, "transfer", "ts", op, right, "transfer", "ts", 1.0, offset)
+    assert held_by_range(join, step, 1, 0) == held
 
 
 def test_a_ring_seeded_by_its_last_hop_ranges_over_the_hop_before_it() -> None:
