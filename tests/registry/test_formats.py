@@ -121,7 +121,7 @@ def topic() -> str:
 def test_avro_records_decode_with_each_writers_schema_as_the_schema_evolves(
     schema_registry: SchemaRegistry, topic: str
 ) -> None:
-    client = SchemaRegistryClient({"url": schema_registry.url})
+    client = SchemaRegistryClient({"url": schema_registry.url, "timeout": 30})
     ctx = SerializationContext(topic, MessageField.VALUE)
     v1 = AvroSerializer(client, avro_payment())
     currency = {"name": "currency", "type": "string", "default": "EUR"}
@@ -152,7 +152,7 @@ def test_avro_polls_read_as_columns_equal_the_librarys_record_by_record(
     poll per schema version (v1, v2 with a field added, v3 without the compared amount) and
     one of them mixed; the updates, events, field kinds and dead letters the same each time,
     and the polls of one version that every record passes taken as columns."""
-    client = SchemaRegistryClient({"url": schema_registry.url})
+    client = SchemaRegistryClient({"url": schema_registry.url, "timeout": 30})
     ctx = SerializationContext(topic, MessageField.VALUE)
     currency = {"name": "currency", "type": ["null", "string"], "default": None}
     v1 = AvroSerializer(client, avro_payment())
@@ -194,7 +194,7 @@ def test_avro_polls_read_as_columns_equal_the_librarys_record_by_record(
 def test_bad_avro_input_becomes_dead_letters_with_reasons(
     schema_registry: SchemaRegistry, topic: str
 ) -> None:
-    client = SchemaRegistryClient({"url": schema_registry.url})
+    client = SchemaRegistryClient({"url": schema_registry.url, "timeout": 30})
     ctx = SerializationContext(topic, MessageField.VALUE)
     meta = {"name": "meta", "type": ["null", {"type": "record", "name": "Meta", "fields": [
         {"name": "channel", "type": "string"}]}], "default": None}  # fmt: skip
@@ -222,7 +222,7 @@ def test_bad_avro_input_becomes_dead_letters_with_reasons(
 def test_a_registry_that_does_not_answer_is_raised(
     schema_registry: SchemaRegistry, topic: str
 ) -> None:
-    client = SchemaRegistryClient({"url": schema_registry.url})
+    client = SchemaRegistryClient({"url": schema_registry.url, "timeout": 30})
     good = AvroSerializer(client, avro_payment())(
         payment(1), SerializationContext(topic, MessageField.VALUE)
     )
@@ -278,7 +278,7 @@ def protobuf_payment() -> Any:
 def test_protobuf_records_decode_without_generated_code(
     schema_registry: SchemaRegistry, topic: str
 ) -> None:
-    client = SchemaRegistryClient({"url": schema_registry.url})
+    client = SchemaRegistryClient({"url": schema_registry.url, "timeout": 30})
     payment_type = protobuf_payment()
     writer = ProtobufSerializer(payment_type, client, {"use.deprecated.format": False})
     ctx = SerializationContext(topic, MessageField.VALUE)
@@ -311,7 +311,7 @@ def test_protobuf_records_decode_without_generated_code(
 def test_json_schema_records_decode_and_are_validated(
     schema_registry: SchemaRegistry, topic: str
 ) -> None:
-    client = SchemaRegistryClient({"url": schema_registry.url})
+    client = SchemaRegistryClient({"url": schema_registry.url, "timeout": 30})
     schema = {
         "$schema": "http://json-schema.org/draft-07/schema#",
         "title": "Payment",
@@ -384,12 +384,14 @@ def test_the_avro_output_is_read_by_the_standard_deserializer(
     encoder = AvroDeltas(registry_client(schema_registry.url, {}), topic)
     values = delta_values()
     written = encoder.encode(values[:1]) + encoder.encode(values[1:])
-    reader = AvroDeserializer(SchemaRegistryClient({"url": schema_registry.url}))
+    reader = AvroDeserializer(SchemaRegistryClient({"url": schema_registry.url, "timeout": 30}))
     ctx = SerializationContext(topic, MessageField.VALUE)
     back = [reader(v, ctx) for v in written]
     for got, sent in zip(back, map(orjson.loads, values), strict=True):
         assert _present(got) == sent
-    versions = SchemaRegistryClient({"url": schema_registry.url}).get_versions(f"{topic}-value")
+    versions = SchemaRegistryClient({"url": schema_registry.url, "timeout": 30}).get_versions(
+        f"{topic}-value"
+    )
     assert len(versions) == 2  # widened once: currency, numeric ids, values and events
     assert back[1]["edges"]["t1"] == {
         "id": 7,

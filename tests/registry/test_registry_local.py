@@ -40,12 +40,12 @@ def registry(schema_registry: SchemaRegistry) -> SchemaRegistry:
 
 @pytest.fixture
 def client(registry: SchemaRegistry) -> SchemaRegistryClient:
-    return SchemaRegistryClient({"url": registry.url})
+    return SchemaRegistryClient({"url": registry.url, "timeout": 30})
 
 
 def fresh(registry: SchemaRegistry) -> SchemaRegistryClient:
     """A client with empty caches: whatever it returns, the registry said."""
-    return SchemaRegistryClient({"url": registry.url})
+    return SchemaRegistryClient({"url": registry.url, "timeout": 30})
 
 
 def test_url_is_the_ccompat_api(registry: SchemaRegistry) -> None:
