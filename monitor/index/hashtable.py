@@ -202,49 +202,40 @@ if AVAILABLE:
     #: :func:`mix` of one ``uint64`` word, in compiled loops (the same steps).
     mix_one = njit(cache=True, nogil=True, inline="always")(_splitmix)
 
+    @njit(cache=True, nogil=True, inline="always")
+    def _probe(table, tags, values, hashed, key):  # type: ignore[no-untyped-def]
+        """The id of ``key`` (``values[id]`` compared), hash ``hashed``: from the hash's home,
+        linearly, to the id whose tag and value match (``-1`` at the first empty position)."""
+        mask = np.int64(table.shape[0] - 1)
+        at = np.int64(hashed & np.uint64(mask))
+        tag = np.uint8(hashed >> np.uint64(56))
+        while True:
+            found = table[at]
+            if found < 0:
+                return np.int32(-1)
+            if tags[at] == tag and values[found] == key:
+                return found
+            at = (at + 1) & mask
+
     @njit(cache=True, nogil=True)
     def _find_values(table, tags, values, hashes, keys):  # type: ignore[no-untyped-def]
-        """:meth:`SlotTable.find_values`, one probe sequence per key: from the hash's home,
-        linearly, to the id whose tag and value match (or ``-1`` at the first empty position)."""
-        mask = np.int64(table.shape[0] - 1)
+        """:meth:`SlotTable.find_values`, one probe sequence per key (:func:`_probe`)."""
         out = np.empty(keys.shape[0], np.int32)
         for i in range(keys.shape[0]):
-            at = np.int64(hashes[i] & np.uint64(mask))
-            tag = np.uint8(hashes[i] >> np.uint64(56))
-            while True:
-                found = table[at]
-                if found < 0:
-                    out[i] = -1
-                    break
-                if tags[at] == tag and values[found] == keys[i]:
-                    out[i] = found
-                    break
-                at = (at + 1) & mask
+            out[i] = _probe(table, tags, values, hashes[i], keys[i])
         return out
 
     @njit(cache=True, nogil=True)
     def _find_packed(table, tags, values, left, right):  # type: ignore[no-untyped-def]
         """:meth:`SlotTable.find_packed`: each pair packed and hashed, then probed as
         :func:`_find_values` probes."""
-        mask = np.int64(table.shape[0] - 1)
         out = np.empty(left.shape[0], np.int32)
         for i in range(left.shape[0]):
             if left[i] < 0:
                 out[i] = -1
                 continue
             key = (np.int64(left[i]) << np.int64(32)) | np.int64(right[i])
-            hashed = mix_one(np.uint64(key))
-            at = np.int64(hashed & np.uint64(mask))
-            tag = np.uint8(hashed >> np.uint64(56))
-            while True:
-                found = table[at]
-                if found < 0:
-                    out[i] = -1
-                    break
-                if tags[at] == tag and values[found] == key:
-                    out[i] = found
-                    break
-                at = (at + 1) & mask
+            out[i] = _probe(table, tags, values, mix_one(np.uint64(key)), key)
         return out
 
     @njit(cache=True, nogil=True)
