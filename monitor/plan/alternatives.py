@@ -14,10 +14,11 @@ At each stage that takes a range step (:mod:`monitor.plan.range_steps`), :func:`
 looks for the range step another bound vertex could take there, and plans the query again with
 that step first, from the same bound prefix on: the *alternative* of the stage. The pipeline
 (:mod:`monitor.engine.shared`) counts both ranges for every prefix and sends each prefix down
-the one with fewer events; an alternative has alternatives of its own at its later range steps,
-so a ring's prefixes meet wherever their two ends' ranges are shortest. Both plans bind every
-variable of the query under the same atoms and filters, so a prefix's matches are the same
-down either: each prefix going down exactly one, the bindings are produced once.
+the one with fewer events, weighed, once it has learned them, by what a value counted down
+each has cost (:mod:`monitor.engine.pipeline`); an alternative has alternatives of its own at
+its later range steps, so a ring's prefixes meet wherever their two ends cost least. Both
+plans bind every variable of the query under the same atoms and filters, so a prefix's matches
+are the same down either: each prefix going down exactly one, the bindings are produced once.
 """
 
 from __future__ import annotations

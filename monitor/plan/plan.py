@@ -268,7 +268,7 @@ class DeltaQuery:
         for k, alt in self.alternatives:
             order = alt.order
             lines.append(
-                f"{indent}or, where its range is shorter than stage {k + 1}'s: "
+                f"{indent}or, where its range costs less than stage {k + 1}'s: "
                 f"order {', '.join(order[len(order) - len(alt.stages) + k :])}"
             )
             lines.extend(

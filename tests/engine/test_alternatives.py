@@ -9,13 +9,18 @@ epoch, with deletes and expiry.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
+from unittest.mock import patch
 
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from monitor.engine.pipeline import Node
+from monitor.engine import pipeline
+from monitor.engine.pipeline import Node, Pipeline
+from monitor.engine.prefixes import Prefixes
 from monitor.engine.shared import PlanTrie
 from monitor.plan.alternatives import count
 from monitor.plan.events import event_relations, rewrite
@@ -103,7 +108,7 @@ def test_a_ring_ranges_from_either_end_at_each_step() -> None:
     (_, first), *_ = last.alternatives
     ends = {last.stages[0].variable, first.stages[0].variable}
     assert ends == {"p_1", "p_5"}  # (forward from the origin, backward from the seed's source)
-    assert "or, where its range is shorter than stage 1's: order p_" in last.describe()
+    assert "or, where its range costs less than stage 1's: order p_" in last.describe()
     trie = PlanTrie([("r", p) for p in plans])
     assert sum(_alternatives(root) for _, root in trie.roots.values()) >= 3
     assert PlanTrie([("r", last)]).shared == 0  # (its alternatives are the plan again)
@@ -129,3 +134,63 @@ def test_plans_through_a_stage_without_the_same_alternative_keep_it_to_themselve
 
 def _alternatives(node: Node) -> int:
     return len(node.alternatives) + sum(_alternatives(c) for c in node.children.values())
+
+
+@settings(max_examples=100, deadline=None)
+@given(ops=hub_streams(), cuts=st.lists(st.integers(1, 40), max_size=5))
+def test_rings_are_the_oracles_where_learned_costs_steer_the_prefixes(
+    ops: list[tuple[Any, ...]], cuts: list[int]
+) -> None:
+    """Once a stage has counted :data:`~monitor.engine.pipeline.LEARNED` values, what they
+    cost steers its prefixes (here from the first one): the rings stay the oracle's."""
+    with patch.object(pipeline, "LEARNED", 1):
+        check(ROUND_TRIP, ["round_trip"], ops, cuts)
+
+
+class _Promising:
+    """A stage whose count for a prefix ``x`` is ``count(x)`` and which extends each prefix by
+    ``kept(x)`` values: what the pipeline learns costs from, without an index."""
+
+    def __init__(self, stage: Any, index: Any) -> None:
+        self.count, self.kept = stage
+
+    def counts(self, prefixes: Prefixes) -> tuple[Any, Any, list[Any]]:
+        x = prefixes.columns[0].astype(np.int64)
+        return np.zeros(len(prefixes), np.intp), self.count(x), []
+
+    def extend(self, prefixes: Prefixes, winner: Any, keys: Any) -> Prefixes:
+        kept = self.kept(prefixes.columns[0].astype(np.int64))
+        rows = np.repeat(np.arange(len(prefixes)), kept)
+        return prefixes.extended(rows, np.zeros(rows.shape[0], np.int32))
+
+
+def _stage(count: Callable[[Any], Any], kept: Callable[[Any], Any]) -> Any:
+    """What :class:`_Promising` is made from, in a node's place of a stage."""
+    return (count, kept)
+
+
+def test_a_prefix_goes_down_the_alternative_whose_values_have_cost_less() -> None:
+    """Stage A counts ``x + 1`` values for prefix ``x`` and keeps them all, and the stage
+    after it extends each by four more; its alternative B counts ``10 - x`` and keeps none.
+    By counts alone prefixes 0..4 go down A; once both have counted enough values, a value of
+    A has cost 6 (itself, its prefix, four below) and one of B 1, so only prefix 0 (6 < 10)
+    does."""
+    after = Node(_stage(lambda x: np.full(x.shape[0], 4), lambda x: np.full(x.shape[0], 4)))
+    a = Node(_stage(lambda x: x + 1, lambda x: x + 1), children={0: after})
+    b = Node(_stage(lambda x: 10 - x, lambda x: np.zeros(x.shape[0], np.int64)))
+    root = Node(None, children={0: a, 1: b}, alternatives={0: 1})
+    xs = np.arange(10, dtype=np.int32)
+    seeds = Prefixes((xs,), np.ones(10, np.int64))
+    runner: Any = _Promising
+
+    def went_down_b() -> int:
+        index: Any = None
+        run = Pipeline(root, index, 1 << 20, runner)
+        run.run(seeds, lambda *_: None)
+        return run.alternated
+
+    assert went_down_b() == 5  # (5..9: by counts, B's is the smaller)
+    while a.cost() is None or b.cost() is None:
+        went_down_b()
+    assert a.cost() == 6.0 and b.cost() == 1.0
+    assert went_down_b() == 9
