@@ -38,6 +38,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -144,7 +145,7 @@ def ours(
 
 
 def _planted_among(
-    edges: dict[str, dict[str, Any]], up: np.ndarray[Any, Any], firsts: set[str]
+    edges: Mapping[str, Mapping[str, Any]], up: np.ndarray[Any, Any], firsts: set[str]
 ) -> set[tuple[str, ...]]:
     """The appearing matches whose first event starts a planted pattern, as id tuples."""
     ids = [np.asarray(python_values(e["id"]), dtype=object) for e in edges.values()]

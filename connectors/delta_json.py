@@ -26,8 +26,9 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
+from connectors import json_place
 from connectors.json_rows import Piece, constant, encode_rows, present, values, where
-from core.columns import Column, Member, Members
+from core.columns import Column, EventRows, Member, Members
 
 EdgeColumns = Mapping[str, Mapping[str, Column]]
 """Per edge variable, per field (``id``, ``src``, ``dst``, then the others), a column."""
@@ -66,7 +67,7 @@ class DeltaRows:
 
     columns: list[npt.NDArray[np.generic]]
     diffs: npt.NDArray[np.integer]
-    edges: dict[str, dict[str, Column]]
+    edges: dict[str, Mapping[str, Column]]
     extra: dict[str, Member]
 
     @property
@@ -89,9 +90,16 @@ def chunks(
         yield DeltaRows(
             [c[part] for c in columns],
             diffs[part],
-            {v: {f: c[part] for f, c in e.items()} for v, e in (edges or {}).items()},
+            {v: _rows_of(e, part) for v, e in (edges or {}).items()},
             {k: c[part] for k, c in (extra or {}).items()},
         )
+
+
+def _rows_of(events: Mapping[str, Column], part: slice) -> Mapping[str, Column]:
+    """``part``'s rows of an edge variable's columns (its distinct events kept apart)."""
+    if isinstance(events, EventRows):
+        return events.take(part)
+    return {f: c[part] for f, c in events.items()}
 
 
 def value_pieces(
@@ -113,7 +121,10 @@ def value_pieces(
         pieces.append(constant(b',"edges":{'))
         for k, (name, fields) in enumerate(edges.items()):
             pieces.append(constant(b"," * (k > 0) + orjson.dumps(name) + b":"))
-            pieces += object_pieces(list(fields.items()), memo=memo)
+            if isinstance(fields, EventRows) and json_place.COMPILED:
+                pieces.append(event_objects(fields))
+            else:
+                pieces += object_pieces(list(fields.items()), memo=memo)
         pieces.append(constant(b"}"))
     for name, column in (extra or {}).items():
         if isinstance(column, Members):
@@ -192,6 +203,15 @@ def array_pieces(columns: Sequence[Column], *, memo: Memo | None = None) -> list
         pieces.append(texts(column, memo))
     pieces.append(constant(b"]"))
     return pieces
+
+
+def event_objects(events: EventRows) -> Piece:
+    """``{"id":...,"src":...}`` per row: the object of each distinct event written once
+    (:func:`object_pieces` over the table), then placed in every row that holds it."""
+    text, ends = encode_rows(object_pieces(list(events.table.items())), events.distinct)
+    lengths = np.diff(ends, prepend=0)
+    codes = events.codes
+    return Piece(text.reshape(1, -1), None, lengths[codes], (ends - lengths)[codes])
 
 
 def object_pieces(

@@ -15,7 +15,7 @@ that gives one Python object per row.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -49,6 +49,57 @@ class Coded:
 
 Column = npt.NDArray[np.generic] | Coded
 """A column of JSON values, as the module docstring lists them."""
+
+
+class EventRows(Mapping[str, Column]):
+    """The events of one edge variable, a row each, as named columns (``id``, ``src``, ``dst``,
+    the fields): each distinct event's values once (``table``) and per row the index of its
+    event there (``codes``). A hub's transfer is in many matches of an epoch (a six-hop ring's
+    output holds each event about ten times), so a sink writes each distinct event once and
+    places its text in every row that holds it (:func:`connectors.delta_json.value_pieces`).
+    Read as a mapping, each column has a value per row (gathered at its first reading)."""
+
+    def __init__(self, table: Mapping[str, Column], codes: npt.NDArray[np.integer]) -> None:
+        self.table = dict(table)
+        self.codes = codes
+        self._gathered: dict[str, Column] = {}
+
+    def __getitem__(self, name: str) -> Column:
+        found = self._gathered.get(name)
+        if found is None:
+            found = self._gathered[name] = self.table[name][self.codes]
+        return found
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.table)
+
+    def __len__(self) -> int:
+        return len(self.table)
+
+    @property
+    def rows(self) -> int:
+        return int(self.codes.shape[0])
+
+    @property
+    def distinct(self) -> int:
+        """How many events the table holds."""
+        if not self.table:
+            return int(self.codes.shape[0])
+        return _length(next(iter(self.table.values())))
+
+    def take(self, rows: npt.NDArray[np.integer] | slice) -> EventRows:
+        """These rows' events, the table cut to the events they hold where that is fewer than
+        half of it (a sink's chunk of rows writes only its own events)."""
+        codes = self.codes[rows]
+        if 2 * codes.shape[0] >= self.distinct:
+            return EventRows(self.table, codes)
+        used, inverse = np.unique(codes, return_inverse=True)
+        table = {name: column[used] for name, column in self.table.items()}
+        return EventRows(table, inverse.reshape(-1))
+
+
+def _length(column: Column) -> int:
+    return int(column.shape[0])
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ vertex id, the events' ends too, is decoded in another.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -66,7 +66,7 @@ def outputs(
         rewritten = epochs.plan.rewritten[i]
         source = rewritten.source
         vertices, n = decoded[n : n + len(head)], n + len(head)
-        edges: dict[str, dict[str, Column]] = {}
+        edges: dict[str, Mapping[str, Column]] = {}
         hashes: list[Hashed] = []
         for var, fields, _, _, ids in query_matched:
             src, dst, end_at = decoded[end_at], decoded[end_at + 1], end_at + 2

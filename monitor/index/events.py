@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from core.columns import Column
+from core.columns import Column, EventRows
 from core.errors import InputError
 from core.fields import FieldTest, affine, column_kind, compare
 from monitor.index import id_columns
@@ -316,14 +316,15 @@ class EventStore:
 
     def matched(
         self, eids: I32, decode_vertex: Any, fields: Sequence[str] | None = None
-    ) -> tuple[dict[str, Column], npt.NDArray[np.uint64]]:
+    ) -> tuple[EventRows, npt.NDArray[np.uint64]]:
         """The events at ``eids`` as output columns (:meth:`columns`) and their id hashes
-        (:meth:`id_hashes`), each distinct event formatted once: a hub's transfer is in many
-        matches of an epoch (about 4.6 rows an event in ``bench.payments``)."""
+        (:meth:`id_hashes`), each distinct event decoded once and kept once (a hub's transfer
+        is in many matches of an epoch: about 4.6 rows an event in ``bench.payments``, ten in
+        ``bench.typologies``' six-hop rings)."""
         unique, inverse = first_appearances(eids)
         ids, hashes = id_columns.column_and_hashes(self.ids, self.slot[unique])
         columns = self.columns(unique, decode_vertex, fields, ids)
-        return {name: column[inverse] for name, column in columns.items()}, hashes[inverse]
+        return EventRows(columns, inverse), hashes[inverse]
 
     def columns(
         self,

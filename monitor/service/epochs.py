@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
 
@@ -254,7 +254,7 @@ class EpochProcessor:
         width = len(source.head)
         # (an aggregate's body: only what its groups read, of the many rows it has)
         reads = self.grouped[source.name].reads() if body and not whole else None
-        edges: dict[str, dict[str, Column]] = {}
+        edges: dict[str, Mapping[str, Column]] = {}
         hashes: list[Hashed] = []
         for k, (var, relation) in enumerate(self.rewritten[i].edges.items()):
             if reads is not None and var not in reads.edges:

@@ -313,7 +313,7 @@ def _hex_keys(ids: Member) -> I64:
     return keys
 
 
-def _earliest(edges: dict[str, dict[str, Column]], variables: Sequence[str]) -> F64:
+def _earliest(edges: Mapping[str, Mapping[str, Column]], variables: Sequence[str]) -> F64:
     """Per row, the least ``ts`` of its events."""
     times = [numbers(edges[v]["ts"]) for v in variables]
     least: F64 = np.minimum.reduce(times) if len(times) > 1 else times[0]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -22,7 +23,7 @@ class QueryOutput:
     variables: tuple[str, ...]
     columns: list[npt.NDArray[np.generic]]
     diff: I64
-    edges: dict[str, dict[str, Column]] = field(default_factory=dict)
+    edges: dict[str, Mapping[str, Column]] = field(default_factory=dict)
     #: Per row: ``match_id`` always, ``cause`` (of a -1) in a run with a window.
     extra: dict[str, Member] = field(default_factory=dict)
 

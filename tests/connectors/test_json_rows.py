@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from typing import Any
+from unittest.mock import patch
 
 import numpy as np
 import numpy.typing as npt
@@ -16,8 +17,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from connectors import json_place
 from connectors.delta_json import (
     DeltaRows,
+    chunks,
     key_pieces,
     keys_and_values,
     object_pieces,
@@ -25,7 +28,7 @@ from connectors.delta_json import (
     vertex_ids,
 )
 from connectors.json_rows import constant, encode_rows, integers, values
-from core.columns import Coded, Column, python_values
+from core.columns import Coded, Column, EventRows, python_values
 
 ROWS = st.integers(min_value=0, max_value=12)
 
@@ -242,6 +245,61 @@ def test_records_and_keys_encode_as_one_dict_per_delta_does(
     assert lines == b"".join(r + b"\n" for r in records)
     part = DeltaRows(d["columns"], d["diffs"], d["edges"], d["extra"])
     assert keys_and_values(d["query"], d["epoch"], d["variables"], part) == (keys, records)
+
+
+@st.composite
+def shared_events(draw: st.DrawFn) -> tuple[dict[str, Any], dict[str, Any]]:
+    """:func:`deltas` whose edge variables hold events of a smaller table, several rows each
+    (as a hub's transfer is in many matches): once as :class:`EventRows`, once gathered."""
+    d = draw(deltas())
+    rows = d["diffs"].shape[0]
+    shared, gathered = dict(d), dict(d)
+    shared["edges"], gathered["edges"] = {}, {}
+    for name, table in d["edges"].items():
+        codes = np.array(
+            draw(st.lists(st.integers(0, max(rows - 1, 0)), min_size=rows, max_size=rows)),
+            np.int64,
+        )
+        shared["edges"][name] = EventRows(table, codes)
+        gathered["edges"][name] = {f: c[codes] for f, c in table.items()}
+    return shared, gathered
+
+
+@ASSEMBLIES
+@settings(max_examples=300, deadline=None)
+@given(pair=shared_events(), size=st.integers(1, 5))
+def test_shared_events_are_written_once_and_read_as_every_row_holds_them(
+    compiled: bool, pair: tuple[dict[str, Any], dict[str, Any]], size: int
+) -> None:
+    """Each distinct event's object is written once and placed in every row that holds it
+    (compiled; the numpy assembly writes the rows' gathered columns): the records and keys
+    are those of one dict per delta, also cut into chunks of rows."""
+    with patch.object(json_place, "COMPILED", compiled):
+        _written_as_one_dict_per_delta(*pair, size, compiled)
+
+
+def _written_as_one_dict_per_delta(
+    shared: dict[str, Any], gathered: dict[str, Any], size: int, compiled: bool
+) -> None:
+    rows = shared["diffs"].shape[0]
+    records, keys = naive_records(gathered)
+    head = (shared["query"], shared["epoch"], shared["variables"])
+    pieces = value_pieces(
+        *head, shared["columns"], shared["diffs"], shared["edges"], shared["extra"]
+    )
+    assert split(*encode_rows(pieces, rows, compiled=compiled)) == records
+    chunked = chunks(shared["columns"], shared["diffs"], shared["edges"], shared["extra"], size)
+    written: list[bytes] = []
+    texts: list[bytes] = []
+    for part in chunked:
+        assert all(isinstance(e, EventRows) for e in part.edges.values())
+        got_keys, got = keys_and_values(*head, part)
+        written += got
+        texts += got_keys
+    assert (written, texts) == (records, keys)
+    for name, events in shared["edges"].items():  # (read as a mapping: a value per row)
+        for field, column in gathered["edges"][name].items():
+            assert python_values(events[field]) == python_values(column)
 
 
 def test_vertex_ids_take_numpy_integers_and_refuse_other_types() -> None:
