@@ -77,15 +77,9 @@ class EventRows(Mapping[str, Column]):
         return len(self.table)
 
     @property
-    def rows(self) -> int:
-        return int(self.codes.shape[0])
-
-    @property
     def distinct(self) -> int:
-        """How many events the table holds."""
-        if not self.table:
-            return int(self.codes.shape[0])
-        return _length(next(iter(self.table.values())))
+        """How many events the table holds (its ``id`` column has one each)."""
+        return int(self.table["id"].shape[0])
 
     def take(self, rows: npt.NDArray[np.integer] | slice) -> EventRows:
         """These rows' events, the table cut to the events they hold where that is fewer than
@@ -96,10 +90,6 @@ class EventRows(Mapping[str, Column]):
         used, inverse = np.unique(codes, return_inverse=True)
         table = {name: column[used] for name, column in self.table.items()}
         return EventRows(table, inverse.reshape(-1))
-
-
-def _length(column: Column) -> int:
-    return int(column.shape[0])
 
 
 @dataclass(frozen=True)
